@@ -33,3 +33,52 @@ class RemoteProtocolError(ProtocolError):
     The only exception that :meth:`trio_stomp.FrameParser.feed` ever raises,
     whatever bytes arrive. The parser is unusable afterwards.
     """
+
+
+class ConnectFailed(StompError):
+    """The connection could not be opened or the broker refused it.
+
+    Raised by :func:`trio_stomp.connect`: the address refused or timed out,
+    the credentials were rejected, the broker answered CONNECT with ERROR, or
+    no STOMP version is common to both sides. ``frame`` is the broker's ERROR
+    frame when there was one.
+    """
+
+    def __init__(self, message: str, frame: object | None = None) -> None:
+        super().__init__(message)
+        self.frame = frame
+
+
+class ServerError(StompError):
+    """The broker sent an ERROR frame during the session.
+
+    The broker closes the connection after an ERROR, so the client is unusable
+    afterwards. ``frame`` is the ERROR frame, ``message`` its ``message``
+    header (or the start of its body when the header is absent).
+    """
+
+    def __init__(self, message: str, frame: object | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.frame = frame
+
+
+class ConnectionLost(StompError):
+    """The connection broke: the peer closed it, the socket failed, or heart-beats stopped."""
+
+
+class ClientClosed(StompError):
+    """The client, subscription or transaction was used after it was closed."""
+
+
+class SubscriptionOverflow(StompError):
+    """A subscription's buffer filled up and messages had to be dropped.
+
+    Only possible when the broker ignores the prefetch window (``auto`` acks on
+    RabbitMQ, for instance). Raised by the subscription's ``async for`` once
+    the messages buffered before the overflow have been delivered.
+    """
+
+
+class TransactionError(StompError):
+    """A transaction could not be completed (its connection went away, or it was misused)."""

@@ -1,0 +1,125 @@
+"""Shared test set-up: per-test deadlines and the brokers the suite runs against.
+
+Every async test runs under ``trio.fail_after`` (30 s, or the seconds given by
+``@pytest.mark.deadline(N)``).
+
+The ``target`` fixture parametrizes a test over the embedded broker and the
+real ones started by ``scripts/brokers up``. A real broker that does not answer
+skips its parameter with the reason, or fails the test when
+``STOMP_REQUIRE_BROKERS=1`` (as CI sets it): CI never silently skips.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+DEFAULT_DEADLINE = 30.0
+REQUIRE_BROKERS = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "deadline(seconds): bound on an async test's run time")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    test = getattr(item, "obj", None)
+    if test is not None and inspect.iscoroutinefunction(test):
+        marker = item.get_closest_marker("deadline")
+        seconds = float(marker.args[0]) if marker else DEFAULT_DEADLINE
+
+        @functools.wraps(test)
+        async def bounded(**kwargs: Any) -> Any:
+            with trio.fail_after(seconds):
+                return await test(**kwargs)
+
+        item.obj = bounded  # type: ignore[attr-defined]
+    yield
+
+
+@attrs.frozen
+class Target:
+    """A broker a test talks to."""
+
+    name: str
+    url: str
+
+    @property
+    def real(self) -> bool:
+        return self.name != "embedded"
+
+
+REAL_BROKERS = {
+    "rabbitmq": "stomp://guest:guest@127.0.0.1:61613/?vhost=/",
+    "activemq": "stomp://guest:guest@127.0.0.1:61623/",
+}
+_probe_cache: dict[str, str | None] = {}
+
+
+def _probe(name: str) -> str | None:
+    """None when the broker answers CONNECT with CONNECTED, else why not."""
+    if name not in _probe_cache:
+        port = int(REAL_BROKERS[name].rsplit(":", 1)[1].strip("/").split("/")[0])
+        frame = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(frame)
+                reply = sock.recv(4096)
+            _probe_cache[name] = (
+                None if reply.startswith(b"CONNECTED") else f"{name} answered {reply[:60]!r}"
+            )
+        except OSError as exc:
+            _probe_cache[name] = (
+                f"{name} is not running on 127.0.0.1:{port} ({exc}); start it with "
+                "`scripts/brokers up`"
+            )
+    return _probe_cache[name]
+
+
+def require_real_broker(name: str) -> None:
+    """Skip (locally) or fail (CI) when the named real broker is not up."""
+    reason = _probe(name)
+    if reason is not None:
+        if REQUIRE_BROKERS:
+            pytest.fail(f"STOMP_REQUIRE_BROKERS=1 but {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(params=["embedded", "rabbitmq", "activemq"])
+async def target(request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+    """Each broker in turn: the embedded one, RabbitMQ and ActiveMQ."""
+    name: str = request.param
+    if name == "embedded":
+        from trio_stomp.broker import open_broker
+
+        async with open_broker() as broker:
+            yield Target("embedded", broker.url)
+    else:
+        require_real_broker(name)
+        yield Target(name, REAL_BROKERS[name])
+
+
+@pytest.fixture
+async def embedded() -> AsyncIterator[Target]:
+    """The embedded broker only."""
+    from trio_stomp.broker import open_broker
+
+    async with open_broker() as broker:
+        yield Target("embedded", broker.url)
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """A destination name no other test (or earlier run) uses: ``unique("queue")``."""
+    run = uuid.uuid4().hex[:12]
+    return lambda kind="queue": f"/{kind}/trio-stomp-test-{run}-{uuid.uuid4().hex[:6]}"

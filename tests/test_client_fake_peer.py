@@ -1,0 +1,174 @@
+"""Client behaviour pinned against a scripted peer: handshake, heart-beats, errors."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import trio_stomp
+from fake_peer import FakePeer, stream_pair
+
+
+async def test_handshake_reports_version_server_and_session() -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            connect = await peer.accept({"server": "fake/1.0", "session": "s-1"})
+            assert connect.headers["accept-version"] == "1.0,1.1,1.2"
+            assert connect.headers["host"] == "vh"
+            assert connect.headers["login"] == "me"
+            assert connect.headers["passcode"] == "secret"
+            await peer.drain()
+
+        nursery.start_soon(serve)
+        async with trio_stomp.wrap_stream(
+            client_end, login="me", passcode="secret", host="vh", heartbeat=(0, 0)
+        ) as client:
+            assert client.version == "1.2"
+            assert client.server == "fake/1.0"
+            assert client.session == "s-1"
+
+
+async def test_error_in_reply_to_connect_raises_connect_failed() -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            await peer.receive()
+            await peer.send("ERROR", {"message": "Access refused for user 'x'"})
+            await server_end.aclose()
+
+        nursery.start_soon(serve)
+        with pytest.raises(trio_stomp.ConnectFailed, match="Access refused"):
+            async with trio_stomp.wrap_stream(client_end):
+                pytest.fail("the block must not run")
+
+
+async def test_version_outside_accepted_ones_fails() -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end, version="1.1")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        with pytest.raises(trio_stomp.ConnectFailed, match=r"chose STOMP 1\.1"):
+            async with trio_stomp.wrap_stream(client_end, versions=("1.2",)):
+                pytest.fail("the block must not run")
+
+
+async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # We offer to send every 1 s and want one every 1 s; the peer can send every
+    # 2 s and wants ours every 0.5 s. So we send every max(1, 0.5) = 1 s and
+    # expect something every max(2, 1) = 2 s: silence for 2 x 2 s is death.
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    start = trio.current_time()
+    lost_at = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept, {"heart-beat": "2000,500"})
+        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):
+            async with trio_stomp.wrap_stream(client_end, heartbeat=(1000, 1000)) as client:
+                assert client.heartbeat == (1.0, 2.0)
+                nursery.start_soon(peer.drain)
+                try:
+                    await trio.sleep(100)
+                finally:
+                    lost_at = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    assert lost_at == pytest.approx(4.0)
+    assert [round(t - start, 6) for t in peer.heartbeats] == [1.0, 2.0, 3.0]
+
+
+async def test_peer_heartbeats_keep_the_connection_alive(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept, {"heart-beat": "1000,0"})
+
+        async def beat() -> None:
+            while True:
+                await trio.sleep(1.5)  # within 2 x 1 s
+                await server_end.send_all(b"\n")
+
+        async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 1000)) as client:
+            assert client.heartbeat == (0.0, 1.0)
+            nursery.start_soon(beat)
+            nursery.start_soon(peer.drain)
+            await trio.sleep(20)
+        assert peer.heartbeats == []  # we never offered to send any
+        nursery.cancel_scope.cancel()
+
+
+async def test_error_frame_mid_session_surfaces_at_async_with() -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        with pytest.raises(trio_stomp.ServerError, match="boom") as info:
+            async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
+                await client.send("/queue/a", b"x")
+                frame = await peer.receive()
+                assert frame.command == "SEND"
+                await peer.send("ERROR", {"message": "boom"}, b"details")
+                await trio.sleep_forever()
+        assert info.value.frame is not None
+        nursery.cancel_scope.cancel()
+
+
+async def test_error_answering_a_receipt_raises_at_the_await() -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+
+        async def refuse() -> None:
+            frame = await peer.receive()
+            await peer.send(
+                "ERROR", {"message": "no such queue", "receipt-id": frame.headers["receipt"]}
+            )
+
+        with pytest.raises(trio_stomp.ServerError, match="no such queue"):
+            async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
+                nursery.start_soon(refuse)
+                await client.send("/queue/a", b"x", receipt=True)
+        nursery.cancel_scope.cancel()
+
+
+async def test_bad_user_input_raises_and_sends_nothing() -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
+            with pytest.raises(trio_stomp.LocalProtocolError, match="NUL"):
+                await client.send("/queue/a", b"x", headers={"k": "a\0b"})
+            with pytest.raises(trio_stomp.LocalProtocolError, match="ack mode"):
+                client.subscribe("/queue/a", ack="sometimes")
+            with pytest.raises(trio_stomp.LocalProtocolError, match="receipt"):
+                await client.send("/queue/a", b"x", headers={"receipt": "mine"})
+            with pytest.raises(TypeError):
+                await client.send("/queue/a", b"x", headers={"n": 1})  # type: ignore[dict-item]
+            await client.send("/queue/a", b"ok")
+            frame = await peer.receive()
+            assert (frame.command, frame.body) == ("SEND", b"ok")
+            nursery.start_soon(peer.drain)
+        nursery.cancel_scope.cancel()
+
+
+async def test_peer_closing_mid_session_raises_connection_lost() -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        with pytest.raises(trio_stomp.ConnectionLost, match="closed"):
+            async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
+                async with client.subscribe("/queue/a") as sub:
+                    await server_end.aclose()
+                    async for _ in sub:
+                        pytest.fail("no message was sent")
