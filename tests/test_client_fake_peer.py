@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from fake_peer import FakePeer, stream_pair
 
 import trio_stomp
-from fake_peer import FakePeer, stream_pair
 
 
 async def test_handshake_reports_version_server_and_session() -> None:
@@ -167,8 +167,10 @@ async def test_peer_closing_mid_session_raises_connection_lost() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
         with pytest.raises(trio_stomp.ConnectionLost, match="closed"):
-            async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
-                async with client.subscribe("/queue/a") as sub:
-                    await server_end.aclose()
-                    async for _ in sub:
-                        pytest.fail("no message was sent")
+            async with (
+                trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client,
+                client.subscribe("/queue/a") as sub,
+            ):
+                await server_end.aclose()
+                async for _ in sub:
+                    pytest.fail("no message was sent")

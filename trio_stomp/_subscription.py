@@ -145,8 +145,7 @@ class Subscription:
         self.active = False
         if error is not None and self._error is None:
             self._error = error
-        if error is not None:
+        if error is not None and self.ack != "auto":
             # The connection failed: buffered messages can no longer be acked.
-            if self.ack != "auto":
-                self._buffer.clear()
+            self._buffer.clear()
         self._lot.unpark_all()
