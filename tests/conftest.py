@@ -29,6 +29,45 @@ REQUIRE_BROKERS = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "deadline(seconds): bound on an async test's run time")
+    config.addinivalue_line("markers", "conformance: behaviour x broker table row")
+
+
+BROKER_NAMES = ("embedded", "rabbitmq", "activemq")
+_conformance: dict[str, dict[str, str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record conformance outcomes: row = behaviour (+ its parameters), column = broker."""
+    if "test_conformance.py::" not in report.nodeid:
+        return
+    if report.when != "call" and not (report.failed or report.skipped):
+        return
+    name, _, params = report.nodeid.split("::", 1)[1].partition("[")
+    parts = params.rstrip("]").split("-") if params else []
+    brokers = [p for p in parts if p in BROKER_NAMES]
+    if not brokers:
+        return
+    row = name.removeprefix("test_") + "".join(f" [{p}]" for p in parts if p not in BROKER_NAMES)
+    outcome = "pass" if report.passed else "FAIL" if report.failed else "skip"
+    cells = _conformance.setdefault(row, {})
+    if cells.get(brokers[0]) != "FAIL":
+        cells[brokers[0]] = outcome
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the behaviour x broker conformance table (README keeps a copy)."""
+    if not _conformance:
+        return
+    width = max(len(row) for row in _conformance)
+    terminalreporter.section("conformance: behaviour x broker")
+    header = f"| {'behaviour'.ljust(width)} | " + " | ".join(BROKER_NAMES) + " |"
+    terminalreporter.write_line(header)
+    terminalreporter.write_line(
+        f"|{'-' * (width + 2)}|" + "|".join("-" * (len(b) + 2) for b in BROKER_NAMES) + "|"
+    )
+    for row, cells in _conformance.items():
+        line = " | ".join(cells.get(b, "-").ljust(len(b)) for b in BROKER_NAMES)
+        terminalreporter.write_line(f"| {row.ljust(width)} | {line} |")
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
