@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from fake_peer import FakePeer, stream_pair
 
 import trio_stomp
+
+from fake_peer import FakePeer, stream_pair
 
 
 async def test_handshake_reports_version_server_and_session() -> None:

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import trio_stomp
+
 from conftest import Target
 
 pytestmark = pytest.mark.conformance
