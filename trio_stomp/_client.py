@@ -487,7 +487,11 @@ class Client:
             await trio.sleep(every - idle)
 
     async def _watch_heartbeats(self) -> None:
-        limit = self.heartbeat[1] * self._tolerance
+        expect_every = self.heartbeat[1]
+        limit = expect_every * self._tolerance
+        # Grace for the first beat: brokers start their timer after CONNECTED
+        # (ActiveMQ's first beat comes after two intervals, not one).
+        await trio.sleep_until(self._last_read + limit + expect_every)
         while True:
             silent = trio.current_time() - self._last_read
             if silent >= limit:
