@@ -161,4 +161,8 @@ async def embedded() -> AsyncIterator[Target]:
 def unique() -> Callable[[str], str]:
     """A destination name no other test (or earlier run) uses: ``unique("queue")``."""
     run = uuid.uuid4().hex[:12]
-    return lambda kind="queue": f"/{kind}/trio-stomp-test-{run}-{uuid.uuid4().hex[:6]}"
+
+    def make(kind: str = "queue") -> str:
+        return f"/{kind}/trio-stomp-test-{run}-{uuid.uuid4().hex[:6]}"
+
+    return make

@@ -9,6 +9,7 @@ import trio
 import trio.lowlevel
 
 import trio_stomp
+
 from conftest import Target
 
 
@@ -50,7 +51,9 @@ class _CancelAfterSteps(trio.abc.Instrument):
                 self.scope.cancel()
 
 
-async def _sweep(operation: Callable[[], Awaitable[None]], after: Callable[[], Awaitable[None]]) -> int:
+async def _sweep(
+    operation: Callable[[], Awaitable[None]], after: Callable[[], Awaitable[None]]
+) -> int:
     """Cancel ``operation`` at its 1st, 2nd, ... scheduling point until it completes.
 
     ``after`` runs after every attempt and checks that nothing was left broken.
@@ -97,9 +100,7 @@ async def test_cancellation_anywhere_leaves_the_connection_consistent(
                 await tx.send(unique("queue"), b"t1")
                 await tx.send(unique("queue"), b"t2")
 
-        swept = [
-            await _sweep(op, check) for op in (send, subscribe_and_receive, transaction)
-        ]
+        swept = [await _sweep(op, check) for op in (send, subscribe_and_receive, transaction)]
         assert all(n > 1 for n in swept), swept
 
 
@@ -171,8 +172,7 @@ async def test_ack_after_the_connection_is_gone_is_refused(
     async with trio_stomp.connect(embedded.url) as client:
         await client.send(dest, b"m", receipt=True)
         async with client.subscribe(dest, ack="client-individual", receipt=True) as sub:
-            async for kept in sub:
-                break
+            kept = await anext(aiter(sub))
     with pytest.raises(trio_stomp.ClientClosed, match="redeliver"):
         await kept.ack()
 
@@ -190,15 +190,13 @@ async def test_ack_on_auto_subscription_is_an_error(
                 break
 
 
-async def test_nack_on_stomp_1_0_is_refused(
-    embedded: Target, unique: Callable[[str], str]
-) -> None:
+async def test_nack_on_stomp_1_0_is_refused(embedded: Target, unique: Callable[[str], str]) -> None:
     dest = unique("queue")
     async with trio_stomp.connect(embedded.url, versions=("1.0",)) as client:
         await client.send(dest, b"m", receipt=True)
         async with client.subscribe(dest, ack="client", receipt=True) as sub:
             async for message in sub:
-                with pytest.raises(trio_stomp.LocalProtocolError, match="1.0 has no NACK"):
+                with pytest.raises(trio_stomp.LocalProtocolError, match=r"1\.0 has no NACK"):
                     await message.nack()
                 await message.ack()
                 break
@@ -247,7 +245,7 @@ async def test_server_that_never_answers_connect_times_out() -> None:
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(trio.serve_tcp, mute, 0)
         port = listeners[0].socket.getsockname()[1]
-        with pytest.raises(trio_stomp.ConnectFailed, match="within 0.3"):
+        with pytest.raises(trio_stomp.ConnectFailed, match=r"within 0\.3"):
             async with trio_stomp.connect(f"stomp://127.0.0.1:{port}", connect_timeout=0.3):
                 pass
         nursery.cancel_scope.cancel()

@@ -64,7 +64,8 @@ async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
 ) -> None:
     # We offer to send every 1 s and want one every 1 s; the peer can send every
     # 2 s and wants ours every 0.5 s. So we send every max(1, 0.5) = 1 s and
-    # expect something every max(2, 1) = 2 s: silence for 2 x 2 s is death.
+    # expect something every max(2, 1) = 2 s: silence for 2 x 2 s is death,
+    # plus one interval of grace while the peer's first beat is still due.
     client_end, server_end = stream_pair()
     peer = FakePeer(server_end)
     start = trio.current_time()
@@ -80,8 +81,29 @@ async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
                 finally:
                     lost_at = trio.current_time() - start
         nursery.cancel_scope.cancel()
-    assert lost_at == pytest.approx(4.0)
-    assert [round(t - start, 6) for t in peer.heartbeats] == [1.0, 2.0, 3.0]
+    assert lost_at == pytest.approx(6.0)
+    assert [round(t - start, 6) for t in peer.heartbeats] == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+async def test_silence_after_a_first_beat_is_death_after_tolerance(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    start = trio.current_time()
+    lost_at = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept, {"heart-beat": "1000,0"})
+        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):
+            async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 1000)):
+                await trio.sleep(1)
+                await server_end.send_all(b"\n")
+                try:
+                    await trio.sleep(100)
+                finally:
+                    lost_at = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    assert lost_at == pytest.approx(1.0 + 2.0)
 
 
 async def test_peer_heartbeats_keep_the_connection_alive(
@@ -154,7 +176,7 @@ async def test_bad_user_input_raises_and_sends_nothing() -> None:
             with pytest.raises(trio_stomp.LocalProtocolError, match="receipt"):
                 await client.send("/queue/a", b"x", headers={"receipt": "mine"})
             with pytest.raises(TypeError):
-                await client.send("/queue/a", b"x", headers={"n": 1})  # type: ignore[dict-item]
+                await client.send("/queue/a", b"x", headers={"n": 1})  # type: ignore[arg-type]
             await client.send("/queue/a", b"ok")
             frame = await peer.receive()
             assert (frame.command, frame.body) == ("SEND", b"ok")

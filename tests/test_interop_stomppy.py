@@ -12,6 +12,7 @@ import stomp
 import trio
 
 import trio_stomp
+
 from conftest import REAL_BROKERS, require_real_broker
 
 PORTS = {"rabbitmq": 61613, "activemq": 61623}

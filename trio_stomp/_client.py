@@ -122,7 +122,7 @@ class Client:
         self._last_read = trio.current_time()
         self._early: list[Frame] = []
         self._body_scope: trio.CancelScope | None = None
-        self._tasks_scope: trio.CancelScope | None = None
+        self._tasks_scope = trio.CancelScope(shield=True)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "failed" if self._error else "open"
@@ -417,6 +417,12 @@ class Client:
                 data = await stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, OSError) as exc:
                 raise ConnectionLost(f"reading from the broker failed: {exc!r}") from exc
+            except trio.ClosedResourceError as exc:
+                # _shutdown closes the stream right after cancelling us; the
+                # close can wake this read before the cancellation does.
+                if self._closed:
+                    return
+                raise ClientClosed("the connection was closed") from exc
             self._last_read = trio.current_time()
             if not data:
                 feed(b"")
@@ -473,8 +479,7 @@ class Client:
             sub._close(error)
         if self._body_scope is not None:
             self._body_scope.cancel()
-        if self._tasks_scope is not None:
-            self._tasks_scope.cancel()
+        self._tasks_scope.cancel()
 
     async def _send_heartbeats(self) -> None:
         every = self.heartbeat[0]
@@ -488,11 +493,13 @@ class Client:
 
     async def _watch_heartbeats(self) -> None:
         expect_every = self.heartbeat[1]
-        limit = expect_every * self._tolerance
-        # Grace for the first beat: brokers start their timer after CONNECTED
-        # (ActiveMQ's first beat comes after two intervals, not one).
-        await trio.sleep_until(self._last_read + limit + expect_every)
+        connected_at = self._last_read
         while True:
+            limit = expect_every * self._tolerance
+            if self._last_read == connected_at:
+                # Grace for the first beat: brokers start their timer after
+                # CONNECTED (ActiveMQ's first beat comes after two intervals).
+                limit += expect_every
             silent = trio.current_time() - self._last_read
             if silent >= limit:
                 raise ConnectionLost(
@@ -501,9 +508,13 @@ class Client:
                 )
             await trio.sleep(limit - silent)
 
-    async def _run_tasks(self, *, task_status: trio.TaskStatus[None]) -> None:
-        with trio.CancelScope() as scope:
-            self._tasks_scope = scope
+    async def _run_tasks(self) -> None:
+        # Shielded: when the caller's block is cancelled, the writer and reader
+        # must live on for the shielded cleanup (UNSUBSCRIBE, ABORT, DISCONNECT
+        # and its receipt). _shutdown, which always runs, cancels the scope;
+        # it exists before this task runs, so that works even if it never did.
+        # (Not nursery.start: a cancelled start() never lets a shielded child go.)
+        with self._tasks_scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._guard, self._read_loop)
                 nursery.start_soon(self._guard, self._outbox.run)
@@ -511,7 +522,6 @@ class Client:
                     nursery.start_soon(self._guard, self._send_heartbeats)
                 if self.heartbeat[1]:
                     nursery.start_soon(self._guard, self._watch_heartbeats)
-                task_status.started()
 
     async def _shutdown(self) -> None:
         """DISCONNECT (with receipt) if the connection is healthy, then close. Bounded."""
@@ -537,8 +547,7 @@ class Client:
             for sub in list(self._subscriptions.values()):
                 sub._close()
             self._subscriptions.clear()
-            if self._tasks_scope is not None:
-                self._tasks_scope.cancel()
+            self._tasks_scope.cancel()
             await trio.aclose_forcefully(self._stream)
 
 
@@ -601,7 +610,7 @@ async def wrap_stream(
     sole: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(client._run_tasks)
+            nursery.start_soon(client._run_tasks)
             try:
                 with trio.CancelScope() as client._body_scope:
                     yield client

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from .._errors import LocalProtocolError
-from ._escaping import ENCODE
-from ._frame import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, Frame, check_version
+from typing import Final
 
-_SPECIAL = ("\n", "\r", ":", "\\", "\0")
+from .._errors import LocalProtocolError
+from ._escaping import escape
+from ._frame import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame, check_version
+
+_Pairs = tuple[tuple[str, str], ...]
+_VERSIONS: Final = frozenset(VERSIONS)
 
 
 def encode(frame: Frame, version: str = "1.2", *, content_length: bool = True) -> bytes:
@@ -21,30 +24,58 @@ def encode(frame: Frame, version: str = "1.2", *, content_length: bool = True) -
       LocalProtocolError: the frame cannot be represented in ``version``: an
         unknown command, a body on a frame that may not carry one, a header
         with NUL, an empty name, a content-length that disagrees with the
-        body, or a newline, colon or padding that ``version`` cannot escape.
+        body, or a newline, carriage return, colon or padding that ``version``
+        (or an unescaped CONNECT, STOMP or CONNECTED frame) cannot carry.
         Nothing is encoded.
+      ValueError: ``version`` is not a STOMP version.
     """
-    check_version(version)
+    if version not in _VERSIONS:
+        check_version(version)
     command = frame.command
-    if command not in COMMANDS:
-        raise LocalProtocolError(f"unknown command {command!r}")
     body = frame.body
-    if body and command not in BODY_COMMANDS:
-        raise LocalProtocolError(f"a {command} frame may not have a body")
-    pairs = frame.headers.items()
-    if pairs:
-        blob = "\x01".join([item for pair in pairs for item in pair])
-        if any(char in blob for char in _SPECIAL) or (version == "1.0" and " " in blob):
-            lines = [_header_line(name, value, version, command) for name, value in pairs]
-            text = "\n".join(lines)
-        else:
-            text = "\n".join(map(":".join, pairs))
-            if text[0] == ":" or "\n:" in text:
-                raise LocalProtocolError("a header name may not be empty")
-        head = f"{command}\n{text}\n"
+    if command not in BODY_COMMANDS:
+        if command not in COMMANDS:
+            raise LocalProtocolError(f"unknown command {command!r}")
+        if body:
+            raise LocalProtocolError(f"a {command} frame may not have a body")
+    headers = frame.headers
+    pairs = headers.items()
+    if not pairs:
+        lines = ""
+    elif version == "1.0" or command in UNESCAPED_COMMANDS:
+        lines = _raw_lines(pairs, version, command) + "\n"
     else:
-        head = f"{command}\n"
-    stated = frame.headers.get("content-length")
+        # The hot path: escape all names and values as one string instead of
+        # one by one. Pairs are joined with newlines and names to values with
+        # NUL (which no header may hold); when the counts show neither inside
+        # a header and no name is empty, escaping the rest and turning NUL
+        # into ":" gives the lines. Anything else takes the careful path.
+        lines = "\n".join(map("\0".join, pairs))
+        count = len(pairs)
+        if (
+            lines.count("\0") != count
+            or lines.count("\n") != count - 1
+            or lines[0] == "\0"
+            or "\n\0" in lines
+        ):
+            lines = _escaped_lines(pairs, version) + "\n"
+        else:
+            if "\\" in lines:
+                lines = lines.replace("\\", "\\\\")
+            if ":" in lines:
+                lines = lines.replace(":", "\\c")
+            if version == "1.2" and "\r" in lines:
+                lines = lines.replace("\r", "\\r")
+            lines = lines.replace("\0", ":") + "\n"
+    if version != "1.0":
+        # The name has no character that escaping changes, so a content-length
+        # header shows in the escaped lines as is; the search spares a lookup.
+        stated = headers.get("content-length") if "content-length" in lines else None
+    elif "content-length" in lines.lower():
+        # 1.0 header names are case-insensitive, and so is its parser's framing.
+        stated = next((v for n, v in pairs if n.lower() == "content-length"), None)
+    else:
+        stated = None
     if stated is not None:
         if stated != str(len(body)):
             raise LocalProtocolError(
@@ -52,35 +83,57 @@ def encode(frame: Frame, version: str = "1.2", *, content_length: bool = True) -
             )
     elif body:
         if content_length:
-            head = f"{head}content-length:{len(body)}\n"
+            lines = f"{lines}content-length:{len(body)}\n"
         elif b"\0" in body:
             raise LocalProtocolError("a body containing NUL needs a content-length header")
     try:
-        encoded = head.encode("utf-8")
+        head = f"{command}\n{lines}\n".encode()
     except UnicodeEncodeError as exc:
         raise LocalProtocolError(f"a header cannot be encoded as UTF-8: {exc}") from None
-    return b"".join((encoded, b"\n", body, b"\0"))
+    return b"".join((head, body, b"\0"))
 
 
-def _header_line(name: str, value: str, version: str, command: str) -> str:
+def _escaped_lines(pairs: _Pairs, version: str) -> str:
+    """The header lines of an escaped frame, one header at a time.
+
+    The careful path of :func:`encode`: for headers holding a newline or
+    NUL, or an empty name (refused here).
+    """
+    return "\n".join([_escaped_line(name, value, version) for name, value in pairs])
+
+
+def _escaped_line(name: str, value: str, version: str) -> str:
+    _check_pair(name, value)
+    return f"{escape(name, version)}:{escape(value, version)}"
+
+
+def _raw_lines(pairs: _Pairs, version: str, command: str) -> str:
+    """The header lines of a frame whose headers are not escaped.
+
+    That is every frame in 1.0, and CONNECT, STOMP and CONNECTED in 1.1 and
+    1.2. What the parser could not give back must not be sent.
+    """
+    for name, value in pairs:
+        _check_pair(name, value)
+        for text in (name, value):
+            if "\n" in text or "\r" in text:
+                raise LocalProtocolError(
+                    f"header {name!r} has a line break, which {command} in STOMP {version} "
+                    "cannot carry (no escaping)"
+                )
+        if ":" in name:
+            raise LocalProtocolError(
+                f"header name {name!r} has a colon, which cannot be escaped here"
+            )
+        if version == "1.0" and value != value.strip(" "):
+            raise LocalProtocolError(
+                f"header {name!r} has leading or trailing spaces, which STOMP 1.0 strips"
+            )
+    return "\n".join(map(":".join, pairs))
+
+
+def _check_pair(name: str, value: str) -> None:
     if not name:
         raise LocalProtocolError("a header name may not be empty")
     if "\0" in name or "\0" in value:
         raise LocalProtocolError(f"header {name!r} contains a NUL byte")
-    if version != "1.0" and command not in UNESCAPED_COMMANDS:
-        table = ENCODE[version]
-        return f"{name.translate(table)}:{value.translate(table)}"
-    # No escaping here: what the parser cannot give back must not be sent.
-    for text in (name, value):
-        if "\n" in text or "\r" in text:
-            raise LocalProtocolError(
-                f"header {name!r} has a line break, which {command} in STOMP {version} "
-                "cannot carry (no escaping)"
-            )
-    if ":" in name:
-        raise LocalProtocolError(f"header name {name!r} has a colon, which cannot be escaped here")
-    if version == "1.0" and value != value.strip(" "):
-        raise LocalProtocolError(
-            f"header {name!r} has leading or trailing spaces, which STOMP 1.0 strips"
-        )
-    return f"{name}:{value}"

@@ -45,11 +45,8 @@ class Headers:
 
     @classmethod
     def _trusted(cls, pairs: tuple[tuple[str, str], ...]) -> Headers:
-        # The parser's fast path: pairs it built itself need no checking.
-        self = cls.__new__(cls)
-        self._pairs = pairs
-        self._first = None
-        return self
+        # Pairs built by trio_stomp itself need no checking.
+        return trusted_headers(pairs)
 
     def _lookup(self) -> dict[str, str]:
         first = self._first
@@ -112,3 +109,17 @@ class Headers:
     def without(self, *names: str) -> Headers:
         """A copy with every pair of the given names removed."""
         return Headers._trusted(tuple(p for p in self._pairs if p[0] not in names))
+
+
+# Slot setters: setting through them skips attribute lookup on the instance.
+_new = object.__new__
+_set_pairs = Headers.__dict__["_pairs"].__set__
+_set_first = Headers.__dict__["_first"].__set__
+
+
+def trusted_headers(pairs: tuple[tuple[str, str], ...]) -> Headers:
+    """Headers from pairs of ``str`` already checked: the parser's hot path."""
+    headers: Headers = _new(Headers)
+    _set_pairs(headers, pairs)
+    _set_first(headers, None)
+    return headers

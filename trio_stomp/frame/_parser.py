@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Final
 
 from .._errors import RemoteProtocolError
-from ._escaping import DECODE, unescape
+from ._escaping import unescape
 from ._frame import (
     BODY_COMMANDS,
     COMMANDS,
@@ -18,6 +20,7 @@ from ._frame import (
     trusted_frame,
 )
 from ._headers import Headers
+from ._headers import trusted_headers as _headers
 
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 DEFAULT_MAX_HEADER_COUNT: Final = 1000
@@ -27,6 +30,18 @@ Event = Frame | Heartbeat
 
 _NO_BODY: Final = -2  # no frame head parsed: looking for the next head
 _UNTIL_NUL: Final = -1  # body without content-length: runs to the first NUL
+
+#: No command line is longer than this (the longest command has 11
+#: characters), so a longer partial one fails at once instead of waiting.
+_MAX_COMMAND_LINE: Final = 32
+#: Exact spellings of the commands: one dict lookup on the hot path.
+_COMMAND_NAMES: Final = {command: command for command in COMMANDS}
+#: The blank line that ends a 1.0 head: 1.0 strips trailing spaces and
+#: carriage returns from every line, so a line of them is blank.
+_BLANK_LINE_1_0: Final = re.compile(rb"\n[ \r]*\n")
+#: Digits in the largest content-length compared as a number; longer ones
+#: (after leading zeros) exceed any max_frame_size without calling int().
+_MAX_LENGTH_DIGITS: Final = 18
 
 
 class FrameParser:
@@ -38,19 +53,31 @@ class FrameParser:
 
     Args:
       version: the STOMP version whose rules apply ("1.0", "1.1" or "1.2").
-        CONNECT and CONNECTED parse the same under every version, so a server
-        or client can start at the default and set :attr:`version` once the
-        version is negotiated.
-      max_frame_size: the largest frame (head and body) accepted, in bytes.
-      max_header_count: the most headers one frame may carry.
-      max_header_length: the longest header line, in bytes.
+        CONNECT, STOMP and CONNECTED headers are never unescaped, in any
+        version, so a server or client can start at the default and set
+        :attr:`version` once the version is negotiated. The version in force
+        when :meth:`feed` is called applies to every frame that call returns,
+        including any that came in the same chunk as CONNECTED.
+      max_frame_size: the largest frame accepted, in bytes: from the first
+        byte of the command to the last byte of the body (the NUL that ends
+        the frame, and any end-of-lines after it, do not count).
+      max_header_count: the most header lines one frame may carry.
+      max_header_length: the longest header line, in bytes, not counting its
+        end-of-line (LF, or CR LF where the version allows it).
       lenient: accept undefined escape sequences literally and, in 1.2, raw
         colons in header values, for peers that do not escape. Off by default:
         the 1.2 spec makes both fatal.
 
     Limits are enforced as soon as a violation is certain (a content-length
-    too large fails before the body arrives), so a peer cannot make the parser
-    buffer more than the limits allow.
+    too large fails before the body arrives, an over-long header line fails
+    before its end-of-line), so a peer cannot make the parser buffer more than
+    the limits allow. A partial frame head is scanned incrementally, so even a
+    head trickled one byte per :meth:`feed` costs linear time.
+
+    Beyond the grammar, two things the specs' own examples do are accepted: a
+    head ended by the NUL right after its last line, with no blank line (the
+    1.1 and 1.2 DISCONNECT and RECEIPT examples), and in 1.0 a blank line
+    holding spaces (1.0 strips trailing spaces from every line).
     """
 
     def __init__(
@@ -74,13 +101,18 @@ class FrameParser:
         self.max_header_length = max_header_length
         self.lenient = lenient
         self._version: Version = check_version(version)
-        self._buf = b""
         self._failed: str | None = None
+        # A partial frame head (or a lone CR that may start a CR LF), and how
+        # far it has been checked: it is walked once, line by line, as it grows.
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already looked at
+        self._line_start = 0  # where the line being received starts in _buf
+        self._lines = 0  # complete lines (command line included) in _buf
         # While a body is incomplete: what we know of its frame so far.
         self._need = _NO_BODY  # body bytes + NUL still to gather, or _UNTIL_NUL
         self._parts: list[bytes | memoryview] = []
-        self._have = 0
-        self._budget = 0  # body bytes still allowed by max_frame_size
+        self._have = 0  # body bytes in _parts
+        self._budget = 0  # body bytes allowed by max_frame_size
         self._command = ""
         self._headers = Headers()
 
@@ -109,6 +141,8 @@ class FrameParser:
             if not data:
                 self._end_of_stream()
                 return []
+            # bytes() of bytes is free; anything mutable is copied, since
+            # the parser may keep a view of it until the frame completes.
             return self._feed(bytes(data))
         except RemoteProtocolError as exc:
             self._failed = str(exc)
@@ -125,210 +159,424 @@ class FrameParser:
 
     def _feed(self, data: bytes) -> list[Event]:
         events: list[Event] = []
-        if self._need != _NO_BODY:
-            rest = self._continue_body(data, events)
-            if rest is None:
-                return events
-            data = rest
-        buf = self._buf + data if self._buf else data
-        self._buf = b""
         pos = 0
+        if self._need != _NO_BODY:
+            pos = self._continue_body(data, events)
+            if pos < 0:
+                return events
+        elif self._buf:
+            merged = self._continue_head(data)
+            if merged is None:
+                return events
+            data = merged
+        self._parse_frames(data, pos, events)
+        return events
+
+    def _parse_frames(self, buf: bytes, pos: int, events: list[Event]) -> None:
+        """Parse every complete event in ``buf[pos:]``; keep what remains.
+
+        The hot path: one frame per iteration, with the common case (whole
+        frame in ``buf``) handled inline without copying the body twice.
+        """
         size = len(buf)
-        crlf = self._version != "1.1"
+        append = events.append
+        version = self._version
         while pos < size:
             first = buf[pos]
             if first == 10:  # LF: a heart-beat
-                events.append(HEARTBEAT)
+                append(HEARTBEAT)
                 pos += 1
                 continue
-            if first == 13:
+            if first == 13:  # CR LF: a heart-beat too
                 if pos + 1 == size:
                     break
                 if buf[pos + 1] != 10:
                     raise RemoteProtocolError("a carriage return not followed by a newline")
-                events.append(HEARTBEAT)
+                append(HEARTBEAT)
                 pos += 2
                 continue
+            # Fast path: the first LF LF ends the head, which is valid UTF-8
+            # holding no NUL and (in 1.2) no CR; one decode and two cheap
+            # searches of the text check all that. Anything else (a partial
+            # head, CR LF lines, 1.0, a NUL right after the headers, bad
+            # UTF-8) goes through _find_head, which is exact.
+            text = None
+            end = -1 if version == "1.0" else buf.find(b"\n\n", pos)
+            if end >= 0:
+                try:
+                    text = buf[pos:end].decode()
+                except UnicodeDecodeError:
+                    pass
+            if text is None or "\0" in text or ("\r" in text and version == "1.2"):
+                found = self._find_head(buf, pos)
+                if found is None:
+                    break
+                end, body_start, nul = found
+                text = _decode(buf[pos:end])
+            else:
+                body_start = end + 2
+                nul = -1
+            command, headers, length = self._parse_head(text, end - pos)
+            budget = self.max_frame_size - (body_start - pos)
+            if budget < 0:
+                raise RemoteProtocolError(
+                    f"a frame head is larger than max_frame_size={self.max_frame_size}"
+                )
+            if length is not None:
+                if length > budget:
+                    raise RemoteProtocolError(
+                        f"content-length {length} exceeds max_frame_size={self.max_frame_size}"
+                    )
+                if length:
+                    if command not in BODY_COMMANDS:
+                        raise RemoteProtocolError(f"a {command} frame may not have a body")
+                    if nul >= 0:
+                        raise RemoteProtocolError(
+                            "a frame with a content-length ended by NUL right after its headers"
+                        )
+                stop = body_start + length
+                if stop >= size:
+                    self._start_body(command, headers, length + 1, budget, buf, body_start)
+                    return
+                if buf[stop] != 0:
+                    raise RemoteProtocolError("content-length bytes are not followed by NUL")
+            else:
+                stop = buf.find(b"\0", body_start)
+                if stop < 0:
+                    self._start_body(command, headers, _UNTIL_NUL, budget, buf, body_start)
+                    return
+                if stop - body_start > budget:
+                    raise RemoteProtocolError(
+                        f"a body exceeds max_frame_size={self.max_frame_size}"
+                    )
+                if stop > body_start and command not in BODY_COMMANDS:
+                    raise RemoteProtocolError(f"a {command} frame may not have a body")
+            append(trusted_frame(command, headers, buf[body_start:stop]))
+            pos = stop + 1
+        if pos < size:
+            self._buffer_head(buf, pos)
+
+    def _find_head(self, buf: bytes, pos: int) -> tuple[int, int, int] | None:
+        """Find the end of the frame head starting at ``pos``, if it is all there.
+
+        Returns the position of the LF that ends its last line, where the
+        body starts, and where the NUL that ended the head is (-1 when a
+        blank line did); None when the head is still incomplete.
+
+        Beyond the grammar, a head that the frame's NUL ends right after its
+        last line is accepted: the 1.1 and 1.2 specs show DISCONNECT and
+        RECEIPT that way, and it is unambiguous (the frame has no body). A
+        NUL anywhere else in a head is an error.
+        """
+        version = self._version
+        size = len(buf)
+        if version == "1.0":
+            match = _BLANK_LINE_1_0.search(buf, pos)
+            end, body_start = (match.start(), match.end()) if match else (-1, -1)
+        else:
             end = buf.find(b"\n\n", pos)
-            head_end = end + 2
-            if crlf:
-                crlf_end = buf.find(b"\n\r\n", pos, size if end < 0 else end)
-                if crlf_end >= 0:
-                    end, head_end = crlf_end, crlf_end + 3
-            if end < 0:
-                self._check_partial_head(buf, pos)
-                break
-            command, headers = self._parse_head(buf, pos, end)
-            pos = self._parse_body(buf, head_end, command, headers, events, head_end - pos)
-            if pos < 0:
-                return events
-        self._buf = buf[pos:]
-        return events
-
-    def _check_partial_head(self, buf: bytes, pos: int) -> None:
-        pending = len(buf) - pos
-        if pending > self.max_frame_size:
-            raise RemoteProtocolError(
-                f"a frame head is larger than max_frame_size={self.max_frame_size}"
-            )
-        if pending <= self.max_header_length:
-            return
-        last_line = len(buf) - buf.rfind(b"\n", pos) - 1
-        if last_line > self.max_header_length:
-            raise RemoteProtocolError(
-                f"a header line is longer than max_header_length={self.max_header_length}"
-            )
-        if buf.count(b"\n", pos) > self.max_header_count + 1:
-            raise RemoteProtocolError(
-                f"a frame has more than max_header_count={self.max_header_count} headers"
-            )
-
-    def _parse_head(self, buf: bytes, start: int, end: int) -> tuple[str, Headers]:
-        block = buf[start:end]
-        if b"\0" in block:
+            body_start = end + 2
+            if version == "1.2":
+                # A CR LF blank line may come first; it may also end at
+                # `end` (a body starting with LF), hence the + 1.
+                crlf = buf.find(b"\n\r\n", pos, size if end < 0 else end + 1)
+                if crlf >= 0:
+                    end, body_start = crlf, crlf + 3
+        nul = buf.find(b"\0", pos, size if end < 0 else end)
+        if nul < 0:
+            return None if end < 0 else (end, body_start, -1)
+        line_end = buf.rfind(b"\n", pos, nul)
+        rest = buf[line_end + 1 : nul]
+        if version == "1.0":
+            rest = rest.strip(b" \r")
+        if line_end < 0 or rest:
             raise RemoteProtocolError("a NUL byte inside a frame head")
-        try:
-            text = block.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RemoteProtocolError(f"frame head is not valid UTF-8: {exc}") from None
+        return line_end, nul, nul
+
+    def _parse_head(self, text: str, size: int) -> tuple[str, Headers, int | None]:
+        """Parse a frame head of ``size`` bytes: command, headers, content-length.
+
+        ``text`` is the head without its blank line (nor the LF that ends its
+        last line).
+        """
         lines = text.split("\n")
         version = self._version
+        # Whether `lines` are the text's lines as sent (no EOL clean-up).
+        as_sent = True
         if version == "1.0":
             lines = [line.rstrip(" \r") for line in lines]
-        elif "\r" in text:
-            if version == "1.2":
-                lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
+            as_sent = False
+        elif version == "1.2" and "\r" in text:
+            lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
             if any("\r" in line for line in lines):
                 raise RemoteProtocolError("a raw carriage return inside a header line")
-        command = lines[0]
-        if not command.isupper():
-            command = command.upper()
-        if command not in COMMANDS:
-            raise RemoteProtocolError(f"unknown command {lines[0][:64]!r}")
-        del lines[0]
-        count = len(lines)
+            as_sent = False
+        command = _COMMAND_NAMES.get(lines[0]) or _command(lines[0])
+        count = len(lines) - 1
         if count > self.max_header_count:
             raise RemoteProtocolError(
                 f"a frame has more than max_header_count={self.max_header_count} headers"
             )
-        if len(block) > self.max_header_length:
-            longest = max(len(line.encode()) for line in lines) if lines else 0
-            if longest > self.max_header_length:
-                raise RemoteProtocolError(
-                    f"a header line is longer than max_header_length={self.max_header_length}"
-                )
+        if size > self.max_header_length:
+            self._check_line_lengths(text.split("\n")[1:])
         pairs: list[tuple[str, str]] = []
         append = pairs.append
+        if (
+            version != "1.0"
+            and command not in UNESCAPED_COMMANDS
+            and (version == "1.1" or self.lenient or text.count(":") == count)
+        ):
+            # The usual frame: escaped headers, and in strict 1.2 as many
+            # colons as lines, which (since every line needs one) rules out
+            # a raw colon in a value without looking at each.
+            if "\\" not in text:
+                for line in lines[1:]:
+                    name, colon, value = line.partition(":")
+                    if not colon or not name:
+                        raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+                    append((name, value))
+            else:
+                lenient = self.lenient
+                for line in lines[1:]:
+                    name, colon, value = line.partition(":")
+                    if not colon or not name:
+                        raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+                    if "\\" in line:
+                        if "\\" in name:
+                            name = unescape(name, version, lenient)
+                        if "\\" in value:
+                            value = unescape(value, version, lenient)
+                    append((name, value))
+        else:
+            self._other_headers(lines, command, append)
+        if as_sent:
+            # Read it from the text: an escaped name cannot spell
+            # content-length (escapes only make \n : \\ and CR), and a value
+            # that is all digits as sent is all digits unescaped.
+            found = text.find("\ncontent-length:")
+            length = None
+            if found >= 0:
+                stop = text.find("\n", found + 16)
+                length = _content_length(text[found + 16 : stop if stop >= 0 else None])
+        elif "content-length" in text or (version == "1.0" and "content-length" in text.lower()):
+            length = self._find_content_length(pairs)
+        else:
+            length = None
+        return command, _headers(tuple(pairs)), length
+
+    def _other_headers(
+        self,
+        lines: list[str],
+        command: str,
+        append: Callable[[tuple[str, str]], None],
+    ) -> None:
+        """Parse header lines that are unescaped (1.0, CONNECT...) or suspect."""
+        version = self._version
         escaped = version != "1.0" and command not in UNESCAPED_COMMANDS
-        simple = not escaped or (
-            "\\" not in text and (version != "1.2" or self.lenient or text.count(":") == count)
-        )
-        for line in lines:
+        lenient = self.lenient
+        for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon or not name:
                 raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
-            if not simple:
-                name, value = self._decode_header(name, value)
-            elif version == "1.0":
+            if version == "1.0":
                 value = value.lstrip(" ")
+            elif escaped:
+                if version == "1.2" and not lenient and ":" in value:
+                    raise RemoteProtocolError(f"a raw colon in the value of header {name!r}")
+                if "\\" in name:
+                    name = unescape(name, version, lenient)
+                if "\\" in value:
+                    value = unescape(value, version, lenient)
             append((name, value))
-        return command, Headers._trusted(tuple(pairs))
 
-    def _decode_header(self, name: str, value: str) -> tuple[str, str]:
-        if self._version == "1.2" and not self.lenient and ":" in value:
-            raise RemoteProtocolError(f"a raw colon in the value of header {name!r}")
-        table = DECODE[self._version]
-        if "\\" in name:
-            name = unescape(name, table, self.lenient)
-        if "\\" in value:
-            value = unescape(value, table, self.lenient)
-        return name, value
+    def _find_content_length(self, pairs: list[tuple[str, str]]) -> int | None:
+        """The first content-length header as a number (None when absent)."""
+        # STOMP 1.0 treats header names case-insensitively; framing must too.
+        fold = self._version == "1.0"
+        for name, value in pairs:
+            if (name.lower() if fold else name) == "content-length":
+                return _content_length(value)
+        return None
 
-    def _parse_body(
+    def _check_line_lengths(self, lines: list[str]) -> None:
+        # In bytes as sent, less the CR of a CR LF: as _walk_head counts them.
+        crlf = self._version != "1.1"
+        limit = self.max_header_length
+        for line in lines:
+            if len(line) * 4 > limit:  # else its UTF-8 cannot be too long
+                length = len(line.encode())
+                if crlf and line[-1:] == "\r":
+                    length -= 1
+                if length > limit:
+                    raise RemoteProtocolError(
+                        f"a header line is longer than max_header_length={limit}"
+                    )
+
+    def _start_body(
         self,
-        buf: bytes,
-        start: int,
         command: str,
         headers: Headers,
-        events: list[Event],
-        head_size: int,
-    ) -> int:
-        """Parse the body starting at ``start``; return the position after it.
-
-        Returns -1 when the body is incomplete: the parser then keeps what it
-        has and waits for more in :meth:`_continue_body`.
-        """
-        budget = self.max_frame_size - head_size
-        length_text = headers.get("content-length")
-        size = len(buf)
-        if length_text is not None:
-            if not (length_text.isascii() and length_text.isdigit()):
-                raise RemoteProtocolError(f"content-length is not a number: {length_text!r}")
-            length = int(length_text)
-            if length > budget:
-                raise RemoteProtocolError(
-                    f"content-length {length} exceeds max_frame_size={self.max_frame_size}"
-                )
-            if length and command not in BODY_COMMANDS:
-                raise RemoteProtocolError(f"a {command} frame may not have a body")
-            stop = start + length
-            if stop < size:
-                if buf[stop] != 0:
-                    raise RemoteProtocolError("content-length bytes are not followed by NUL")
-                events.append(trusted_frame(command, headers, buf[start:stop]))
-                return stop + 1
-            need = length + 1
-        else:
-            stop = buf.find(b"\0", start)
-            if stop >= 0:
-                if stop - start > budget:
-                    raise RemoteProtocolError(
-                        f"a body exceeds max_frame_size={self.max_frame_size}"
-                    )
-                if stop > start and command not in BODY_COMMANDS:
-                    raise RemoteProtocolError(f"a {command} frame may not have a body")
-                events.append(trusted_frame(command, headers, buf[start:stop]))
-                return stop + 1
-            need = _UNTIL_NUL
+        need: int,
+        budget: int,
+        buf: bytes,
+        start: int,
+    ) -> None:
+        """Keep the start of a body that ``buf`` does not complete."""
         self._command, self._headers, self._need, self._budget = command, headers, need, budget
+        # A view, not a copy: the body is copied once, when it is complete.
         self._parts = [memoryview(buf)[start:]]
-        self._have = size - start
-        self._check_body_budget()
-        return -1
+        self._have = len(buf) - start
+        if need == _UNTIL_NUL:
+            self._check_body_budget()
 
     def _check_body_budget(self) -> None:
-        if self._need == _UNTIL_NUL:
-            if self._have > self._budget:
-                raise RemoteProtocolError(f"a body exceeds max_frame_size={self.max_frame_size}")
-            if self._have and self._command not in BODY_COMMANDS:
-                raise RemoteProtocolError(f"a {self._command} frame may not have a body")
+        if self._have > self._budget:
+            raise RemoteProtocolError(f"a body exceeds max_frame_size={self.max_frame_size}")
+        if self._have and self._command not in BODY_COMMANDS:
+            raise RemoteProtocolError(f"a {self._command} frame may not have a body")
 
-    def _continue_body(self, data: bytes, events: list[Event]) -> bytes | None:
-        """Add ``data`` to an incomplete body; return what follows the frame, if complete."""
+    def _continue_body(self, data: bytes, events: list[Event]) -> int:
+        """Add ``data`` to an incomplete body.
+
+        Returns the position in ``data`` after the frame once it is complete,
+        else -1.
+        """
         if self._need == _UNTIL_NUL:
             stop = data.find(b"\0")
+            self._have += len(data) if stop < 0 else stop
+            self._check_body_budget()
             if stop < 0:
                 self._parts.append(data)
-                self._have += len(data)
-                self._check_body_budget()
-                return None
-            self._have += stop
-            self._check_body_budget()
-            last = memoryview(data)[:stop]
+                return -1
         else:
             missing = self._need - self._have
             if len(data) < missing:
                 self._parts.append(data)
                 self._have += len(data)
-                return None
+                return -1
             stop = missing - 1
             if data[stop] != 0:
                 raise RemoteProtocolError("content-length bytes are not followed by NUL")
-            last = memoryview(data)[:stop]
-        self._parts.append(last)
-        body = b"".join(self._parts)
-        events.append(trusted_frame(self._command, self._headers, body))
+        self._parts.append(memoryview(data)[:stop])
+        events.append(trusted_frame(self._command, self._headers, b"".join(self._parts)))
         self._parts = []
+        self._have = 0
         self._need = _NO_BODY
         self._headers = Headers()
-        return data[stop + 1 :]
+        return stop + 1
+
+    def _buffer_head(self, buf: bytes, pos: int) -> None:
+        """Keep the partial head ``buf[pos:]`` and check what is there of it."""
+        self._buf = bytearray(memoryview(buf)[pos:])
+        self._scanned = self._line_start = self._lines = 0
+        self._walk_head()
+
+    def _continue_head(self, data: bytes) -> bytes | None:
+        """Add ``data`` to a partial head.
+
+        Returns the buffered bytes with ``data`` once the head may be complete
+        (a blank line or a NUL arrived), for :meth:`_parse_frames` to parse
+        from the start; else checks the limits on what arrived and returns None.
+        """
+        buf = self._buf
+        old = len(buf)
+        buf += data
+        if buf[0] == 13 or buf.find(b"\0", old) >= 0 or self._walk_head():
+            merged = bytes(buf)
+            self._buf = bytearray()
+            return merged
+        return None
+
+    def _walk_head(self) -> bool:
+        """Check the lines of the partial head that arrived since the last call.
+
+        Returns True when a blank line ends the head. Each byte is looked at
+        once however the head is chunked: this is what keeps a trickled head
+        from costing quadratic time.
+        """
+        buf = self._buf
+        version = self._version
+        crlf = version != "1.1"
+        line_start = self._line_start
+        line_end = buf.find(b"\n", self._scanned)
+        while line_end >= 0:
+            length = line_end - line_start
+            if crlf and length and buf[line_end - 1] == 13:
+                length -= 1
+            if self._lines == 0:
+                # The command line is complete: an unknown command fails now.
+                self._check_command(buf[line_start:line_end])
+            elif length == 0 or (version == "1.0" and not buf[line_start:line_end].strip(b" \r")):
+                return True
+            elif length > self.max_header_length:
+                raise RemoteProtocolError(
+                    f"a header line is longer than max_header_length={self.max_header_length}"
+                )
+            self._lines += 1
+            if self._lines - 1 > self.max_header_count:
+                raise RemoteProtocolError(
+                    f"a frame has more than max_header_count={self.max_header_count} headers"
+                )
+            line_start = line_end + 1
+            line_end = buf.find(b"\n", line_start)
+        self._line_start = line_start
+        self._scanned = len(buf)
+        # The line still arriving: fail as soon as it is certainly too long.
+        length = len(buf) - line_start
+        if crlf and length and buf[-1] == 13:
+            length -= 1
+        if self._lines == 0 and length > _MAX_COMMAND_LINE:
+            raise RemoteProtocolError(f"unknown command {bytes(buf[:64])!r}...")
+        if self._lines and length > self.max_header_length:
+            raise RemoteProtocolError(
+                f"a header line is longer than max_header_length={self.max_header_length}"
+            )
+        # (A NUL right after the headers could still end a head of this size.)
+        if len(buf) > self.max_frame_size:
+            raise RemoteProtocolError(
+                f"a frame head is larger than max_frame_size={self.max_frame_size}"
+            )
+        return False
+
+    def _check_command(self, raw: bytearray) -> None:
+        try:
+            line = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise RemoteProtocolError(f"frame head is not valid UTF-8: {exc}") from None
+        if self._version == "1.0":
+            line = line.rstrip(" \r")
+        elif self._version == "1.2" and line[-1:] == "\r":
+            line = line[:-1]
+        if line not in _COMMAND_NAMES:
+            _command(line)
+
+
+def _decode(head: bytes) -> str:
+    try:
+        return head.decode()
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"frame head is not valid UTF-8: {exc}") from None
+
+
+def _content_length(value: str) -> int:
+    if not (value.isascii() and value.isdigit()):
+        raise RemoteProtocolError(f"content-length is not a number: {value[:64]!r}")
+    if len(value) > _MAX_LENGTH_DIGITS:
+        # Longer than any length we could accept (int() would even refuse
+        # some): keep only what leading zeros leave, and judge that.
+        value = value.lstrip("0") or "0"
+        if len(value) > _MAX_LENGTH_DIGITS:
+            return 10**_MAX_LENGTH_DIGITS
+    return int(value)
+
+
+def _command(line: str) -> str:
+    """The command a command line names, other than by its exact spelling.
+
+    Commands are case-insensitive on input; only ASCII case folds, so that
+    ``"\u017fend"`` (long s, which ``str.upper`` turns into S) is not SEND.
+    """
+    command = line.upper() if line.isascii() else line
+    if command not in COMMANDS:
+        raise RemoteProtocolError(f"unknown command {line[:64]!r}")
+    return command

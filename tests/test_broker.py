@@ -1,0 +1,981 @@
+"""The embedded broker over real loopback TCP, driven by raw frames.
+
+The client library is not used here: each test speaks STOMP through the codec
+alone, so a broker bug cannot hide behind a client bug (or the reverse).
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from trio_stomp import RemoteProtocolError
+from trio_stomp.broker import Broker, Limits, open_broker, serve_broker
+from trio_stomp.frame import Frame, FrameParser, Heartbeat, encode
+
+TIMEOUT = 5.0
+
+
+class RawClient:
+    """A STOMP peer with no logic: encoded frames out, parsed events in."""
+
+    def __init__(self, stream: trio.SocketStream, version: str = "1.2") -> None:
+        self.stream = stream
+        self.version = version
+        self.parser = FrameParser(version)
+        self.events: deque[Frame | Heartbeat] = deque()
+        self.closed = False
+
+    async def send(
+        self, command: str, headers: Mapping[str, str] | None = None, body: bytes = b""
+    ) -> None:
+        await self.send_raw(encode(Frame(command, headers or {}, body), self.version))
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def _fill(self) -> None:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            self.closed = True
+            raise EOFError("the broker closed the connection")
+        self.events.extend(self.parser.feed(data))
+
+    async def event(self, within: float = 2.0) -> Frame | Heartbeat:
+        with trio.fail_after(within):
+            while not self.events:
+                await self._fill()
+        return self.events.popleft()
+
+    async def frame(self, within: float = 2.0) -> Frame:
+        """The next frame, skipping heart-beats."""
+        while True:
+            event = await self.event(within)
+            if isinstance(event, Frame):
+                return event
+
+    async def expect(self, command: str, within: float = 2.0) -> Frame:
+        frame = await self.frame(within)
+        assert frame.command == command, frame
+        return frame
+
+    async def no_frame(self, wait: float = 0.2) -> None:
+        """Assert nothing but heart-beats arrives within ``wait`` seconds."""
+        with trio.move_on_after(wait):
+            while True:
+                event = await self.event(wait + 1)
+                assert not isinstance(event, Frame), event
+
+    async def expect_closed(self, within: float = 2.0) -> list[Frame]:
+        """Read until the broker closes; return the frames seen before."""
+        frames: list[Frame] = []
+        with trio.fail_after(within):
+            while True:
+                while self.events:
+                    event = self.events.popleft()
+                    if isinstance(event, Frame):
+                        frames.append(event)
+                try:
+                    await self._fill()
+                except EOFError:
+                    return frames
+                except trio.BrokenResourceError:
+                    return frames
+
+    async def connect(self, within: float = 2.0, **headers: str) -> Frame:
+        connect_headers = {"accept-version": self.version, "host": "/"}
+        connect_headers.update({k.replace("_", "-"): v for k, v in headers.items()})
+        await self.send("CONNECT", connect_headers)
+        connected = await self.expect("CONNECTED", within)
+        self.parser.version = connected.headers.get("version", "1.0")
+        return connected
+
+    async def subscribe(
+        self, destination: str, sub_id: str = "0", within: float = 2.0, **headers: str
+    ) -> None:
+        extra = {k.replace("_", "-"): v for k, v in headers.items()}
+        await self.send(
+            "SUBSCRIBE", {"destination": destination, "id": sub_id, **extra, "receipt": "sub"}
+        )
+        await self.receipt("sub", within)
+
+    async def receipt(self, receipt_id: str, within: float = 2.0) -> None:
+        """Wait for the RECEIPT ``receipt_id``; other frames stay to be read next."""
+        others: list[Frame] = []
+        while True:
+            frame = await self.frame(within)
+            if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt_id:
+                self.events.extendleft(reversed(others))
+                return
+            assert frame.command != "ERROR", frame
+            others.append(frame)
+
+    async def publish(self, destination: str, body: bytes, **headers: str) -> None:
+        await self.send("SEND", {"destination": destination, **headers}, body)
+
+    async def sync(self) -> None:
+        """Wait until the broker has processed everything sent so far."""
+        await self.send("BEGIN", {"transaction": ".sync", "receipt": "sync"})
+        await self.send("ABORT", {"transaction": ".sync"})
+        await self.receipt("sync")
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+@asynccontextmanager
+async def raw_client(
+    broker: Broker,
+    version: str = "1.2",
+    *,
+    connect: bool = True,
+    within: float = 2.0,
+    **headers: str,
+) -> AsyncIterator[RawClient]:
+    stream = await trio.open_tcp_stream("127.0.0.1", broker.port)
+    client = RawClient(stream, version)
+    try:
+        if connect:
+            await client.connect(within=within, **headers)
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    async with open_broker() as running:
+        yield running
+
+
+# -- connecting ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+async def test_negotiates_each_version(broker: Broker, version: str) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, version, connect=False) as client:
+            await client.send("CONNECT", {"accept-version": version})
+            connected = await client.expect("CONNECTED")
+            assert connected.headers["version"] == version
+            assert connected.headers["server"] == "trio-stomp/0.1.0"
+            assert connected.headers["session"]
+            assert connected.headers["heart-beat"] == "0,0"
+
+
+async def test_picks_the_newest_common_version(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, connect=False) as client:
+            await client.send("STOMP", {"accept-version": "1.0,1.1,1.2,2.0"})
+            assert (await client.expect("CONNECTED")).headers["version"] == "1.2"
+
+
+async def test_without_accept_version_speaks_1_0(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, "1.0", connect=False) as client:
+            await client.send("CONNECT", {"login": "x"})
+            assert (await client.expect("CONNECTED")).headers["version"] == "1.0"
+
+
+async def test_no_common_version_is_an_error(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, connect=False) as client:
+            await client.send("CONNECT", {"accept-version": "2.0,3.1"})
+            frames = await client.expect_closed()
+            assert [f.command for f in frames] == ["ERROR"]
+            assert frames[0].headers["version"] == "1.2,1.1,1.0"
+            assert "version" in frames[0].headers["message"]
+
+
+async def test_frame_before_connect_is_an_error(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, connect=False) as client:
+            await client.send("SEND", {"destination": "/queue/a"}, b"x")
+            frames = await client.expect_closed()
+            assert [f.command for f in frames] == ["ERROR"]
+
+
+async def test_pipelined_connect_then_1_0_frames_parse_as_1_0(broker: Broker) -> None:
+    # A header value with a backslash means nothing special in 1.0; the frames
+    # after CONNECT must not be parsed with the 1.2 rules the parser starts with.
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, "1.0", connect=False) as client:
+            data = (
+                b"CONNECT\n\n\0"
+                b"SUBSCRIBE\ndestination:/queue/p\nid:0\n\n\0"
+                b"SEND\ndestination:/queue/p\nx:a\\tb\n\nhi\0"
+            )
+            await client.send_raw(data)
+            await client.expect("CONNECTED")
+            message = await client.expect("MESSAGE")
+            assert message.headers["x"] == "a\\tb"
+            assert message.body == b"hi"
+
+
+async def test_auth_accepts_a_known_user() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(users={"guest": "secret"}) as broker:
+            async with raw_client(broker, login="guest", passcode="secret") as client:
+                await client.sync()
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [{"login": "guest", "passcode": "wrong"}, {"login": "nobody", "passcode": "x"}, {}],
+)
+async def test_auth_refuses_bad_credentials(credentials: dict[str, str]) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(users={"guest": "secret"}) as broker:
+            async with raw_client(broker, connect=False) as client:
+                await client.send("CONNECT", {"accept-version": "1.2", **credentials})
+                frames = await client.expect_closed()
+                assert [f.command for f in frames] == ["ERROR"]
+                assert frames[0].headers["message"] == "access refused"
+
+
+# -- receipts and disconnect -----------------------------------------------------
+
+
+async def test_receipts_for_each_frame_that_asks(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            frames = [
+                ("SUBSCRIBE", {"destination": "/queue/r", "id": "1", "receipt": "a"}),
+                ("SEND", {"destination": "/topic/r", "receipt": "b"}),
+                ("BEGIN", {"transaction": "t", "receipt": "c"}),
+                ("ABORT", {"transaction": "t", "receipt": "d"}),
+                ("UNSUBSCRIBE", {"id": "1", "receipt": "e"}),
+            ]
+            for command, headers in frames:
+                await client.send(command, headers)
+            for expected in "abcde":
+                receipt = await client.expect("RECEIPT")
+                assert receipt.headers["receipt-id"] == expected
+
+
+async def test_disconnect_with_receipt_then_close(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.send("DISCONNECT", {"receipt": "bye"})
+            frames = await client.expect_closed()
+            assert [(f.command, f.headers["receipt-id"]) for f in frames] == [("RECEIPT", "bye")]
+
+
+async def test_disconnect_without_receipt_closes(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.send("DISCONNECT")
+            assert await client.expect_closed() == []
+
+
+# -- queues and topics -------------------------------------------------------------
+
+
+async def test_queue_message_waits_for_a_subscriber(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as producer:
+            await producer.publish(
+                "/queue/wait", b"hello", **{"content-type": "text/plain", "x-custom": "1"}
+            )
+            await producer.sync()
+            assert broker.queue_depth("/queue/wait") == 1
+        async with raw_client(broker) as consumer:
+            await consumer.subscribe("/queue/wait", "s1")
+            message = await consumer.expect("MESSAGE")
+            assert message.body == b"hello"
+            assert message.headers["destination"] == "/queue/wait"
+            assert message.headers["subscription"] == "s1"
+            assert message.headers["message-id"]
+            assert message.headers["content-type"] == "text/plain"
+            assert message.headers["x-custom"] == "1"
+            assert "ack" not in message.headers  # auto mode
+            assert "redelivered" not in message.headers
+            assert broker.queue_depth("/queue/wait") == 0
+
+
+async def test_message_does_not_carry_receipt_or_transaction(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/h")
+            await client.send("BEGIN", {"transaction": "t"})
+            await client.publish("/queue/h", b"x", receipt="r", transaction="t")
+            await client.expect("RECEIPT")
+            await client.send("COMMIT", {"transaction": "t"})
+            message = await client.expect("MESSAGE")
+            assert "receipt" not in message.headers
+            assert "transaction" not in message.headers
+
+
+async def test_queue_round_robin(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with (
+            raw_client(broker) as a,
+            raw_client(broker) as b,
+            raw_client(broker) as producer,
+        ):
+            await a.subscribe("/queue/rr")
+            await b.subscribe("/queue/rr")
+            for n in range(10):
+                await producer.publish("/queue/rr", str(n).encode())
+            got_a = [(await a.expect("MESSAGE")).body for _ in range(5)]
+            got_b = [(await b.expect("MESSAGE")).body for _ in range(5)]
+            assert sorted(got_a + got_b, key=int) == [str(n).encode() for n in range(10)]
+            assert got_a == [b"0", b"2", b"4", b"6", b"8"]
+            await a.no_frame()
+            await b.no_frame(0.05)
+
+
+async def test_topic_fan_out(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with (
+            raw_client(broker) as a,
+            raw_client(broker) as b,
+            raw_client(broker) as producer,
+        ):
+            await producer.publish("/topic/news", b"before anyone")
+            await producer.sync()
+            await a.subscribe("/topic/news", "x")
+            await b.subscribe("/topic/news", "y")
+            for n in range(3):
+                await producer.publish("/topic/news", str(n).encode())
+            for client, sub in ((a, "x"), (b, "y")):
+                for n in range(3):
+                    message = await client.expect("MESSAGE")
+                    assert message.body == str(n).encode()
+                    assert message.headers["subscription"] == sub
+            await a.no_frame()
+            assert broker.queue_depth("/topic/news") == 0
+
+
+async def test_unsubscribe_stops_delivery(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/topic/u", "a")
+            await client.send("UNSUBSCRIBE", {"id": "a"})
+            await client.publish("/topic/u", b"x")
+            await client.sync()
+            await client.no_frame()
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+async def test_body_with_nul_and_escaped_headers_round_trip(broker: Broker, version: str) -> None:
+    value = "plain" if version == "1.0" else "a:b\\c\nd"
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, version) as client:
+            await client.subscribe("/queue/bin")
+            await client.publish("/queue/bin", b"\0\1\2\0", x=value)
+            message = await client.expect("MESSAGE")
+            assert message.body == b"\0\1\2\0"
+            assert message.headers["x"] == value
+
+
+async def test_header_that_cannot_cross_to_1_0_is_left_out(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, "1.0") as old, raw_client(broker) as new:
+            await old.subscribe("/queue/x")
+            await new.publish("/queue/x", b"hi", bad="two\nlines", good="yes")
+            message = await old.expect("MESSAGE")
+            assert message.headers["good"] == "yes"
+            assert "bad" not in message.headers
+
+
+# -- acknowledgement -------------------------------------------------------------
+
+
+async def test_client_individual_ack(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/ci", ack="client-individual")
+            for n in range(3):
+                await client.publish("/queue/ci", str(n).encode())
+            messages = [await client.expect("MESSAGE") for _ in range(3)]
+            assert all("ack" in m.headers for m in messages)
+            await client.send("ACK", {"id": messages[1].headers["ack"], "receipt": "r"})
+            await client.expect("RECEIPT")
+            # Acking the same id again is an error: it is no longer pending.
+            await client.send("ACK", {"id": messages[1].headers["ack"], "receipt": "again"})
+            frames = await client.expect_closed()
+            assert frames[0].command == "ERROR"
+            assert frames[0].headers["receipt-id"] == "again"
+        # 0 and 2 were never acked: they come back, redelivered.
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/ci")
+            bodies = []
+            for _ in range(2):
+                message = await client.expect("MESSAGE")
+                assert message.headers["redelivered"] == "true"
+                bodies.append(message.body)
+            assert bodies == [b"0", b"2"]
+
+
+async def test_client_ack_is_cumulative(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/cum", ack="client")
+            for n in range(5):
+                await client.publish("/queue/cum", str(n).encode())
+            messages = [await client.expect("MESSAGE") for _ in range(5)]
+            # Acks 0, 1 and 2 together.
+            await client.send("ACK", {"id": messages[2].headers["ack"]})
+            for acked in messages[:2]:
+                await client.send("ACK", {"id": acked.headers["ack"], "receipt": "stale"})
+                frames = await client.expect_closed()
+                assert frames[0].command == "ERROR"
+                break
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/cum")
+            bodies = [(await client.expect("MESSAGE")).body for _ in range(2)]
+            assert bodies == [b"3", b"4"]
+            await client.no_frame()
+
+
+async def test_auto_ack_needs_no_ack(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/auto")
+            await client.publish("/queue/auto", b"x")
+            await client.expect("MESSAGE")
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/auto")
+            await client.no_frame()
+
+
+async def test_ack_1_1_by_message_id_and_subscription(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, "1.1") as client:
+            await client.subscribe("/queue/a11", "sub", ack="client-individual")
+            await client.publish("/queue/a11", b"x")
+            message = await client.expect("MESSAGE")
+            assert "ack" not in message.headers
+            await client.send(
+                "ACK",
+                {
+                    "message-id": message.headers["message-id"],
+                    "subscription": "sub",
+                    "receipt": "r",
+                },
+            )
+            await client.expect("RECEIPT")
+            await client.send("ACK", {"message-id": message.headers["message-id"]})
+            frames = await client.expect_closed()
+            assert frames[0].command == "ERROR"  # 1.1 needs subscription
+
+
+async def test_ack_1_0_by_message_id(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker, "1.0") as client:
+            await client.subscribe("/queue/a10", ack="client")
+            await client.publish("/queue/a10", b"x")
+            message = await client.expect("MESSAGE")
+            await client.send("ACK", {"message-id": message.headers["message-id"], "receipt": "r"})
+            await client.expect("RECEIPT")
+
+
+async def test_nack_redelivers_with_marker(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/nack", ack="client-individual")
+            await client.publish("/queue/nack", b"once")
+            first = await client.expect("MESSAGE")
+            assert "redelivered" not in first.headers
+            await client.send("NACK", {"id": first.headers["ack"]})
+            again = await client.expect("MESSAGE")
+            assert again.body == b"once"
+            assert again.headers["redelivered"] == "true"
+            assert again.headers["message-id"] == first.headers["message-id"]
+            assert again.headers["ack"] != first.headers["ack"]
+            await client.send("ACK", {"id": again.headers["ack"], "receipt": "r"})
+            await client.expect("RECEIPT")
+            await client.no_frame()
+
+
+async def test_nack_on_topic_redelivers_to_that_subscriber(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/topic/tn", ack="client")
+            await client.publish("/topic/tn", b"t")
+            first = await client.expect("MESSAGE")
+            await client.send("NACK", {"id": first.headers["ack"]})
+            again = await client.expect("MESSAGE")
+            assert again.headers["redelivered"] == "true"
+
+
+async def test_unacked_go_to_another_consumer_on_disconnect(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as other:
+            async with raw_client(broker) as first:
+                await first.subscribe("/queue/dis", ack="client", prefetch_count="2")
+                for n in range(4):
+                    await first.publish("/queue/dis", str(n).encode())
+                got = [(await first.expect("MESSAGE")).body for _ in range(2)]
+                assert got == [b"0", b"1"]
+                await other.subscribe("/queue/dis", ack="client-individual")
+                # The first consumer's window is full: the rest go to the other.
+                bodies = [(await other.expect("MESSAGE")).body for _ in range(2)]
+                assert bodies == [b"2", b"3"]
+            # The first consumer left without acking: its two come back.
+            messages = [await other.expect("MESSAGE") for _ in range(2)]
+            assert [m.body for m in messages] == [b"0", b"1"]
+            assert all(m.headers["redelivered"] == "true" for m in messages)
+
+
+async def test_unsubscribe_returns_unacked(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/un", "a", ack="client")
+            await client.publish("/queue/un", b"x")
+            await client.expect("MESSAGE")
+            await client.send("UNSUBSCRIBE", {"id": "a"})
+            await client.subscribe("/queue/un", "b", ack="client")
+            message = await client.expect("MESSAGE")
+            assert message.headers["subscription"] == "b"
+            assert message.headers["redelivered"] == "true"
+
+
+@pytest.mark.parametrize("header", ["prefetch-count", "activemq.prefetchSize"])
+async def test_prefetch_window_is_respected(broker: Broker, header: str) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            headers = {"destination": "/queue/pf", "id": "0", "ack": "client-individual"}
+            await client.send("SUBSCRIBE", {**headers, header: "3", "receipt": "sub"})
+            await client.receipt("sub")
+            for n in range(10):
+                await client.publish("/queue/pf", str(n).encode())
+            await client.sync()
+            window = [await client.expect("MESSAGE") for _ in range(3)]
+            await client.no_frame()
+            assert broker.queue_depth("/queue/pf") == 7
+            await client.send("ACK", {"id": window[0].headers["ack"]})
+            assert (await client.expect("MESSAGE")).body == b"3"
+            await client.no_frame()
+
+
+async def test_default_prefetch_for_client_modes() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=Limits(default_prefetch=2)) as broker:
+            async with raw_client(broker) as client:
+                await client.subscribe("/queue/d", ack="client")
+                for n in range(5):
+                    await client.publish("/queue/d", str(n).encode())
+                await client.sync()
+                await client.expect("MESSAGE")
+                await client.expect("MESSAGE")
+                await client.no_frame()
+                assert broker.queue_depth("/queue/d") == 3
+
+
+# -- transactions ------------------------------------------------------------------
+
+
+async def test_transaction_commit_delivers_in_order(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/tx")
+            await client.send("BEGIN", {"transaction": "t1"})
+            await client.publish("/queue/tx", b"1", transaction="t1")
+            await client.publish("/queue/tx", b"2", transaction="t1")
+            await client.sync()
+            await client.no_frame()
+            await client.send("COMMIT", {"transaction": "t1"})
+            assert [(await client.expect("MESSAGE")).body for _ in range(2)] == [b"1", b"2"]
+
+
+async def test_transaction_abort_drops(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/txa")
+            await client.send("BEGIN", {"transaction": "t1"})
+            await client.publish("/queue/txa", b"1", transaction="t1")
+            await client.send("ABORT", {"transaction": "t1", "receipt": "r"})
+            await client.expect("RECEIPT")
+            await client.no_frame()
+            assert broker.queue_depth("/queue/txa") == 0
+
+
+async def test_transaction_aborts_on_disconnect(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.send("BEGIN", {"transaction": "t1"})
+            await client.publish("/queue/txd", b"1", transaction="t1")
+            await client.sync()
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/txd")
+            await client.no_frame()
+
+
+async def test_transactional_ack(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/txack", ack="client-individual")
+            await client.publish("/queue/txack", b"x")
+            message = await client.expect("MESSAGE")
+            await client.send("BEGIN", {"transaction": "t"})
+            await client.send("ACK", {"id": message.headers["ack"], "transaction": "t"})
+            await client.send("ABORT", {"transaction": "t"})
+            # The ACK was dropped: the message is still pending, so NACK works.
+            await client.send("NACK", {"id": message.headers["ack"]})
+            again = await client.expect("MESSAGE")
+            await client.send("BEGIN", {"transaction": "t2"})
+            await client.send("ACK", {"id": again.headers["ack"], "transaction": "t2"})
+            await client.send("COMMIT", {"transaction": "t2", "receipt": "c"})
+            await client.expect("RECEIPT")
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/txack")
+            await client.no_frame()
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [("BEGIN", {"transaction": "t"}), ("BEGIN", {"transaction": "t", "receipt": "x"})],
+        [("COMMIT", {"transaction": "nope", "receipt": "x"})],
+        [("ABORT", {"transaction": "nope", "receipt": "x"})],
+        [("SEND", {"destination": "/queue/a", "transaction": "nope", "receipt": "x"})],
+    ],
+    ids=["begin-twice", "commit-unknown", "abort-unknown", "send-unknown"],
+)
+async def test_transaction_errors(broker: Broker, frames: list[tuple[str, dict[str, str]]]) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            for command, headers in frames:
+                await client.send(command, headers)
+            closing = await client.expect_closed()
+            assert [f.command for f in closing] == ["ERROR"]
+            assert closing[0].headers["receipt-id"] == "x"
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "headers"),
+    [
+        ("SEND", {}),
+        ("SUBSCRIBE", {"id": "1"}),
+        ("SUBSCRIBE", {"destination": "/queue/a"}),
+        ("SUBSCRIBE", {"destination": "/queue/a", "id": "1", "ack": "sometimes"}),
+        ("SUBSCRIBE", {"destination": "/queue/a", "id": "1", "prefetch-count": "many"}),
+        ("UNSUBSCRIBE", {}),
+        ("UNSUBSCRIBE", {"id": "never-subscribed"}),
+        ("ACK", {}),
+        ("ACK", {"id": "no-such-ack"}),
+        ("NACK", {"id": "no-such-ack"}),
+        ("BEGIN", {}),
+        ("CONNECT", {"accept-version": "1.2"}),
+        ("MESSAGE", {"destination": "/queue/a"}),
+    ],
+)
+async def test_bad_frames_get_error_and_close(
+    broker: Broker, command: str, headers: dict[str, str]
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as bystander, raw_client(broker) as client:
+            await client.send(command, {**headers, "receipt": "bad"})
+            frames = await client.expect_closed()
+            assert [f.command for f in frames] == ["ERROR"]
+            assert frames[0].headers["message"]
+            assert frames[0].headers["receipt-id"] == "bad"
+            await bystander.sync()
+
+
+async def test_duplicate_subscription_id(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/a", "same")
+            await client.send("SUBSCRIBE", {"destination": "/queue/b", "id": "same"})
+            frames = await client.expect_closed()
+            assert frames[0].command == "ERROR"
+            assert "duplicate" in frames[0].headers["message"]
+
+
+async def test_malformed_frame_closes_only_that_connection(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as bystander, raw_client(broker) as client:
+            await bystander.subscribe("/queue/m")
+            await client.send_raw(b"SEND\ndestination:/queue/m\ncontent-length:zz\n\nx\0")
+            frames = await client.expect_closed()
+            assert [f.command for f in frames] == ["ERROR"]
+            assert frames[0].headers["message"] == "malformed frame"
+            async with raw_client(broker) as producer:
+                await producer.publish("/queue/m", b"still here")
+                assert (await bystander.expect("MESSAGE")).body == b"still here"
+
+
+async def test_frame_over_limit_is_an_error() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=Limits(max_frame_size=1000)) as broker:
+            async with raw_client(broker) as client:
+                await client.publish("/queue/big", b"x" * 2000)
+                frames = await client.expect_closed()
+                assert [f.command for f in frames] == ["ERROR"]
+                assert "max_frame_size" in frames[0].body.decode()
+
+
+async def test_too_many_subscriptions_is_an_error() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=Limits(max_subscriptions=2)) as broker:
+            async with raw_client(broker) as client:
+                await client.subscribe("/queue/a", "1")
+                await client.subscribe("/queue/a", "2")
+                await client.send("SUBSCRIBE", {"destination": "/queue/a", "id": "3"})
+                frames = await client.expect_closed()
+                assert frames[0].headers["message"] == "too many subscriptions"
+
+
+# -- lifecycle -------------------------------------------------------------------
+
+
+async def test_leaving_open_broker_closes_every_connection() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker() as broker:
+            port = broker.port
+            assert broker.url == f"stomp://127.0.0.1:{port}"
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            client = RawClient(stream)
+            await client.connect()
+            await client.subscribe("/queue/x")
+        frames = await client.expect_closed()
+        assert [f.headers["message"] for f in frames] == ["broker shutting down"]
+        await client.aclose()
+        with pytest.raises(OSError):
+            await trio.open_tcp_stream("127.0.0.1", port)
+
+
+async def test_exception_in_body_propagates_unwrapped() -> None:
+    with trio.fail_after(TIMEOUT), pytest.raises(KeyError):
+        async with open_broker():
+            raise KeyError("mine")
+
+
+async def test_serve_broker_with_nursery_start() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            broker = await nursery.start(serve_broker)
+            async with raw_client(broker) as client:
+                await client.sync()
+            nursery.cancel_scope.cancel()
+
+
+async def test_port_in_use_raises_oserror(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT), pytest.raises(OSError):
+        async with open_broker(port=broker.port):
+            pass  # pragma: no cover
+
+
+# -- heart-beats -------------------------------------------------------------------
+
+FAST_BEATS = Limits(min_heartbeat_ms=50)
+
+
+async def test_server_sends_heartbeats_when_idle() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=FAST_BEATS) as broker:
+            async with raw_client(broker, heart_beat="0,100") as client:
+                assert client.parser.version == "1.2"
+                beats = 0
+                with trio.move_on_after(0.55):
+                    while True:
+                        event = await client.event()
+                        assert isinstance(event, Heartbeat), event
+                        beats += 1
+                assert 3 <= beats <= 6
+
+
+async def test_connected_announces_the_agreed_heartbeats() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=FAST_BEATS) as broker:
+            async with raw_client(broker, connect=False) as client:
+                connected = await client.connect(heart_beat="20,300")
+                # sx = max(cy, 50), sy = max(cx, 50)
+                assert connected.headers["heart-beat"] == "300,50"
+
+
+async def test_silent_client_is_dropped() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=FAST_BEATS) as broker:
+            async with raw_client(broker, heart_beat="100,0") as client:
+                start = trio.current_time()
+                frames = await client.expect_closed()
+                elapsed = trio.current_time() - start
+                assert [f.headers["message"] for f in frames] == ["heart-beat timeout"]
+                assert 0.15 <= elapsed < 1.0  # twice the agreed 100 ms, give or take
+
+
+async def test_client_sending_heartbeats_stays_connected() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=FAST_BEATS) as broker:
+            async with raw_client(broker, heart_beat="100,0") as client:
+                for _ in range(8):
+                    await trio.sleep(0.08)
+                    await client.send_raw(b"\n")
+                await client.sync()
+
+
+async def test_connect_timeout() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=Limits(connect_timeout=0.1)) as broker:
+            async with raw_client(broker, connect=False) as client:
+                frames = await client.expect_closed()
+                assert [f.headers["message"] for f in frames] == ["CONNECT timeout"]
+
+
+# -- robustness --------------------------------------------------------------------
+
+
+async def test_slow_topic_reader_is_disconnected_with_bounded_memory() -> None:
+    limits = Limits(max_outbound_bytes=512 * 1024, outbound_high_water=64 * 1024)
+    body = b"x" * 4096
+    with trio.fail_after(20):
+        async with open_broker(limits=limits) as broker:
+            async with raw_client(broker) as slow, raw_client(broker) as producer:
+                await slow.subscribe("/topic/flood")
+                session = next(iter(broker._connections)).session  # white-box: the bound
+                sent = 0
+                # Whatever the kernel buffers, the broker cuts the reader off
+                # within a bounded number of bytes, never blocking the producer.
+                while broker.connection_count == 2:
+                    await producer.publish("/topic/flood", body)
+                    sent += len(body)
+                    assert sent < 200 * 1024 * 1024, "the slow reader was never cut off"
+                    if sent % (256 * 1024) == 0:
+                        await producer.sync()
+                    waiting = session._pending_bytes + session._backlog_bytes
+                    assert waiting <= limits.max_outbound_bytes + len(body) + 1024
+                await producer.sync()  # the producer is unaffected
+            async with raw_client(broker) as fresh:
+                await fresh.subscribe("/topic/flood")
+                await fresh.publish("/topic/flood", b"ok")
+                assert (await fresh.expect("MESSAGE")).body == b"ok"
+
+
+async def test_stalled_queue_consumer_does_not_hold_back_the_others() -> None:
+    limits = Limits(outbound_high_water=16 * 1024)
+    body = b"y" * 4096
+    with trio.fail_after(20):
+        async with open_broker(limits=limits) as broker:
+            async with (
+                raw_client(broker) as stalled,
+                raw_client(broker) as reader,
+                raw_client(broker) as producer,
+            ):
+                await stalled.subscribe("/queue/work")
+                await reader.subscribe("/queue/work")
+                total = 3000  # 12 MiB: far more than the stalled socket can hold
+                for _ in range(total):
+                    await producer.publish("/queue/work", body)
+                received = 0
+                while received < total // 2:
+                    received += (await reader.expect("MESSAGE")).body == body
+                await producer.sync()
+                assert broker.connection_count == 3
+
+
+@pytest.mark.deadline(60)
+async def test_random_bytes_never_crash_the_broker(broker: Broker) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    examples: list[tuple[bool, bytes]] = []
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.booleans(), st.binary(min_size=1, max_size=2000))
+    def collect(connect_first: bool, data: bytes) -> None:
+        examples.append((connect_first, data))
+
+    collect()
+    examples.append((True, b"SEND\ndestination:/queue/a\n\n" + b"\xff" * 100))
+    examples.append((False, b"\0\0\0\n\n\r\r\r"))
+    for connect_first, data in examples:
+        with trio.fail_after(TIMEOUT):
+            async with raw_client(broker, connect=connect_first) as client:
+                await client.send_raw(data)
+                with trio.move_on_after(0.05):
+                    try:
+                        await client.expect_closed()
+                    except (RemoteProtocolError, trio.BrokenResourceError):
+                        pass
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.subscribe("/queue/alive")
+            await client.publish("/queue/alive", b"yes")
+            assert (await client.expect("MESSAGE")).body == b"yes"
+
+
+@pytest.mark.deadline(60)
+async def test_a_thousand_concurrent_connections(broker: Broker) -> None:
+    count = 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * count + 200
+    if soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {need}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    try:
+        ready = trio.Event()
+        subscribed = 0
+        received = 0
+
+        async def one(index: int) -> None:
+            nonlocal subscribed, received
+            async with raw_client(broker, within=20) as client:
+                await client.subscribe("/topic/everyone", f"s{index}")
+                subscribed += 1
+                if subscribed == count:
+                    ready.set()
+                message = await client.expect("MESSAGE", within=20)
+                assert message.body == b"hello, all"
+                received += 1
+
+        with trio.fail_after(40):
+            async with trio.open_nursery() as nursery:
+                for index in range(count):
+                    nursery.start_soon(one, index)
+                await ready.wait()
+                assert broker.connection_count == count
+                async with raw_client(broker) as producer:
+                    await producer.publish("/topic/everyone", b"hello, all")
+                    await producer.sync()
+        assert received == count
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# -- an independent peer -------------------------------------------------------------
+
+
+async def test_stomp_py_round_trip(broker: Broker) -> None:
+    """stomp.py, a mature client, talks to the broker (through its own threads)."""
+    import stomp  # type: ignore[import-not-found,unused-ignore]
+
+    def exchange() -> list[tuple[str, dict[str, str]]]:
+        received: list[tuple[str, dict[str, str]]] = []
+        done = threading.Event()
+
+        class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+            def on_message(self, frame: Any) -> None:
+                received.append((frame.body, dict(frame.headers)))
+                conn.ack(frame.headers["ack"], frame.headers["subscription"])
+                if len(received) == 3:
+                    done.set()
+
+        conn = stomp.Connection12([("127.0.0.1", broker.port)], heartbeats=(2000, 2000))
+        conn.set_listener("", Listener())
+        conn.connect("guest", "guest", wait=True)
+        conn.subscribe("/queue/stomppy", id="1", ack="client-individual")
+        for n in range(3):
+            conn.send("/queue/stomppy", f"m{n}", headers={"x-n": str(n)})
+        assert done.wait(5)
+        conn.disconnect(receipt="bye")
+        return received
+
+    with trio.fail_after(15):
+        received = await trio.to_thread.run_sync(exchange)
+    assert [body for body, _ in received] == ["m0", "m1", "m2"]
+    assert [headers["x-n"] for _, headers in received] == ["0", "1", "2"]

@@ -1,0 +1,149 @@
+"""The ``trio-stomp`` command line: one subcommand per tool.
+
+``trio-stomp broker`` runs the embedded broker until SIGINT or SIGTERM.
+
+Adding a subcommand: write ``_add_NAME(subcommands)`` that adds a parser and
+sets ``run=`` (a function of the parsed arguments returning the exit status),
+and list it in :data:`_SUBCOMMANDS`. A subcommand reports expected failures
+(a bad file, a port in use) as one line on stderr and a non-zero status,
+never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+PROG = "trio-stomp"
+
+Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+class _Fail(Exception):
+    """An expected failure: its message is printed and the status returned."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- broker ----------------------------------------------------------------------
+
+_USERS_HELP = """\
+users file format: one "login:passcode" per line; the passcode is everything
+after the first colon; blank lines and lines starting with "#" are ignored.
+Without --users the broker accepts any login."""
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[v6]:PORT`` for IPv6; an empty host is loopback)."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not port_text.isdigit() or int(port_text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
+    return host, int(port_text)
+
+
+def _add_broker(subcommands: Subparsers) -> None:
+    parser = subcommands.add_parser(
+        "broker",
+        help="run the embedded STOMP broker",
+        description="Run the embedded STOMP broker (1.0, 1.1, 1.2; in memory) until "
+        "SIGINT or SIGTERM.",
+        epilog=_USERS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        type=_listen_address,
+        default=("127.0.0.1", 61613),
+        help="address to listen on (default 127.0.0.1:61613; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--users", metavar="FILE", help="accept only the logins listed in FILE (format below)"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log every connection to stderr"
+    )
+    parser.set_defaults(run=_run_broker)
+
+
+def _run_broker(args: argparse.Namespace) -> int:
+    from .broker import UsersFileError, load_users
+
+    users = None
+    if args.users is not None:
+        try:
+            users = load_users(args.users)
+        except UsersFileError as exc:
+            raise _Fail(str(exc), status=2) from None
+    host, port = args.listen
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        trio.run(_serve_until_signal, host, port, users)
+    except OSError as exc:
+        raise _Fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return 0
+
+
+async def _serve_until_signal(host: str, port: int, users: Mapping[str, str] | None) -> None:
+    from .broker import open_broker
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_broker(host, port, users=users) as broker:
+            _say(f"broker listening on {broker.url}")
+            async for signum in signals:
+                _say(f"broker stopping ({signal.Signals(signum).name})")
+                break
+    _say("broker stopped")
+
+
+# -- plumbing ----------------------------------------------------------------------
+
+_SUBCOMMANDS: list[Callable[[Subparsers], None]] = [_add_broker]
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``trio-stomp``, with every subcommand."""
+    parser = argparse.ArgumentParser(prog=PROG, description="STOMP tools for Trio.")
+    subcommands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    subcommands.required = True
+    for add in _SUBCOMMANDS:
+        add(subcommands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``trio-stomp`` with ``argv`` (default: the process arguments).
+
+    Returns:
+      The exit status: 0 on success, 1 when the command failed, 2 for bad
+      usage or input (argparse exits with 2 itself on bad arguments).
+    """
+    args = build_parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except _Fail as exc:
+        _say(f"{args.command}: error: {exc}")
+        return exc.status
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""An embedded STOMP broker for Trio: zero setup, in memory, for tests and demos.
+
+Start one in a test or an app with :func:`open_broker` (or
+:func:`serve_broker` under ``nursery.start``), from the command line with
+``trio-stomp broker --listen 127.0.0.1:61613``, or in pytest with the
+``stomp_broker`` fixture (see :mod:`trio_stomp.pytest_plugin`)::
+
+    async with trio_stomp.broker.open_broker() as broker:
+        ...  # connect to broker.url
+
+Protocol: STOMP 1.0, 1.1 and 1.2 (the newest both sides accept), CONNECT or
+STOMP, receipts on every frame that asks (DISCONNECT included: RECEIPT, then
+close), heart-beats both ways, transactions (SEND, ACK and NACK are held until
+COMMIT, dropped on ABORT or disconnect). A client that breaks the protocol or
+a limit gets an ERROR frame (with ``message``, and ``receipt-id`` when the bad
+frame asked for a receipt) and is disconnected; nobody else notices.
+
+Policies:
+
+- Destinations: ``/topic/...`` fans out to every current subscriber and keeps
+  nothing for later subscribers. Every other name (``/queue/...``, or any
+  other prefix) is a queue: each message goes to one subscriber, round-robin
+  among those with room, and waits in the queue while there is none.
+- Acknowledgement: ``auto`` (the default), ``client`` (an ACK or NACK covers
+  that message and every earlier unacknowledged one of the subscription) and
+  ``client-individual``. STOMP 1.2 ACK/NACK name the MESSAGE's ``ack`` header
+  in ``id``; 1.1 names ``message-id`` and ``subscription``; 1.0 names
+  ``message-id`` (``subscription`` optional).
+- Redelivery: a message NACKed, or unacknowledged when its subscription ends
+  (UNSUBSCRIBE, disconnect), goes back to the front of its queue and is
+  delivered again with the header ``redelivered:true`` and the same
+  ``message-id``. On a topic it returns to that subscriber only while it
+  stays subscribed.
+- Prefetch: a ``client``/``client-individual`` subscription gets at most
+  ``prefetch-count`` (or ``activemq.prefetchSize``) unacknowledged messages
+  at a time; 0 or less means no limit; without either header the window is
+  :attr:`Limits.default_prefetch` (1000). ``auto`` subscriptions have no
+  window: a consumer that reads slowly gets queue messages only as fast as
+  its socket takes them.
+- MESSAGE frames carry ``destination``, ``message-id``, ``subscription``,
+  ``ack`` (1.2, when the subscription acknowledges), ``redelivered`` (when
+  so), then the SEND's own headers except ``receipt`` and ``transaction``,
+  and always a ``content-length``. A header that the consumer's version
+  cannot carry (a line break, to a 1.0 client) is left out.
+- Errors: an ACK or NACK of a message that is not pending (already
+  acknowledged, or its subscription ended), an unknown subscription or
+  transaction id, a duplicate subscription id, a missing required header, a
+  second CONNECT, or a server frame from the client ends the connection with
+  an ERROR.
+- Heart-beats: the broker agrees to whatever the client asks, down to
+  :attr:`Limits.min_heartbeat_ms` (100 ms): it answers ``heart-beat:sx,sy``
+  with ``sx = max(cy, min)`` and ``sy = max(cx, min)`` (0 where the client
+  said 0). It then sends a newline when it has written nothing for
+  ``max(sx, cy)`` ms, and drops a client it has heard nothing from for twice
+  ``max(cx, sy)`` ms (after an ERROR "heart-beat timeout").
+- Bounds: a client that stops reading is disconnected once more than
+  :attr:`Limits.max_outbound_bytes` (8 MiB) wait for it (its socket buffer
+  plus its topic backlog), so its memory stays bounded. Queues themselves are
+  not bounded: what producers send to a queue nobody consumes stays there.
+- Everything is in memory: messages still in queues are lost when the broker
+  stops.
+"""
+
+from ._config import Limits as Limits
+from ._config import UsersFileError as UsersFileError
+from ._config import load_users as load_users
+from ._config import parse_users as parse_users
+from ._server import Broker as Broker
+from ._server import open_broker as open_broker
+from ._server import serve_broker as serve_broker
+
+__all__ = [
+    "Broker",
+    "Limits",
+    "UsersFileError",
+    "load_users",
+    "open_broker",
+    "parse_users",
+    "serve_broker",
+]

@@ -1,0 +1,148 @@
+"""Broker settings: resource limits, timeouts, and the users file.
+
+Everything a hostile or broken client could use to make the broker allocate
+without bound has a limit here, and every limit has a default that is generous
+for tests and small deployments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import attrs
+
+__all__ = ["Limits", "UsersFileError", "load_users", "parse_users"]
+
+_MiB = 1024 * 1024
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value!r}")
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must not be negative, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """What one connection may cost the broker, and how long it may take.
+
+    A client that breaks a limit gets an ERROR frame and is disconnected; the
+    broker and every other connection carry on.
+
+    Args:
+      max_frame_size: the largest frame (head and body) a client may send, in
+        bytes.
+      max_header_count: the most headers one client frame may carry.
+      max_header_length: the longest header line a client may send, in bytes.
+      max_outbound_bytes: the bound on what may wait for one slow client: bytes
+        queued for its socket plus the backlog of its topic subscriptions. A
+        client that stops reading is disconnected (without an ERROR, which it
+        would not read) once this is exceeded, so its memory stays bounded.
+        Queue messages never count here: they stay in their queue (where
+        another consumer can take them) while the client is slow.
+      outbound_high_water: queue deliveries to a connection pause while more
+        than this many bytes wait to be written to it, and resume when the
+        writer has caught up. This is also about the largest single write.
+      default_prefetch: the prefetch window (most unacknowledged messages in
+        flight) of a ``client`` or ``client-individual`` subscription that
+        names none with ``prefetch-count`` or ``activemq.prefetchSize``.
+        ``auto`` subscriptions have no window.
+      max_subscriptions: the most subscriptions one connection may hold.
+      max_transactions: the most open transactions one connection may hold.
+      max_transaction_bytes: the most bytes of frames one connection may
+        buffer in its open transactions (bodies plus headers).
+      min_heartbeat_ms: the shortest heart-beat interval the broker agrees to,
+        in either direction, whatever the client asks for.
+      connect_timeout: seconds a new connection has to send CONNECT (0: no
+        limit).
+      close_timeout: seconds the broker waits to flush a final frame (ERROR,
+        the RECEIPT of a DISCONNECT, the shutdown notice) before it closes the
+        socket anyway.
+    """
+
+    max_frame_size: int = attrs.field(default=16 * _MiB, validator=_positive)
+    max_header_count: int = attrs.field(default=1000, validator=_positive)
+    max_header_length: int = attrs.field(default=64 * 1024, validator=_positive)
+    max_outbound_bytes: int = attrs.field(default=8 * _MiB, validator=_positive)
+    outbound_high_water: int = attrs.field(default=256 * 1024, validator=_positive)
+    default_prefetch: int = attrs.field(default=1000, validator=_positive)
+    max_subscriptions: int = attrs.field(default=10_000, validator=_positive)
+    max_transactions: int = attrs.field(default=1000, validator=_positive)
+    max_transaction_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
+    min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)
+    connect_timeout: float = attrs.field(default=30.0, validator=_non_negative)
+    close_timeout: float = attrs.field(default=2.0, validator=_non_negative)
+
+
+class UsersFileError(ValueError):
+    """A users file could not be read or does not follow the format."""
+
+
+def parse_users(text: str, *, source: str = "<users>") -> dict[str, str]:
+    """Parse the text of a users file into a ``login -> passcode`` mapping.
+
+    The format is one ``login:passcode`` per line. The passcode is everything
+    after the first colon (so it may contain colons); the login may not be
+    empty and may not repeat. Blank lines and lines starting with ``#`` are
+    ignored; no other whitespace is stripped, except the line ending::
+
+        # trio-stomp broker users
+        guest:guest
+        app:s3cret:with:colons
+
+    Args:
+      text: the file's contents.
+      source: a name for the text, used in error messages.
+
+    Returns:
+      A new dict mapping each login to its passcode.
+
+    Raises:
+      UsersFileError: a line has no colon or an empty login, or a login
+        appears twice. The message names the line.
+    """
+    users: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        login, colon, passcode = line.partition(":")
+        if not colon:
+            raise UsersFileError(f"{source}:{number}: expected login:passcode, got no colon")
+        if not login:
+            raise UsersFileError(f"{source}:{number}: the login is empty")
+        if login in users:
+            raise UsersFileError(f"{source}:{number}: login {login!r} appears twice")
+        users[login] = passcode
+    return users
+
+
+def load_users(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a users file (see :func:`parse_users` for its format).
+
+    Raises:
+      UsersFileError: the file cannot be read, is not UTF-8, or does not
+        follow the format.
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsersFileError(f"cannot read users file {os.fspath(path)!r}: {exc}") from None
+    return parse_users(text, source=os.fspath(path))
+
+
+def freeze_users(users: Mapping[str, str] | None) -> dict[str, str] | None:
+    """Copy ``users`` (so later changes by the caller do not leak in), checking types."""
+    if users is None:
+        return None
+    copy = dict(users)
+    for login, passcode in copy.items():
+        if not isinstance(login, str) or not isinstance(passcode, str):
+            raise TypeError(f"users must map str to str, got {login!r}: {passcode!r}")
+    return copy

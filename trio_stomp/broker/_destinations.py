@@ -1,0 +1,278 @@
+"""The destination model, sans-IO: messages, queues, topics, subscriptions.
+
+No Trio and no clock: a :class:`Router` is driven by plain method calls from
+the sessions (one per connection), and hands messages to them with
+:meth:`Session.deliver <trio_stomp.broker._session.Session.deliver>`.
+
+Policies:
+
+- ``/topic/...`` fans out: every subscription gets its own copy. Each topic
+  subscription owns a private queue, so the prefetch window, NACK and
+  redelivery work the same way as on a queue; the private queue disappears
+  with the subscription, and a message sent while nobody subscribes is
+  dropped (no retention).
+- Every other destination (``/queue/...``, and any other prefix or name) is a
+  queue: each message goes to exactly one subscription, round-robin among the
+  subscriptions that have room (an open prefetch window and a connection that
+  keeps up with its writes). Messages wait in the queue while there is none.
+- A message that comes back (NACK, or its consumer unsubscribed or went away
+  before acknowledging it) goes back to the front of its queue, in order,
+  and carries ``redelivered:true`` from then on. On a topic it goes back to
+  that subscription's private queue, or is dropped with it.
+- Queues keep what is sent to them without a bound: a queue nobody consumes
+  grows with what producers send. An empty queue with no subscriptions is
+  forgotten.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final, Literal
+
+import attrs
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+AckMode = Literal["auto", "client", "client-individual"]
+ACK_MODES: Final[frozenset[str]] = frozenset({"auto", "client", "client-individual"})
+TOPIC_PREFIX: Final = "/topic/"
+
+#: Headers of a SEND that the broker sets itself (or that only concern the SEND).
+RESERVED_HEADERS: Final = frozenset(
+    {
+        "destination",
+        "message-id",
+        "subscription",
+        "ack",
+        "redelivered",
+        "receipt",
+        "transaction",
+        "content-length",
+    }
+)
+
+# Header bytes beyond names and values: rough, it only bounds memory.
+_FRAME_OVERHEAD: Final = 64
+
+
+@attrs.frozen(slots=True)
+class Message:
+    """One message, as the broker keeps it until it is delivered.
+
+    Attributes:
+      message_id: unique within the broker; kept when redelivered.
+      destination: where it was sent.
+      headers: the SEND's own headers, to forward on the MESSAGE.
+      body: the payload.
+      size: an estimate of its memory, in bytes.
+      redelivered: True once it has been delivered and come back.
+    """
+
+    message_id: str
+    destination: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    size: int
+    redelivered: bool = False
+
+
+@attrs.define(slots=True, eq=False)
+class Pending:
+    """A delivered message waiting for its ACK or NACK."""
+
+    message: Message
+    ack_id: str
+
+
+@attrs.define(slots=True, eq=False)
+class Subscription:
+    """One SUBSCRIBE of one session.
+
+    Attributes:
+      session: the session that subscribed.
+      id: its ``id`` (unique within the session).
+      destination: what it subscribed to.
+      ack_mode: ``auto``, ``client`` or ``client-individual``.
+      window: the most unacknowledged messages in flight; None for no limit.
+      queue: where its messages come from (shared, or private for a topic).
+      unacked: delivered and not yet acknowledged, by message id, oldest first.
+    """
+
+    session: Session
+    id: str
+    destination: str
+    ack_mode: AckMode
+    window: int | None
+    queue: Queue = attrs.field(init=False)
+    unacked: OrderedDict[str, Pending] = attrs.field(factory=OrderedDict)
+
+    def ready(self) -> bool:
+        """True when the subscription can take one more message now."""
+        window = self.window
+        return self.session.can_receive() and (window is None or len(self.unacked) < window)
+
+
+class Queue:
+    """Messages waiting for a consumer, and the subscriptions consuming them.
+
+    A private queue (``owner`` set) belongs to one topic subscription: its
+    backlog counts against its session's outbound bound.
+    """
+
+    __slots__ = ("_next", "consumers", "messages", "name", "owner")
+
+    def __init__(self, name: str, owner: Session | None = None) -> None:
+        self.name = name
+        self.owner = owner
+        self.messages: deque[Message] = deque()
+        self.consumers: list[Subscription] = []
+        self._next = 0
+
+    def put(self, message: Message) -> None:
+        """Add ``message`` at the back and deliver what can be delivered."""
+        owner = self.owner
+        if owner is not None:
+            if owner.closing:
+                return  # a private queue whose session is ending takes nothing more
+            owner.backlog_changed(message.size)
+        self.messages.append(message)
+        self.dispatch()
+
+    def requeue(self, messages: Iterable[Message]) -> None:
+        """Put delivered ``messages`` back at the front, in order, marked redelivered."""
+        returned = [attrs.evolve(m, redelivered=True) for m in messages]
+        if not returned:
+            return
+        self.messages.extendleft(reversed(returned))
+        owner = self.owner
+        if owner is not None:
+            owner.backlog_changed(sum(m.size for m in returned))
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Hand waiting messages to ready subscriptions, round-robin."""
+        messages = self.messages
+        consumers = self.consumers
+        owner = self.owner
+        while messages:
+            count = len(consumers)
+            if count == 1:
+                # The common case, kept tight: one consumer drains what it can.
+                sub = consumers[0]
+                deliver = sub.session.deliver
+                while messages and sub.ready():
+                    message = messages.popleft()
+                    if owner is not None:
+                        owner.backlog_changed(-message.size)
+                    deliver(sub, message)
+                return
+            start = self._next
+            for step in range(count):
+                index = (start + step) % count
+                sub = consumers[index]
+                if sub.ready():
+                    break
+            else:
+                return
+            self._next = (index + 1) % count
+            message = messages.popleft()
+            if owner is not None:
+                owner.backlog_changed(-message.size)
+            sub.session.deliver(sub, message)
+
+    def add(self, sub: Subscription) -> None:
+        """Start delivering to ``sub``."""
+        sub.queue = self
+        self.consumers.append(sub)
+        self.dispatch()
+
+    def remove(self, sub: Subscription) -> None:
+        """Stop delivering to ``sub`` (its unacknowledged messages are the caller's)."""
+        index = self.consumers.index(sub)
+        del self.consumers[index]
+        if index < self._next:
+            self._next -= 1
+        if self._next >= len(self.consumers):
+            self._next = 0
+
+    def drop_all(self) -> None:
+        """Forget every waiting message (a private queue whose subscription ended)."""
+        if self.owner is not None:
+            self.owner.backlog_changed(-sum(m.size for m in self.messages))
+        self.messages.clear()
+
+
+class Router:
+    """Every destination of one broker, and where each message goes.
+
+    Args:
+      id_prefix: starts every message id; random by default, so ids do not
+        repeat across broker runs.
+    """
+
+    def __init__(self, id_prefix: str | None = None) -> None:
+        self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
+        self._ids = itertools.count(1)
+        self.queues: dict[str, Queue] = {}
+        self.topics: dict[str, list[Subscription]] = {}
+
+    def send(self, destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> None:
+        """Route one SEND: queue it, or fan it out to a topic's subscriptions."""
+        kept = tuple(pair for pair in headers if pair[0] not in RESERVED_HEADERS)
+        size = len(body) + _FRAME_OVERHEAD + len(destination)
+        for name, value in kept:
+            size += len(name) + len(value) + 2
+        message = Message(f"{self._prefix}{next(self._ids)}", destination, kept, body, size)
+        if destination.startswith(TOPIC_PREFIX):
+            subs = self.topics.get(destination)
+            if subs:
+                for sub in tuple(subs):
+                    sub.queue.put(message)
+            return
+        queue = self.queues.get(destination)
+        if queue is None:
+            queue = self.queues[destination] = Queue(destination)
+        queue.put(message)
+
+    def subscribe(self, sub: Subscription) -> None:
+        """Start ``sub``: a private queue on a topic, else a consumer of the queue."""
+        destination = sub.destination
+        if destination.startswith(TOPIC_PREFIX):
+            self.topics.setdefault(destination, []).append(sub)
+            Queue(destination, owner=sub.session).add(sub)
+            return
+        queue = self.queues.get(destination)
+        if queue is None:
+            queue = self.queues[destination] = Queue(destination)
+        queue.add(sub)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """End ``sub``: its unacknowledged messages go back (or away, on a topic)."""
+        queue = sub.queue
+        queue.remove(sub)
+        returned = [pending.message for pending in sub.unacked.values()]
+        sub.unacked.clear()
+        if queue.owner is not None:
+            queue.drop_all()
+            subs = self.topics[sub.destination]
+            subs.remove(sub)
+            if not subs:
+                del self.topics[sub.destination]
+            return
+        queue.requeue(returned)
+        self.forget_if_idle(queue)
+
+    def forget_if_idle(self, queue: Queue) -> None:
+        """Drop a shared queue that holds nothing and has nobody subscribed."""
+        idle = not queue.messages and not queue.consumers and queue.owner is None
+        if idle and self.queues.get(queue.name) is queue:
+            del self.queues[queue.name]
+
+    def depth(self, destination: str) -> int:
+        """How many messages wait in the queue ``destination`` (0 when it has none)."""
+        queue = self.queues.get(destination)
+        return len(queue.messages) if queue is not None else 0

@@ -1,0 +1,94 @@
+"""What a CONNECT settles: the version, the heart-beats, the credentials.
+
+Pure functions of header values, so each rule is tested on its own.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+import attrs
+
+from ..frame import VERSIONS, Version
+
+#: Ours, newest first: the order in which a version is preferred.
+SUPPORTED: tuple[Version, ...] = tuple(reversed(VERSIONS))
+
+
+class NegotiationError(Exception):
+    """A CONNECT asks for something the broker cannot agree to."""
+
+
+def choose_version(accept_version: str | None) -> Version | None:
+    """The newest version both sides speak, or None when there is none.
+
+    A CONNECT without ``accept-version`` comes from a 1.0 client (1.1 spec,
+    "Protocol Negotiation").
+    """
+    if accept_version is None:
+        return "1.0"
+    offered = {item.strip() for item in accept_version.split(",")}
+    for version in SUPPORTED:
+        if version in offered:
+            return version
+    return None
+
+
+def parse_heartbeat(value: str | None) -> tuple[int, int]:
+    """Parse a ``heart-beat`` header value ``"<x>,<y>"`` (absent means ``0,0``).
+
+    Raises:
+      NegotiationError: not two non-negative integers separated by a comma.
+    """
+    if value is None:
+        return (0, 0)
+    parts = value.split(",")
+    if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
+        raise NegotiationError(f"heart-beat must be two non-negative integers, got {value!r}")
+    return (int(parts[0]), int(parts[1]))
+
+
+@attrs.frozen
+class Heartbeats:
+    """The heart-beat agreement of one connection.
+
+    Attributes:
+      header: the ``(sx, sy)`` the broker puts in CONNECTED.
+      send_ms: the broker sends something at least this often (0: never).
+      receive_ms: the client sends something at least this often (0: never).
+    """
+
+    header: tuple[int, int]
+    send_ms: int
+    receive_ms: int
+
+
+def negotiate_heartbeats(client: tuple[int, int], minimum_ms: int) -> Heartbeats:
+    """Agree on heart-beats with a client that sent ``heart-beat: cx,cy``.
+
+    The broker can do whatever the client asks, down to ``minimum_ms``: it
+    answers ``sx = max(cy, minimum_ms)`` when the client wants heart-beats
+    (``cy > 0``) and ``sy = max(cx, minimum_ms)`` when the client can send them
+    (``cx > 0``), else 0. By the 1.1 spec the broker then sends every
+    ``max(sx, cy)`` ms and the client every ``max(cx, sy)`` ms.
+    """
+    cx, cy = client
+    sx = max(cy, minimum_ms) if cy else 0
+    sy = max(cx, minimum_ms) if cx else 0
+    send = max(sx, cy) if sx and cy else 0
+    receive = max(cx, sy) if cx and sy else 0
+    return Heartbeats(header=(sx, sy), send_ms=send, receive_ms=receive)
+
+
+def check_credentials(
+    users: Mapping[str, str] | None, login: str | None, passcode: str | None
+) -> bool:
+    """True when ``login``/``passcode`` may connect (always, when users is None)."""
+    if users is None:
+        return True
+    if login is None or login not in users:
+        # Compare anyway, so an unknown login takes as long as a wrong passcode.
+        hmac.compare_digest(b"", (passcode or "").encode())
+        return False
+    return hmac.compare_digest(users[login].encode(), (passcode or "").encode())

@@ -1,0 +1,586 @@
+"""One client connection's STOMP session, sans-IO: bytes in, bytes out.
+
+A :class:`Session` parses what the client sends, acts on the shared
+:class:`~trio_stomp.broker._destinations.Router`, and queues encoded frames
+for the client. It never does I/O and never reads a clock: the Trio edge
+(:mod:`trio_stomp.broker._connection`) feeds it bytes, takes its output,
+runs the heart-beat timers and tells it when the socket is gone.
+
+The edge learns what to do through :class:`SessionEvents`: ``wake`` when
+there is output (or the session wants to close), ``abort`` when the session
+must be dropped at once (its client stopped reading).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final, Protocol
+
+from .._errors import LocalProtocolError, RemoteProtocolError
+from ..frame import HEARTBEAT, Frame, FrameParser, Version, encode
+from ._config import Limits
+from ._destinations import ACK_MODES, AckMode, Message, Pending, Router, Subscription
+from ._negotiation import (
+    SUPPORTED,
+    NegotiationError,
+    check_credentials,
+    choose_version,
+    negotiate_heartbeats,
+    parse_heartbeat,
+)
+
+SERVER: Final = "trio-stomp/0.1.0"
+
+
+class SessionEvents(Protocol):
+    """What a session asks of the I/O edge that runs it."""
+
+    def wake(self) -> None:
+        """There is output to take, or the session is closing."""
+
+    def abort(self) -> None:
+        """Drop the connection now, without flushing (the client is not reading)."""
+
+
+class _Fatal(Exception):
+    """A client error that ends the session with an ERROR frame."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+Handler = Callable[["Session", Frame, bool], None]
+
+
+class Session:
+    """The broker side of one STOMP connection.
+
+    Args:
+      router: the broker's destinations.
+      events: how to reach the edge running this session.
+      session_id: the ``session`` header of CONNECTED.
+      users: login -> passcode, or None to accept any login.
+      limits: the broker's limits.
+
+    Lifecycle: :meth:`receive_data` until :attr:`closing` (ERROR sent, or
+    DISCONNECT); the edge then flushes :meth:`take_output` and closes, and
+    calls :meth:`connection_lost` in every case (also when the socket broke),
+    which gives back what the session held: unacknowledged messages return to
+    their queues and open transactions are dropped.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        events: SessionEvents,
+        *,
+        session_id: str,
+        users: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.router = router
+        self.events = events
+        self.session_id = session_id
+        self.users = users
+        self.limits = limits = limits if limits is not None else Limits()
+        self.parser = FrameParser(
+            max_frame_size=limits.max_frame_size,
+            max_header_count=limits.max_header_count,
+            max_header_length=limits.max_header_length,
+        )
+        #: The negotiated version; None until CONNECT succeeds.
+        self.version: Version | None = None
+        #: True once ERROR or DISCONNECT ended the session (output may remain).
+        self.closing = False
+        #: Why the session ended, for logs; None while it runs.
+        self.close_reason: str | None = None
+        #: True when the edge must drop the connection without flushing.
+        self.aborted = False
+        #: Heart-beat intervals agreed at CONNECT, in ms (0: none).
+        self.heartbeat_send_ms = 0
+        self.heartbeat_receive_ms = 0
+        self.subscriptions: dict[str, Subscription] = {}
+        self._acks: dict[str, Pending] = {}
+        self._ack_subs: dict[str, Subscription] = {}
+        self._ack_counter = 0
+        self._transactions: dict[str, list[Frame]] = {}
+        self._transaction_bytes = 0
+        self._out: list[bytes] = []
+        self._pending_bytes = 0  # queued plus taken and not yet sent
+        self._backlog_bytes = 0  # waiting in this session's private (topic) queues
+        self._detached = False
+
+    # -- input -----------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True once CONNECT succeeded (and stays so while closing)."""
+        return self.version is not None
+
+    def receive_data(self, data: bytes | bytearray) -> None:
+        """Parse and act on ``data``, bytes as they came from the client.
+
+        Bytes that are not valid STOMP end the session with an ERROR.
+        Nothing here raises because of what the client sent.
+        """
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        while data and not self.closing:
+            if self.version is None:
+                # Parse the CONNECT alone: what follows it must be parsed under
+                # the rules of the version it negotiates.
+                end = data.find(b"\0") + 1
+                chunk, data = (data[:end], data[end:]) if end else (data, b"")
+            else:
+                chunk, data = data, b""
+            try:
+                events = self.parser.feed(chunk)
+            except RemoteProtocolError as exc:
+                self._error("malformed frame", str(exc))
+                return
+            for event in events:
+                if self.closing:
+                    return
+                if event is not HEARTBEAT:
+                    assert isinstance(event, Frame)
+                    self.handle_frame(event)
+
+    def receive_eof(self) -> None:
+        """The client closed its side: the session ends without output."""
+        self._close("the client closed the connection")
+
+    def handle_frame(self, frame: Frame) -> None:
+        """Act on one client frame (receive_data calls this for each)."""
+        if self.closing:
+            return
+        receipt = frame.headers.get("receipt")
+        try:
+            if self.version is None:
+                if frame.command not in ("CONNECT", "STOMP"):
+                    raise _Fatal("expected CONNECT", f"got {frame.command} before CONNECT")
+                self._on_connect(frame)
+                return
+            handler = _HANDLERS.get(frame.command)
+            if handler is None:
+                raise _Fatal(f"unexpected {frame.command} frame")
+            handler(self, frame, False)
+        except _Fatal as exc:
+            self._error(exc.message, exc.detail, receipt)
+            return
+        if receipt is not None:
+            self._emit_frame(Frame("RECEIPT", {"receipt-id": receipt}))
+            if frame.command == "DISCONNECT":
+                self._close("the client disconnected")
+
+    # -- frames ----------------------------------------------------------------
+
+    def _on_connect(self, frame: Frame) -> None:
+        headers = frame.headers
+        version = choose_version(headers.get("accept-version"))
+        if version is None:
+            self._error(
+                "no common STOMP version",
+                f"the client accepts {headers.get('accept-version')!r}; "
+                f"this broker speaks {', '.join(SUPPORTED)}",
+                extra={"version": ",".join(SUPPORTED)},
+            )
+            return
+        if version == "1.0":
+            heartbeats = negotiate_heartbeats((0, 0), self.limits.min_heartbeat_ms)
+        else:
+            try:
+                client = parse_heartbeat(headers.get("heart-beat"))
+            except NegotiationError as exc:
+                raise _Fatal("invalid heart-beat header", str(exc)) from None
+            heartbeats = negotiate_heartbeats(client, self.limits.min_heartbeat_ms)
+        if not check_credentials(self.users, headers.get("login"), headers.get("passcode")):
+            raise _Fatal("access refused", "the login or passcode is not valid")
+        self.version = version
+        self.parser.version = version
+        self.heartbeat_send_ms = heartbeats.send_ms
+        self.heartbeat_receive_ms = heartbeats.receive_ms
+        sx, sy = heartbeats.header
+        self._emit_frame(
+            Frame(
+                "CONNECTED",
+                {
+                    "version": version,
+                    "server": SERVER,
+                    "session": self.session_id,
+                    "heart-beat": f"{sx},{sy}",
+                },
+            )
+        )
+
+    def _on_send(self, frame: Frame, committing: bool) -> None:
+        headers = frame.headers
+        destination = headers.get("destination")
+        if not destination:
+            raise _Fatal("SEND without destination")
+        if not committing and self._buffer_in_transaction(frame):
+            return
+        self.router.send(destination, headers.items(), frame.body)
+
+    def _on_subscribe(self, frame: Frame, committing: bool) -> None:
+        headers = frame.headers
+        destination = headers.get("destination")
+        if not destination:
+            raise _Fatal("SUBSCRIBE without destination")
+        sub_id = headers.get("id")
+        if sub_id is None:
+            if self.version != "1.0":
+                raise _Fatal("SUBSCRIBE without id")
+            sub_id = destination
+        if sub_id in self.subscriptions:
+            raise _Fatal("duplicate subscription id", f"subscription {sub_id!r} already exists")
+        if len(self.subscriptions) >= self.limits.max_subscriptions:
+            raise _Fatal("too many subscriptions", f"the limit is {self.limits.max_subscriptions}")
+        mode = headers.get("ack", "auto")
+        if mode not in ACK_MODES:
+            raise _Fatal("invalid ack mode", "ack must be auto, client or client-individual")
+        ack_mode: AckMode = mode  # type: ignore[assignment]
+        window = self._prefetch(frame, ack_mode)
+        sub = Subscription(self, sub_id, destination, ack_mode, window)
+        self.subscriptions[sub_id] = sub
+        self.router.subscribe(sub)
+
+    def _prefetch(self, frame: Frame, ack_mode: AckMode) -> int | None:
+        # auto subscriptions have no window, but a malformed header is still an error.
+        for name in ("prefetch-count", "activemq.prefetchSize"):
+            value = frame.headers.get(name)
+            if value is not None:
+                text = value.strip()
+                digits = text[1:] if text[:1] == "-" else text
+                if not (digits.isascii() and digits.isdigit()):
+                    raise _Fatal(f"invalid {name} header", f"expected an integer, got {value!r}")
+                count = int(text)
+                return count if count > 0 and ack_mode != "auto" else None
+        return None if ack_mode == "auto" else self.limits.default_prefetch
+
+    def _on_unsubscribe(self, frame: Frame, committing: bool) -> None:
+        headers = frame.headers
+        sub_id = headers.get("id")
+        if sub_id is None:
+            if self.version != "1.0" or "destination" not in headers:
+                raise _Fatal("UNSUBSCRIBE without id")
+            sub_id = self._id_of_destination(headers["destination"])
+        sub = self.subscriptions.pop(sub_id, None)
+        if sub is None:
+            raise _Fatal("unknown subscription", f"no subscription {sub_id!r}")
+        self._forget_acks(sub)
+        self.router.unsubscribe(sub)
+
+    def _id_of_destination(self, destination: str) -> str:
+        for sub_id, sub in self.subscriptions.items():
+            if sub.destination == destination:
+                return sub_id
+        raise _Fatal("unknown subscription", f"no subscription to {destination!r}")
+
+    def _on_ack(self, frame: Frame, committing: bool) -> None:
+        self._acknowledge(frame, committing, nack=False)
+
+    def _on_nack(self, frame: Frame, committing: bool) -> None:
+        self._acknowledge(frame, committing, nack=True)
+
+    def _acknowledge(self, frame: Frame, committing: bool, *, nack: bool) -> None:
+        headers = frame.headers
+        command = frame.command
+        if self.version == "1.2":
+            ack_id = headers.get("id")
+            if ack_id is None:
+                raise _Fatal(f"{command} without id")
+            pending = self._acks.get(ack_id)
+            sub = self._ack_subs.get(ack_id)
+            if pending is None or sub is None:
+                raise _Fatal("unknown ack id", f"{command} of {ack_id!r}, which is not pending")
+            message_id = pending.message.message_id
+        else:
+            found_id = headers.get("message-id")
+            if found_id is None:
+                raise _Fatal(f"{command} without message-id")
+            message_id = found_id
+            sub_id = headers.get("subscription")
+            if sub_id is None and self.version != "1.0":
+                raise _Fatal(f"{command} without subscription")
+            sub = self._pending_sub(sub_id, message_id, command)
+        if not committing and self._buffer_in_transaction(frame):
+            return
+        if sub.ack_mode == "client":
+            # Cumulative: this message and every one delivered before it.
+            done: list[Pending] = []
+            unacked = sub.unacked
+            while True:
+                key, item = unacked.popitem(last=False)
+                done.append(item)
+                if key == message_id:
+                    break
+        else:
+            done = [sub.unacked.pop(message_id)]
+        for item in done:
+            self._acks.pop(item.ack_id, None)
+            self._ack_subs.pop(item.ack_id, None)
+        if nack:
+            sub.queue.requeue([item.message for item in done])
+        else:
+            sub.queue.dispatch()
+
+    def _pending_sub(self, sub_id: str | None, message_id: str, command: str) -> Subscription:
+        if sub_id is not None:
+            sub = self.subscriptions.get(sub_id)
+            if sub is None:
+                raise _Fatal("unknown subscription", f"{command} names no subscription {sub_id!r}")
+            if message_id in sub.unacked:
+                return sub
+        else:
+            for sub in self.subscriptions.values():
+                if message_id in sub.unacked:
+                    return sub
+        raise _Fatal("unknown message-id", f"{command} of {message_id!r}, which is not pending")
+
+    def _on_begin(self, frame: Frame, committing: bool) -> None:
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            raise _Fatal("BEGIN without transaction")
+        if tx in self._transactions:
+            raise _Fatal("transaction already exists", f"transaction {tx!r} is already open")
+        if len(self._transactions) >= self.limits.max_transactions:
+            raise _Fatal("too many transactions", f"the limit is {self.limits.max_transactions}")
+        self._transactions[tx] = []
+
+    def _on_commit(self, frame: Frame, committing: bool) -> None:
+        for buffered in self._end_transaction(frame):
+            _HANDLERS[buffered.command](self, buffered, True)
+
+    def _on_abort(self, frame: Frame, committing: bool) -> None:
+        self._end_transaction(frame)
+
+    def _end_transaction(self, frame: Frame) -> list[Frame]:
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            raise _Fatal(f"{frame.command} without transaction")
+        frames = self._transactions.pop(tx, None)
+        if frames is None:
+            raise _Fatal("unknown transaction", f"{frame.command} of {tx!r}, which is not open")
+        self._transaction_bytes -= sum(_frame_cost(f) for f in frames)
+        return frames
+
+    def _buffer_in_transaction(self, frame: Frame) -> bool:
+        tx = frame.headers.get("transaction")
+        if tx is None:
+            return False
+        frames = self._transactions.get(tx)
+        if frames is None:
+            raise _Fatal("unknown transaction", f"{frame.command} in {tx!r}, which is not open")
+        self._transaction_bytes += _frame_cost(frame)
+        if self._transaction_bytes > self.limits.max_transaction_bytes:
+            raise _Fatal(
+                "transactions too large",
+                f"open transactions hold more than {self.limits.max_transaction_bytes} bytes",
+            )
+        frames.append(frame)
+        return True
+
+    def _on_disconnect(self, frame: Frame, committing: bool) -> None:
+        if "receipt" not in frame.headers:
+            self._close("the client disconnected")
+        # else handle_frame sends the RECEIPT first, then closes.
+
+    # -- output ----------------------------------------------------------------
+
+    def can_receive(self) -> bool:
+        """True when queue deliveries may go to this session now."""
+        return not self.closing and self._pending_bytes < self.limits.outbound_high_water
+
+    def deliver(self, sub: Subscription, message: Message) -> None:
+        """Send ``message`` to the client as a MESSAGE of ``sub``.
+
+        Called by the router; records the delivery as pending when the
+        subscription acknowledges.
+        """
+        headers = [
+            ("destination", message.destination),
+            ("message-id", message.message_id),
+            ("subscription", sub.id),
+        ]
+        if sub.ack_mode != "auto":
+            self._ack_counter += 1
+            ack_id = str(self._ack_counter)
+            pending = Pending(message, ack_id)
+            sub.unacked[message.message_id] = pending
+            if self.version == "1.2":
+                headers.append(("ack", ack_id))
+                self._acks[ack_id] = pending
+                self._ack_subs[ack_id] = sub
+        if message.redelivered:
+            headers.append(("redelivered", "true"))
+        headers.extend(message.headers)
+        version = self.version or "1.2"
+        try:
+            data = encode(Frame("MESSAGE", headers, message.body), version)
+        except LocalProtocolError:
+            # Some header sent under another version cannot be written in
+            # ours (a line break for a 1.0 client): leave those out.
+            kept = [pair for pair in headers if _encodable(pair, version)]
+            data = encode(Frame("MESSAGE", kept, message.body), version)
+        self._emit(data)
+
+    def take_output(self) -> bytes:
+        """Everything queued for the client, as one write (b"" when nothing).
+
+        The bytes count as pending until :meth:`output_sent` says they left.
+        """
+        out = self._out
+        if not out:
+            return b""
+        self._out = []
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def output_sent(self, size: int) -> None:
+        """``size`` bytes from :meth:`take_output` reached the socket."""
+        before = self._pending_bytes
+        self._pending_bytes = after = before - size
+        high_water = self.limits.outbound_high_water
+        if before >= high_water > after and not self.closing:
+            # Deliveries paused for this session may resume.
+            for sub in list(self.subscriptions.values()):
+                sub.queue.dispatch()
+
+    def send_heartbeat(self) -> None:
+        """Queue a heart-beat, unless something else is already queued."""
+        if not self._out and not self.closing:
+            self._emit(b"\n")
+
+    def heartbeat_timeout(self) -> None:
+        """Nothing arrived from the client in time: ERROR and close."""
+        self._error("heart-beat timeout", "nothing arrived from the client in time")
+
+    def connect_timeout(self) -> None:
+        """No CONNECT arrived in time: ERROR and close."""
+        if self.version is None:
+            self._error("CONNECT timeout", "no CONNECT frame arrived in time")
+
+    def shutdown(self) -> None:
+        """The broker is stopping: tell the client (ERROR) and close."""
+        self._error("broker shutting down", "the broker is stopping")
+
+    def backlog_changed(self, delta: int) -> None:
+        """Bytes waiting in this session's private queues changed by ``delta``."""
+        before = self._pending_bytes + self._backlog_bytes
+        self._backlog_bytes += delta
+        over = before and before + delta > self.limits.max_outbound_bytes
+        if delta > 0 and over and not self.aborted:
+            self._abort()
+
+    def connection_lost(self) -> None:
+        """The connection is gone: give back everything the session held.
+
+        Unacknowledged messages return to their queues, topic subscriptions
+        and their backlog are dropped, open transactions are aborted. Safe to
+        call more than once.
+        """
+        self._close("the connection closed")
+        if self._detached:
+            return
+        self._detached = True
+        self._transactions.clear()
+        self._transaction_bytes = 0
+        subs = list(self.subscriptions.values())
+        self.subscriptions.clear()
+        self._acks.clear()
+        self._ack_subs.clear()
+        for sub in subs:
+            self.router.unsubscribe(sub)
+        self._out = []
+
+    # -- internals -------------------------------------------------------------
+
+    def _emit_frame(self, frame: Frame) -> None:
+        self._emit(encode(frame, self.version or "1.2"))
+
+    def _emit(self, data: bytes) -> None:
+        if self.aborted:
+            return
+        before = self._pending_bytes + self._backlog_bytes
+        out = self._out
+        out.append(data)
+        self._pending_bytes += len(data)
+        if before and before + len(data) > self.limits.max_outbound_bytes:
+            self._abort()
+        elif len(out) == 1:
+            self.events.wake()
+
+    def _abort(self) -> None:
+        # One frame larger than the bound still goes to a client that had
+        # caught up (callers check): only a client that does not read is cut.
+        self.aborted = True
+        self._close(
+            f"the client is not reading: more than {self.limits.max_outbound_bytes} "
+            "bytes wait for it"
+        )
+        self._out = []
+        self.events.abort()
+
+    def _error(
+        self,
+        message: str,
+        detail: str = "",
+        receipt: str | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        if self.closing:
+            return
+        if self.version in (None, "1.0"):
+            # Unescaped headers: keep them to what any parser reads back.
+            message = message.replace(":", " -")
+        headers = {"message": " ".join(message.split())}
+        if receipt is not None:
+            headers["receipt-id"] = receipt
+        if extra:
+            headers.update(extra)
+        headers["content-type"] = "text/plain"
+        body = (detail or message).encode("utf-8", "replace")
+        try:
+            self._emit_frame(Frame("ERROR", headers, body))
+        except LocalProtocolError:
+            self._emit_frame(Frame("ERROR", {"message": "error"}, body))
+        self._close(f"ERROR {message}: {detail}" if detail else f"ERROR {message}")
+
+    def _close(self, reason: str) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        self.close_reason = reason
+        if not self.aborted:
+            self.events.wake()
+
+    def _forget_acks(self, sub: Subscription) -> None:
+        for pending in sub.unacked.values():
+            self._acks.pop(pending.ack_id, None)
+            self._ack_subs.pop(pending.ack_id, None)
+
+
+def _frame_cost(frame: Frame) -> int:
+    return len(frame.body) + sum(len(n) + len(v) + 2 for n, v in frame.headers.items()) + 64
+
+
+def _encodable(pair: tuple[str, str], version: str) -> bool:
+    try:
+        encode(Frame("MESSAGE", [pair]), version)
+    except LocalProtocolError:
+        return False
+    return True
+
+
+_HANDLERS: Final[dict[str, Handler]] = {
+    "SEND": Session._on_send,
+    "SUBSCRIBE": Session._on_subscribe,
+    "UNSUBSCRIBE": Session._on_unsubscribe,
+    "ACK": Session._on_ack,
+    "NACK": Session._on_nack,
+    "BEGIN": Session._on_begin,
+    "COMMIT": Session._on_commit,
+    "ABORT": Session._on_abort,
+    "DISCONNECT": Session._on_disconnect,
+}
