@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trio_stomp._errors import RemoteProtocolError
+from trio_stomp._heartbeat import parse_heartbeat
 from trio_stomp.broker import Limits, UsersFileError, parse_users
 from trio_stomp.broker._destinations import Router
 from trio_stomp.broker._negotiation import (
-    NegotiationError,
     check_credentials,
     choose_version,
     negotiate_heartbeats,
-    parse_heartbeat,
 )
 from trio_stomp.broker._session import Session
 from trio_stomp.frame import Frame, FrameParser, HeadersLike, encode
@@ -104,7 +104,7 @@ def test_heartbeat_follows_the_spec() -> None:
 
 @pytest.mark.parametrize("bad", ["1", "a,b", "1,2,3", "-1,5", ""])
 def test_bad_heartbeat_header(bad: str) -> None:
-    with pytest.raises(NegotiationError):
+    with pytest.raises(RemoteProtocolError):
         parse_heartbeat(bad)
 
 

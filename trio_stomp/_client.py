@@ -403,7 +403,9 @@ class Client:
         self.server = reply.headers.get("server")
         self.session = reply.headers.get("session")
         theirs = parse_heartbeat(reply.headers.get("heart-beat"))
-        self.heartbeat = negotiate(heartbeat, theirs) if version != "1.0" else (0.0, 0.0)
+        if version != "1.0":
+            send_ms, expect_ms = negotiate(heartbeat, theirs)
+            self.heartbeat = (send_ms / 1000, expect_ms / 1000)
         self._last_read = trio.current_time()
 
     async def _read_loop(self) -> None:

@@ -25,7 +25,7 @@ def parse_heartbeat(value: str | None) -> tuple[int, int]:
         return (0, 0)
     first, comma, second = value.partition(",")
     first, second = first.strip(), second.strip()
-    if not comma or not first.isdigit() or not second.isdigit():
+    if not comma or not (first + second).isascii() or not first.isdigit() or not second.isdigit():
         raise RemoteProtocolError(f"malformed heart-beat header {value!r}")
     return (int(first), int(second))
 
@@ -38,13 +38,14 @@ def format_heartbeat(heartbeat: tuple[int, int]) -> str:
     return f"{send},{receive}"
 
 
-def negotiate(ours: tuple[int, int], theirs: tuple[int, int]) -> tuple[float, float]:
-    """Return ``(send_every, expect_every)`` in seconds; 0 means off.
+def negotiate(ours: tuple[int, int], theirs: tuple[int, int]) -> tuple[int, int]:
+    """Return ``(send_every, expect_every)`` in ms; 0 means off.
 
-    ``ours`` is what we put in our frame, ``theirs`` what the peer answered.
+    ``ours`` is the ``heart-beat`` we sent, ``theirs`` the peer's. The same
+    rule serves the client and the broker: each side passes its own first.
     """
     our_send, our_receive = ours
     their_send, their_receive = theirs
     send_every = max(our_send, their_receive) if our_send and their_receive else 0
     expect_every = max(their_send, our_receive) if their_send and our_receive else 0
-    return (send_every / 1000, expect_every / 1000)
+    return (send_every, expect_every)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from .._heartbeat import negotiate
 from ..frame import VERSIONS, Version
 
 #: Ours, newest first: the order in which a version is preferred.
@@ -33,20 +34,6 @@ def choose_version(accept_version: str | None) -> Version | None:
         if version in offered:
             return version
     return None
-
-
-def parse_heartbeat(value: str | None) -> tuple[int, int]:
-    """Parse a ``heart-beat`` header value ``"<x>,<y>"`` (absent means ``0,0``).
-
-    Raises:
-      NegotiationError: not two non-negative integers separated by a comma.
-    """
-    if value is None:
-        return (0, 0)
-    parts = value.split(",")
-    if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
-        raise NegotiationError(f"heart-beat must be two non-negative integers, got {value!r}")
-    return (int(parts[0]), int(parts[1]))
 
 
 @attrs.frozen
@@ -76,8 +63,7 @@ def negotiate_heartbeats(client: tuple[int, int], minimum_ms: int) -> Heartbeats
     cx, cy = client
     sx = max(cy, minimum_ms) if cy else 0
     sy = max(cx, minimum_ms) if cx else 0
-    send = max(sx, cy) if sx and cy else 0
-    receive = max(cx, sy) if cx and sy else 0
+    send, receive = negotiate((sx, sy), client)
     return Heartbeats(header=(sx, sy), send_ms=send, receive_ms=receive)
 
 

@@ -17,16 +17,15 @@ from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
 from .._errors import LocalProtocolError, RemoteProtocolError
+from .._heartbeat import parse_heartbeat
 from ..frame import HEARTBEAT, Frame, FrameParser, Version, encode
 from ._config import Limits
 from ._destinations import ACK_MODES, AckMode, Message, Pending, Router, Subscription
 from ._negotiation import (
     SUPPORTED,
-    NegotiationError,
     check_credentials,
     choose_version,
     negotiate_heartbeats,
-    parse_heartbeat,
 )
 
 SERVER: Final = "trio-stomp/0.1.0"
@@ -192,7 +191,7 @@ class Session:
         else:
             try:
                 client = parse_heartbeat(headers.get("heart-beat"))
-            except NegotiationError as exc:
+            except RemoteProtocolError as exc:
                 raise _Fatal("invalid heart-beat header", str(exc)) from None
             heartbeats = negotiate_heartbeats(client, self.limits.min_heartbeat_ms)
         if not check_credentials(self.users, headers.get("login"), headers.get("passcode")):
