@@ -17,10 +17,12 @@ cancels the caller's block; the error is then raised at the caller's
 from __future__ import annotations
 
 import itertools
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
+import attrs
 import trio
 
 from ._errors import (
@@ -38,6 +40,7 @@ from ._message import Message, ack_headers
 from ._outbox import Outbox
 from ._subscription import Subscription
 from ._transaction import Transaction
+from ._transport import open_stream
 from ._url import Endpoint
 from .frame import HEARTBEAT, VERSIONS, Frame, FrameParser, Headers, encode
 from .frame._frame import trusted_frame
@@ -643,6 +646,7 @@ async def connect(
     connect_timeout: float = 10.0,
     disconnect_timeout: float = 5.0,
     lenient: bool = False,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a STOMP broker for the duration of an ``async with`` block.
 
@@ -668,6 +672,7 @@ async def connect(
       disconnect_timeout: bound on each cleanup on the wire (UNSUBSCRIBE,
         ABORT, DISCONNECT and its receipt), s.
       lenient: accept undefined escapes and raw colons in 1.2 headers.
+      ssl_context: the TLS settings for ``stomp+ssl://`` and ``wss://``.
 
     Leaving the block sends DISCONNECT and waits (bounded) for its receipt, so
     everything sent before has reached the broker; then the socket is closed.
@@ -685,13 +690,12 @@ async def connect(
     login = login if login is not None else endpoint.login
     passcode = passcode if passcode is not None else endpoint.passcode
     vhost = vhost if vhost is not None else (endpoint.vhost or "/")
+    endpoint = attrs.evolve(endpoint, host=host, port=port)
     try:
         with trio.fail_after(connect_timeout):
-            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+            stream = await open_stream(endpoint, ssl_context=ssl_context)
     except trio.TooSlowError:
         raise ConnectFailed(f"connecting to {host}:{port} timed out") from None
-    except OSError as exc:
-        raise ConnectFailed(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
     async with wrap_stream(
         stream,
         login=login,
