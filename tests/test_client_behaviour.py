@@ -268,7 +268,7 @@ async def test_many_sends_are_batched_into_few_writes(
 ) -> None:
     dest = unique("queue")
     async with trio_stomp.connect(embedded.url) as client:
-        stream = client._stream
+        stream = client._conn.stream
         writes = 0
         original = stream.send_all
 

@@ -27,6 +27,8 @@ from ._errors import StompError as StompError
 from ._errors import SubscriptionOverflow as SubscriptionOverflow
 from ._errors import TransactionError as TransactionError
 from ._message import Message as Message
+from ._reconnect import ConnectionEvent as ConnectionEvent
+from ._reconnect import Reconnect as Reconnect
 from ._subscription import Subscription as Subscription
 from ._transaction import Transaction as Transaction
 from .frame import HEARTBEAT as HEARTBEAT

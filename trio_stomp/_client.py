@@ -1,30 +1,32 @@
-"""The client: one STOMP session over one Trio stream.
+"""The client: a STOMP session that can outlive any one connection.
 
-Tasks (all in the nursery that :func:`wrap_stream` opens around the caller's
-``async with`` block, so none outlives it):
+Structure (everything in the nursery that :func:`connect` / :func:`wrap_stream`
+open around the caller's ``async with`` block, so nothing outlives it):
 
-- the reader: reads, parses, and dispatches MESSAGE to subscription buffers
-  and RECEIPT to waiters. It never waits for user code.
-- the writer (:class:`Outbox`): writes queued frames in batches.
-- heart-beat sender and watchdog, when heart-beats were negotiated.
+- :class:`Connection` (one stream): reader, writer and heart-beat tasks.
+- :class:`Client` (the caller's handle): subscriptions, receipts and
+  transactions, and a supervisor task that serves the current connection
+  and, with a :class:`Reconnect` policy, replaces it when it fails.
 
-A failure in any of them (the peer closed, an ERROR frame, heart-beats
-stopped) is recorded once, wakes everything waiting on the connection, and
-cancels the caller's block; the error is then raised at the caller's
-``async with``.
+Without a reconnect policy, a failure (the peer closed, an ERROR frame,
+heart-beats stopped) is recorded once, wakes everything waiting, cancels the
+caller's block and is raised at its ``async with``. With one, the client
+reconnects: see :func:`connect`.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
 import attrs
 import trio
 
+from ._connection import Connection
 from ._errors import (
     ClientClosed,
     ConnectFailed,
@@ -35,21 +37,20 @@ from ._errors import (
     StompError,
     TransactionError,
 )
-from ._heartbeat import format_heartbeat, negotiate, parse_heartbeat
 from ._message import Message, ack_headers
-from ._outbox import Outbox
+from ._reconnect import ConnectionEvent, Reconnect
 from ._subscription import Subscription
 from ._transaction import Transaction
 from ._transport import open_stream
 from ._url import Endpoint
-from .frame import HEARTBEAT, VERSIONS, Frame, FrameParser, Headers, encode
+from .frame import VERSIONS, Frame, Headers, encode
 from .frame._frame import trusted_frame
 
-RECEIVE_SIZE: Final = 64 * 1024
 _RESERVED_SEND: Final = frozenset({"destination", "receipt", "transaction", "content-length"})
 _RESERVED_SUBSCRIBE: Final = frozenset({"id", "destination", "ack", "receipt"})
 
 HeaderArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
+EventCallback = Callable[[ConnectionEvent], object]
 
 
 class _Waiter:
@@ -74,6 +75,14 @@ class _Waiter:
             raise self._error
 
 
+@attrs.frozen
+class _Replay:
+    """A SEND that goes out again on the next connection if this one fails first."""
+
+    seq: int
+    frame: Frame
+
+
 def _user_headers(headers: HeaderArg, reserved: frozenset[str]) -> list[tuple[str, str]]:
     if headers is None:
         return []
@@ -88,48 +97,142 @@ def _user_headers(headers: HeaderArg, reserved: frozenset[str]) -> list[tuple[st
     return pairs
 
 
+@attrs.frozen
+class _Options:
+    """How to open and greet a connection (all of connect()'s connection arguments)."""
+
+    login: str | None = None
+    passcode: str | None = None
+    vhost: str = "/"
+    heartbeat: tuple[int, int] = (10_000, 10_000)
+    versions: Sequence[str] = VERSIONS
+    heartbeat_tolerance: float = 2.0
+    connect_timeout: float = 10.0
+    disconnect_timeout: float = 5.0
+    lenient: bool = False
+    max_frame_size: int | None = None
+    ssl_context: ssl.SSLContext | None = None
+
+    async def greet(
+        self,
+        stream: trio.abc.Stream,
+        url: str,
+        login: str | None = None,
+        passcode: str | None = None,
+    ) -> Connection:
+        """CONNECT over ``stream``; close it on any failure.
+
+        Raises:
+          ConnectFailed: with the reason (the stream is closed).
+        """
+        conn = Connection(
+            stream,
+            url,
+            heartbeat_tolerance=self.heartbeat_tolerance,
+            lenient=self.lenient,
+            max_frame_size=self.max_frame_size,
+        )
+        try:
+            with trio.fail_after(self.connect_timeout):
+                await conn.handshake(
+                    login=login if login is not None else self.login,
+                    passcode=passcode if passcode is not None else self.passcode,
+                    host=self.vhost,
+                    heartbeat=self.heartbeat,
+                    versions=self.versions,
+                )
+        except trio.TooSlowError:
+            await conn.aclose()
+            raise ConnectFailed(
+                f"no CONNECTED from {url} within {self.connect_timeout} s"
+            ) from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            await conn.aclose()
+            raise ConnectFailed(f"the connection to {url} failed during CONNECT: {exc!r}") from exc
+        except RemoteProtocolError as exc:
+            await conn.aclose()
+            raise ConnectFailed(f"the reply of {url} to CONNECT is not valid STOMP: {exc}") from exc
+        except BaseException:
+            await conn.aclose()
+            raise
+        return conn
+
+
+@attrs.frozen
+class _Target:
+    """One broker address of a failover list."""
+
+    url: str
+    endpoint: Endpoint
+
+
 class Client:
-    """A connected STOMP session. Get one from :func:`connect` or :func:`wrap_stream`.
+    """A STOMP session. Get one from :func:`connect` or :func:`wrap_stream`.
 
     Attributes:
       version: the negotiated STOMP version ("1.0", "1.1" or "1.2").
       server: the broker's ``server`` header from CONNECTED, or None.
       session: the broker's ``session`` header from CONNECTED, or None.
       heartbeat: the negotiated ``(send_every, expect_every)`` in seconds (0: off).
+      url: the broker the session is connected to now.
+      reconnects: how many times the connection was restored.
     """
 
     def __init__(
         self,
-        stream: trio.abc.Stream,
+        conn: Connection,
+        options: _Options,
         *,
-        heartbeat_tolerance: float,
-        disconnect_timeout: float,
-        parser: FrameParser,
+        targets: Sequence[_Target] = (),
+        reconnect: Reconnect | None = None,
+        on_event: EventCallback | None = None,
     ) -> None:
-        self._stream = stream
-        self._parser = parser
-        self._outbox = Outbox(stream)
-        self._tolerance = heartbeat_tolerance
-        self._disconnect_timeout = disconnect_timeout
-        self.version = "1.2"
-        self.server: str | None = None
-        self.session: str | None = None
-        self.heartbeat: tuple[float, float] = (0.0, 0.0)
+        self._conn = conn
+        self._options = options
+        self._targets = list(targets)
+        self._reconnect = reconnect
+        self._on_event = on_event
         self._ids = itertools.count(1)
         self._subscriptions: dict[str, Subscription] = {}
         self._receipts: dict[str, _Waiter] = {}
+        self._replays: dict[str, _Replay] = {}  # receipt id -> SEND awaiting it
+        self._generation = 0
+        self._connected = True
+        self._restored = trio.Event()
+        self._restored.set()
         self._error: StompError | None = None
-        self._closing = False
         self._closed = False
         self._disconnected = False
-        self._last_read = trio.current_time()
-        self._early: list[Frame] = []
+        self.reconnects = 0
         self._body_scope: trio.CancelScope | None = None
         self._tasks_scope = trio.CancelScope(shield=True)
+        self._rng = random.Random()
+        self._replay_queue: list[_Replay] = []
+        self._pending_event: ConnectionEvent | None = None
+
+    @property
+    def version(self) -> str:
+        return self._conn.version
+
+    @property
+    def server(self) -> str | None:
+        return self._conn.server
+
+    @property
+    def session(self) -> str | None:
+        return self._conn.session
+
+    @property
+    def heartbeat(self) -> tuple[float, float]:
+        return self._conn.heartbeat
+
+    @property
+    def url(self) -> str:
+        return self._conn.url
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "failed" if self._error else "open"
-        return f"<trio_stomp.Client STOMP {self.version} to {self.server or '?'} ({state})>"
+        return f"<trio_stomp.Client STOMP {self.version} to {self.url} ({state})>"
 
     # -- public API ---------------------------------------------------------
 
@@ -149,12 +252,15 @@ class Client:
 
         Returns once the frame is queued for the socket (with backpressure when
         the socket is slower than the sender). With ``receipt=True`` it
-        returns only once the broker has confirmed it with a RECEIPT.
+        returns only once the broker has confirmed it with a RECEIPT; with a
+        reconnect policy, a SEND whose receipt had not come when the
+        connection dropped is sent again on the next one (at least once).
 
         Raises:
           LocalProtocolError: a header that cannot be sent (NUL, a reserved
             name); nothing was sent.
-          ServerError, ConnectionLost: the connection failed.
+          ServerError, ConnectionLost: the connection failed (for good, when
+            reconnecting).
           ClientClosed: the client was closed.
         """
         await self._send_message(destination, body, headers, content_type, receipt, None)
@@ -180,6 +286,9 @@ class Client:
             defaults to the prefetch window (10,000 for ``ack="auto"``). See
             :class:`Subscription` for what happens when it fills up.
           receipt: wait for the broker to confirm the SUBSCRIBE on entry.
+
+        With a reconnect policy the subscription is re-established on every
+        new connection, and its ``async for`` goes on across reconnects.
 
         Raises:
           LocalProtocolError: unknown ack mode or a reserved header; nothing sent.
@@ -207,29 +316,60 @@ class Client:
         if self._closed:
             raise ClientClosed(f"{self!r} is closed")
 
+    async def _wait_connected(self) -> None:
+        while not self._connected:
+            self._check_open()
+            await self._restored.wait()
+        self._check_open()
+
     async def _queue_frame(
-        self, command: str, pairs: list[tuple[str, str]], body: bytes, receipt: bool
+        self,
+        command: str,
+        pairs: list[tuple[str, str]],
+        body: bytes,
+        receipt: bool,
+        replayable: bool = False,
     ) -> _Waiter | None:
         """Encode and queue one frame; return its receipt waiter if it asked for one.
 
         Raises before queueing anything when the frame is invalid or the
         connection unusable, or when cancelled: then nothing was sent.
+        ``replayable`` frames (plain SENDs) that the connection did not get
+        to write are sent again after a reconnect.
         """
         self._check_open()
-        waiter = None
+        receipt_id = ""
         if receipt:
             receipt_id = f"r-{next(self._ids)}"
             pairs.append(("receipt", receipt_id))
-        data = encode(trusted_frame(command, Headers._trusted(tuple(pairs)), body), self.version)
-        if receipt:
-            waiter = self._receipts[receipt_id] = _Waiter()
-        try:
-            await self._outbox.put(data)
-        except BaseException:
+        frame = trusted_frame(command, Headers._trusted(tuple(pairs)), body)
+        while True:
+            if not self._connected:
+                await self._wait_connected()
+            conn = self._conn
+            data = encode(frame, conn.version)
+            replay = _Replay(next(self._ids), frame) if replayable else None
+            waiter = None
             if receipt:
-                del self._receipts[receipt_id]
-            raise
-        return waiter
+                waiter = self._receipts[receipt_id] = _Waiter()
+                if replay is not None:
+                    self._replays[receipt_id] = replay
+            try:
+                await conn.outbox.put(data, None if receipt else replay)
+            except StompError:
+                self._forget_receipt(receipt_id)
+                if replay is None or self._reconnect is None or self._error is not None:
+                    raise
+                continue  # the connection dropped under us: queue on the next one
+            except BaseException:
+                self._forget_receipt(receipt_id)
+                raise
+            return waiter
+
+    def _forget_receipt(self, receipt_id: str) -> None:
+        if receipt_id:
+            self._receipts.pop(receipt_id, None)
+            self._replays.pop(receipt_id, None)
 
     async def _await_receipt(self, waiter: _Waiter | None) -> None:
         if waiter is None:
@@ -239,13 +379,21 @@ class Client:
         finally:
             for key, value in list(self._receipts.items()):
                 if value is waiter:
-                    del self._receipts[key]
+                    self._forget_receipt(key)
                     break
 
     async def _send_frame(
-        self, command: str, pairs: list[tuple[str, str]], body: bytes = b"", *, receipt: bool
+        self,
+        command: str,
+        pairs: list[tuple[str, str]],
+        body: bytes = b"",
+        *,
+        receipt: bool,
+        replayable: bool = False,
     ) -> None:
-        await self._await_receipt(await self._queue_frame(command, pairs, body, receipt))
+        await self._await_receipt(
+            await self._queue_frame(command, pairs, body, receipt, replayable)
+        )
 
     async def _send_message(
         self,
@@ -264,13 +412,14 @@ class Client:
         if content_type is not None:
             pairs.append(("content-type", content_type))
         if transaction is not None:
+            self._check_transaction(transaction)
             pairs.append(("transaction", transaction.id))
         if headers:
             extra = _user_headers(headers, _RESERVED_SEND)
             if content_type is not None and any(k == "content-type" for k, _ in extra):
                 raise LocalProtocolError("content-type given both as header and argument")
             pairs.extend(extra)
-        await self._send_frame("SEND", pairs, body, receipt=receipt)
+        await self._send_frame("SEND", pairs, body, receipt=receipt, replayable=transaction is None)
 
     async def _acknowledge(
         self,
@@ -282,19 +431,30 @@ class Client:
     ) -> None:
         if message._subscription._client is not self:
             raise LocalProtocolError(f"{message!r} was received on another connection")
+        if message._generation != self._generation:
+            raise ClientClosed(
+                f"cannot {command} {message!r}: the connection it came on was lost; "
+                "the broker will redeliver it"
+            )
+        if transaction is not None:
+            self._check_transaction(transaction)
         pairs = ack_headers(message, command, self.version, transaction)
         await self._send_frame(command, pairs, receipt=receipt)
 
     # -- subscriptions and transactions ------------------------------------
 
-    async def _start_subscription(
-        self, sub: Subscription, headers: list[tuple[str, str]], receipt: bool
-    ) -> None:
-        pairs = [("id", sub.id), ("destination", sub.destination), ("ack", sub.ack), *headers]
+    def _subscribe_headers(self, sub: Subscription) -> list[tuple[str, str]]:
+        return [("id", sub.id), ("destination", sub.destination), ("ack", sub.ack), *sub._headers]
+
+    async def _start_subscription(self, sub: Subscription, receipt: bool) -> None:
+        if not self._connected:
+            await self._wait_connected()
         self._subscriptions[sub.id] = sub
         sub.active = True
         try:
-            waiter = await self._queue_frame("SUBSCRIBE", pairs, b"", receipt)
+            waiter = await self._queue_frame(
+                "SUBSCRIBE", self._subscribe_headers(sub), b"", receipt
+            )
         except BaseException:
             sub._close()
             del self._subscriptions[sub.id]
@@ -322,121 +482,57 @@ class Client:
         self._subscriptions.pop(sub.id, None)
         sub._close()
         frame = trusted_frame("UNSUBSCRIBE", Headers(self._unsubscribe_headers(sub)), b"")
-        self._outbox.put_nowait(encode(frame, self.version))
+        self._conn.outbox.put_nowait(encode(frame, self.version))
 
     async def _cleanup_frame(self, command: str, pairs: list[tuple[str, str]]) -> None:
         """Send a frame that must reach the wire even when we are being cancelled.
 
         Shielded and bounded by ``disconnect_timeout``; skipped when the
-        connection has already failed or closed.
+        connection is down, failed or closed (the broker forgets the
+        session's subscriptions and transactions with it).
         """
-        if self._error is not None or self._closed:
+        if self._error is not None or self._closed or not self._connected:
             return
-        with trio.CancelScope(shield=True), trio.move_on_after(self._disconnect_timeout):
+        with trio.CancelScope(shield=True), trio.move_on_after(self._options.disconnect_timeout):
             try:
                 await self._send_frame(command, pairs, receipt=False)
             except StompError:
                 pass
 
+    def _check_transaction(self, tx: Transaction) -> None:
+        tx._check_open()
+        if tx._generation != self._generation:
+            tx.state = "failed"
+            raise TransactionError(
+                f"{tx!r} was rolled back: the connection was lost while it was open"
+            )
+
     async def _begin(self, tx: Transaction) -> None:
         if tx.state != "new":
             raise TransactionError(f"{tx!r} was already used")
+        if not self._connected:
+            await self._wait_connected()
+        tx._generation = self._generation
         await self._send_frame("BEGIN", [("transaction", tx.id)], receipt=False)
         tx.state = "open"
 
     async def _commit(self, tx: Transaction) -> None:
-        tx._check_open()
+        self._check_transaction(tx)
         tx.state = "failed"
         try:
             await self._send_frame("COMMIT", [("transaction", tx.id)], receipt=tx._receipt)
-        except ClientClosed as exc:
-            raise TransactionError(f"{tx!r} could not commit: {exc}") from exc
+        except (ClientClosed, ConnectionLost) as exc:
+            raise TransactionError(f"{tx!r} may not have committed: {exc}") from exc
         tx.state = "committed"
 
     async def _abort(self, tx: Transaction) -> None:
         if tx.state != "open":
             return
         tx.state = "aborted"
-        await self._cleanup_frame("ABORT", [("transaction", tx.id)])
+        if tx._generation == self._generation:
+            await self._cleanup_frame("ABORT", [("transaction", tx.id)])
 
     # -- frames in ----------------------------------------------------------
-
-    async def _handshake(
-        self,
-        *,
-        login: str | None,
-        passcode: str | None,
-        host: str,
-        heartbeat: tuple[int, int],
-        versions: Sequence[str],
-    ) -> None:
-        unknown = [v for v in versions if v not in VERSIONS]
-        if unknown or not versions:
-            raise ValueError(f"versions must be a non-empty subset of {VERSIONS}, got {versions}")
-        pairs = [("accept-version", ",".join(versions)), ("host", host)]
-        if login is not None:
-            pairs.append(("login", login))
-        if passcode is not None:
-            pairs.append(("passcode", passcode))
-        pairs.append(("heart-beat", format_heartbeat(heartbeat)))
-        await self._stream.send_all(encode(Frame("CONNECT", pairs), "1.2"))
-        while True:
-            data = await self._stream.receive_some(RECEIVE_SIZE)
-            events = self._parser.feed(data)
-            if not data:
-                raise ConnectFailed("the broker closed the connection before answering CONNECT")
-            frames = [event for event in events if event is not HEARTBEAT]
-            if frames:
-                break
-        reply, self._early = frames[0], frames[1:]  # type: ignore[assignment]
-        assert isinstance(reply, Frame)
-        if reply.command == "ERROR":
-            message = reply.headers.get("message") or reply.body.decode("utf-8", "replace")
-            raise ConnectFailed(f"the broker refused the connection: {message.strip()}", reply)
-        if reply.command != "CONNECTED":
-            raise ConnectFailed(f"expected CONNECTED, the broker sent {reply.command}", reply)
-        version = reply.headers.get("version", "1.0")
-        if version not in versions:
-            raise ConnectFailed(
-                f"the broker chose STOMP {version}, which is not in versions={tuple(versions)}",
-                reply,
-            )
-        self.version = version
-        self._parser.version = version
-        self.server = reply.headers.get("server")
-        self.session = reply.headers.get("session")
-        theirs = parse_heartbeat(reply.headers.get("heart-beat"))
-        if version != "1.0":
-            send_ms, expect_ms = negotiate(heartbeat, theirs)
-            self.heartbeat = (send_ms / 1000, expect_ms / 1000)
-        self._last_read = trio.current_time()
-
-    async def _read_loop(self) -> None:
-        stream = self._stream
-        feed = self._parser.feed
-        dispatch = self._dispatch
-        for frame in self._early:
-            dispatch(frame)
-        while True:
-            try:
-                data = await stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, OSError) as exc:
-                raise ConnectionLost(f"reading from the broker failed: {exc!r}") from exc
-            except trio.ClosedResourceError as exc:
-                # _shutdown closes the stream right after cancelling us; the
-                # close can wake this read before the cancellation does.
-                if self._closed:
-                    return
-                raise ClientClosed("the connection was closed") from exc
-            self._last_read = trio.current_time()
-            if not data:
-                feed(b"")
-                if self._closing:
-                    return
-                raise ConnectionLost("the broker closed the connection")
-            for event in feed(data):
-                if event is not HEARTBEAT:
-                    dispatch(event)  # type: ignore[arg-type]
 
     def _dispatch(self, frame: Frame) -> None:
         command = frame.command
@@ -466,94 +562,203 @@ class Client:
 
     # -- lifetime -----------------------------------------------------------
 
-    async def _guard(self, task: Callable[[], Awaitable[None]]) -> None:
-        """Run a background task; turn its StompError into a connection failure."""
-        try:
-            await task()
-        except StompError as exc:
-            self._fail(exc)
+    def _event(self, event: ConnectionEvent) -> None:
+        if self._on_event is not None:
+            self._on_event(event)
 
     def _fail(self, error: StompError) -> None:
+        """The session is over for good: wake everyone with ``error``."""
         if self._error is not None or self._closed:
             return
         self._error = error
-        self._outbox.close(error)
+        self._conn.fail(error)
         for waiter in self._receipts.values():
             waiter.fail(error)
         for sub in self._subscriptions.values():
             sub._close(error)
+        self._restored.set()
         if self._body_scope is not None:
             self._body_scope.cancel()
         self._tasks_scope.cancel()
 
-    async def _send_heartbeats(self) -> None:
-        every = self.heartbeat[0]
-        while True:
-            idle = trio.current_time() - self._outbox.last_write
-            if idle >= every:
-                if self._outbox.empty:
-                    self._outbox.put_nowait(b"\n")
-                idle = 0.0
-            await trio.sleep(every - idle)
-
-    async def _watch_heartbeats(self) -> None:
-        expect_every = self.heartbeat[1]
-        connected_at = self._last_read
-        while True:
-            limit = expect_every * self._tolerance
-            if self._last_read == connected_at:
-                # Grace for the first beat: brokers start their timer after
-                # CONNECTED (ActiveMQ's first beat comes after two intervals).
-                limit += expect_every
-            silent = trio.current_time() - self._last_read
-            if silent >= limit:
-                raise ConnectionLost(
-                    f"nothing from the broker for {silent:.3f} s; heart-beats were expected "
-                    f"every {self.heartbeat[1]:.3f} s"
-                )
-            await trio.sleep(limit - silent)
-
-    async def _run_tasks(self) -> None:
-        # Shielded: when the caller's block is cancelled, the writer and reader
-        # must live on for the shielded cleanup (UNSUBSCRIBE, ABORT, DISCONNECT
-        # and its receipt). _shutdown, which always runs, cancels the scope;
-        # it exists before this task runs, so that works even if it never did.
-        # (Not nursery.start: a cancelled start() never lets a shielded child go.)
+    async def _supervise(self) -> None:
+        """Serve the current connection; on failure, reconnect or fail for good."""
         with self._tasks_scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._guard, self._read_loop)
-                nursery.start_soon(self._guard, self._outbox.run)
-                if self.heartbeat[0]:
-                    nursery.start_soon(self._guard, self._send_heartbeats)
-                if self.heartbeat[1]:
-                    nursery.start_soon(self._guard, self._watch_heartbeats)
+            conn = self._conn
+            restoring = False
+            while True:
+                async with trio.open_nursery() as nursery:
+                    if restoring:
+                        nursery.start_soon(self._restore, conn)
+                    error = await conn.run(self._dispatch)
+                    nursery.cancel_scope.cancel()
+                if error is None:
+                    return  # stopped by _shutdown
+                await conn.aclose()
+                if self._reconnect is None or conn.closing:
+                    self._fail(error)
+                    return
+                lost_at = trio.current_time()
+                self._connection_lost(error)
+                try:
+                    conn, attempts = await _open_any(
+                        self._targets,
+                        self._options,
+                        self._reconnect,
+                        self._rng,
+                        start=self._targets_index(conn.url) + 1,
+                        initial=False,
+                    )
+                except StompError as exc:
+                    self._fail(exc)
+                    return
+                self._conn = conn
+                self._pending_event = ConnectionEvent(
+                    "restored",
+                    conn.url,
+                    attempts=attempts,
+                    downtime=trio.current_time() - lost_at,
+                )
+                restoring = True
+
+    def _targets_index(self, url: str) -> int:
+        return next((i for i, t in enumerate(self._targets) if t.url == url), -1)
+
+    def _connection_lost(self, error: StompError) -> None:
+        """Bookkeeping when a connection drops and a new one is on its way."""
+        old = self._conn
+        self._connected = False
+        self._restored = trio.Event()
+        self._generation += 1
+        unwritten = old.outbox.unwritten()
+        self._replay_queue = sorted(
+            {r.seq: r for r in [*self._replays.values(), *unwritten]}.values(),
+            key=lambda r: r.seq,
+        )
+        lost = ConnectionLost(f"the connection to {old.url} was lost: {error}")
+        for receipt_id, waiter in list(self._receipts.items()):
+            if receipt_id not in self._replays:
+                waiter.fail(lost)
+                del self._receipts[receipt_id]
+        for sub in self._subscriptions.values():
+            sub._connection_lost()
+        self._event(ConnectionEvent("lost", old.url, error=str(error)))
+
+    async def _restore(self, conn: Connection) -> None:
+        """On a new connection: resubscribe (awaiting receipts), then replay sends."""
+        waiters = []
+        for sub in self._subscriptions.values():
+            receipt_id = f"r-{next(self._ids)}"
+            pairs = [*self._subscribe_headers(sub), ("receipt", receipt_id)]
+            waiter = self._receipts[receipt_id] = _Waiter()
+            waiters.append((receipt_id, waiter))
+            frame = trusted_frame("SUBSCRIBE", Headers._trusted(tuple(pairs)), b"")
+            conn.outbox.put_nowait(encode(frame, conn.version))
+        try:
+            for _, waiter in waiters:
+                await waiter.wait()
+        except StompError as exc:
+            conn.fail(exc)
+            return
+        finally:
+            for receipt_id, _ in waiters:
+                self._receipts.pop(receipt_id, None)
+        for replay in self._replay_queue:
+            await conn.outbox.put(encode(replay.frame, conn.version), replay)
+        self._replay_queue = []
+        self.reconnects += 1
+        self._connected = True
+        self._restored.set()
+        if self._pending_event is not None:
+            self._event(self._pending_event)
 
     async def _shutdown(self) -> None:
         """DISCONNECT (with receipt) if the connection is healthy, then close. Bounded."""
         with trio.CancelScope(shield=True):
+            conn = self._conn
             if self._error is None and not self._closed:
-                self._closing = True
-                with trio.move_on_after(self._disconnect_timeout):
-                    try:
-                        await self._send_frame("DISCONNECT", [], receipt=True)
-                        self._disconnected = True
-                    except StompError:
-                        pass
+                if self._connected:
+                    conn.closing = True
+                    with trio.move_on_after(self._options.disconnect_timeout):
+                        try:
+                            await self._send_frame("DISCONNECT", [], receipt=True)
+                            self._disconnected = True
+                        except StompError:
+                            pass
                 if not self._disconnected and self._error is None:
                     self._error = ConnectionLost(
-                        f"no RECEIPT for DISCONNECT within {self._disconnect_timeout} s; "
-                        "frames sent without a receipt may not have reached the broker"
+                        f"no RECEIPT for DISCONNECT within {self._options.disconnect_timeout} s"
+                        if self._connected
+                        else "the client was closed while reconnecting"
                     )
+                    if not self._connected and not self._replay_queue:
+                        self._disconnected = True  # nothing was left unsent
             self._closed = True
             closed = ClientClosed(f"{self!r} is closed")
-            self._outbox.close(closed)
+            conn.stop()
             for waiter in self._receipts.values():
                 waiter.fail(closed)
             for sub in list(self._subscriptions.values()):
                 sub._close()
             self._subscriptions.clear()
+            self._restored.set()
             self._tasks_scope.cancel()
-            await trio.aclose_forcefully(self._stream)
+            await conn.aclose()
+
+
+async def _open_any(
+    targets: Sequence[_Target],
+    options: _Options,
+    policy: Reconnect | None,
+    rng: random.Random,
+    *,
+    start: int = 0,
+    initial: bool,
+) -> tuple[Connection, int]:
+    """Connect to the first target that answers; return it and the attempts it took.
+
+    Without a policy each target is tried once. With one, targets are tried
+    in turn with backoff until one answers or ``max_attempts`` is reached.
+    On the first connect, a broker that refuses (ERROR to CONNECT, no common
+    version) ends the attempts at once: retrying would not change its mind.
+
+    Raises:
+      ConnectFailed: every attempt failed (the message lists why).
+    """
+    failures: list[str] = []
+    count = len(targets)
+    order = list(range(count))
+    attempt = 0
+    while True:
+        if policy is not None and policy.shuffle and attempt % count == 0:
+            rng.shuffle(order)
+        target = targets[order[(start + attempt) % count]]
+        attempt += 1
+        try:
+            with trio.fail_after(options.connect_timeout):
+                stream = await open_stream(target.endpoint, ssl_context=options.ssl_context)
+            conn = await options.greet(
+                stream, target.url, target.endpoint.login, target.endpoint.passcode
+            )
+            return conn, attempt
+        except trio.TooSlowError:
+            failures.append(f"{target.url}: timed out after {options.connect_timeout} s")
+        except ConnectFailed as exc:
+            if initial and exc.frame is not None:
+                raise
+            failures.append(f"{target.url}: {exc}")
+        if policy is None:
+            if attempt >= count:
+                break
+        elif policy.max_attempts is not None and attempt >= policy.max_attempts:
+            break
+        elif attempt % count == 0:
+            # Every URL failed this round: back off before the next one.
+            await trio.sleep(policy.delay(attempt // count, rng))
+    if len(failures) == 1:
+        raise ConnectFailed(failures[0].split(": ", 1)[1])
+    shown = "; ".join(failures[-count:])
+    raise ConnectFailed(f"no broker answered after {attempt} attempts: {shown}")
 
 
 def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -564,6 +769,28 @@ def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException |
             return inner
         group = inner
     return None
+
+
+@asynccontextmanager
+async def _session(client: Client) -> AsyncIterator[Client]:
+    """Run ``client``'s tasks around the caller's block; shut down after it."""
+    sole: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._supervise)
+            try:
+                with trio.CancelScope() as client._body_scope:
+                    yield client
+            finally:
+                await client._shutdown()
+    except BaseExceptionGroup as group:
+        sole = _sole_exception(group)
+        if sole is None:
+            raise
+    if sole is not None:
+        raise sole
+    if client._error is not None and not client._disconnected:
+        raise client._error
 
 
 @asynccontextmanager
@@ -583,57 +810,29 @@ async def wrap_stream(
 ) -> AsyncIterator[Client]:
     """Speak STOMP over any Trio stream (TLS, WebSocket, memory): see :func:`connect`.
 
-    The stream is closed when the block is left, whatever happens.
+    There is no reconnecting here (there is only the one stream). The stream
+    is closed when the block is left, whatever happens.
     """
-    parser = FrameParser("1.2", lenient=lenient)
-    if max_frame_size is not None:
-        parser.max_frame_size = max_frame_size
-    client = Client(
-        stream,
+    options = _Options(
+        login=login,
+        passcode=passcode,
+        vhost=host,
+        heartbeat=heartbeat,
+        versions=versions,
         heartbeat_tolerance=heartbeat_tolerance,
+        connect_timeout=connect_timeout,
         disconnect_timeout=disconnect_timeout,
-        parser=parser,
+        lenient=lenient,
+        max_frame_size=max_frame_size,
     )
-    try:
-        with trio.fail_after(connect_timeout):
-            await client._handshake(
-                login=login, passcode=passcode, host=host, heartbeat=heartbeat, versions=versions
-            )
-    except trio.TooSlowError:
-        await trio.aclose_forcefully(stream)
-        raise ConnectFailed(f"no CONNECTED from the broker within {connect_timeout} s") from None
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        await trio.aclose_forcefully(stream)
-        raise ConnectFailed(f"the connection failed during CONNECT: {exc!r}") from exc
-    except RemoteProtocolError as exc:
-        await trio.aclose_forcefully(stream)
-        raise ConnectFailed(f"the broker's reply to CONNECT is not valid STOMP: {exc}") from exc
-    except BaseException:
-        await trio.aclose_forcefully(stream)
-        raise
-
-    sole: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._run_tasks)
-            try:
-                with trio.CancelScope() as client._body_scope:
-                    yield client
-            finally:
-                await client._shutdown()
-    except BaseExceptionGroup as group:
-        sole = _sole_exception(group)
-        if sole is None:
-            raise
-    if sole is not None:
-        raise sole
-    if client._error is not None and not client._disconnected:
-        raise client._error
+    conn = await options.greet(stream, "the stream")
+    async with _session(Client(conn, options)) as client:
+        yield client
 
 
 @asynccontextmanager
 async def connect(
-    url: str | None = None,
+    url: str | Sequence[str] | None = None,
     *,
     host: str | None = None,
     port: int | None = None,
@@ -647,6 +846,8 @@ async def connect(
     disconnect_timeout: float = 5.0,
     lenient: bool = False,
     ssl_context: ssl.SSLContext | None = None,
+    reconnect: Reconnect | None = None,
+    on_event: EventCallback | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a STOMP broker for the duration of an ``async with`` block.
 
@@ -658,9 +859,11 @@ async def connect(
     Keyword arguments override what the URL says.
 
     Args:
-      url: ``stomp://[login[:passcode]@]host[:port][/?vhost=NAME]``.
-      host, port: the broker's address (default 127.0.0.1:61613).
-      login, passcode: credentials for CONNECT.
+      url: ``stomp://[login[:passcode]@]host[:port][/?vhost=NAME]``, or a list
+        of such URLs for failover: they are tried in order.
+      host, port: the broker's address (default 127.0.0.1:61613), for a
+        single broker.
+      login, passcode: credentials for CONNECT (a URL's own win for it).
       vhost: the CONNECT ``host`` header; RabbitMQ takes it as the virtual
         host ("/"). Defaults to "/".
       heartbeat: ``(cx, cy)`` in ms: how often we can send heart-beats and
@@ -673,6 +876,20 @@ async def connect(
         ABORT, DISCONNECT and its receipt), s.
       lenient: accept undefined escapes and raw colons in 1.2 headers.
       ssl_context: the TLS settings for ``stomp+ssl://`` and ``wss://``.
+      reconnect: a :class:`Reconnect` policy, or None (the default) to fail
+        fast: any connection failure is raised at the ``async with``.
+      on_event: called with a :class:`ConnectionEvent` each time the
+        connection drops ("lost") and comes back ("restored").
+
+    With a reconnect policy, when the connection drops (socket error, peer
+    closed, missed heart-beats, an ERROR frame) the client connects again
+    (the next URL first), re-subscribes every open subscription and waits for
+    the broker to confirm each, then sends what was queued. Meanwhile:
+    ``async for`` over a subscription just waits; messages received on the
+    lost connection refuse ``ack()``/``nack()`` (the broker redelivers them);
+    a ``send(receipt=True)`` still waiting is sent again (at least once); an
+    open transaction fails with :class:`TransactionError` (the broker rolled
+    it back) rather than being replayed.
 
     Leaving the block sends DISCONNECT and waits (bounded) for its receipt, so
     everything sent before has reached the broker; then the socket is closed.
@@ -680,32 +897,43 @@ async def connect(
 
     Raises:
       ConnectFailed: refused, timed out, bad credentials, no common version.
-      ServerError: the broker sent ERROR during the session.
-      ConnectionLost: the connection broke (including missed heart-beats), or
-        the DISCONNECT receipt did not come.
+      ServerError: the broker sent ERROR during the session (fail-fast).
+      ConnectionLost: the connection broke (including missed heart-beats), the
+        reconnect attempts ran out, or the DISCONNECT receipt did not come.
     """
-    endpoint = Endpoint.from_url(url) if url is not None else Endpoint()
-    host = host if host is not None else endpoint.host
-    port = port if port is not None else endpoint.port
-    login = login if login is not None else endpoint.login
-    passcode = passcode if passcode is not None else endpoint.passcode
-    vhost = vhost if vhost is not None else (endpoint.vhost or "/")
-    endpoint = attrs.evolve(endpoint, host=host, port=port)
-    try:
-        with trio.fail_after(connect_timeout):
-            stream = await open_stream(endpoint, ssl_context=ssl_context)
-    except trio.TooSlowError:
-        raise ConnectFailed(f"connecting to {host}:{port} timed out") from None
-    async with wrap_stream(
-        stream,
-        login=login,
-        passcode=passcode,
-        host=vhost,
+    urls = [url] if isinstance(url, str) or url is None else list(url)
+    if not urls:
+        raise ValueError("connect() needs at least one URL")
+    targets = []
+    for item in urls:
+        endpoint = Endpoint.from_url(item) if item is not None else Endpoint()
+        if len(urls) == 1:
+            endpoint = attrs.evolve(
+                endpoint,
+                host=host if host is not None else endpoint.host,
+                port=port if port is not None else endpoint.port,
+            )
+        targets.append(_Target(item or f"stomp://{endpoint.host}:{endpoint.port}", endpoint))
+    first = targets[0].endpoint
+    options = _Options(
+        login=login if login is not None else first.login,
+        passcode=passcode if passcode is not None else first.passcode,
+        vhost=vhost if vhost is not None else (first.vhost or "/"),
         heartbeat=heartbeat,
         versions=versions,
         heartbeat_tolerance=heartbeat_tolerance,
         connect_timeout=connect_timeout,
         disconnect_timeout=disconnect_timeout,
         lenient=lenient,
-    ) as client:
-        yield client
+        ssl_context=ssl_context,
+    )
+    if login is not None or passcode is not None:
+        targets = [
+            _Target(t.url, attrs.evolve(t.endpoint, login=options.login, passcode=options.passcode))
+            for t in targets
+        ]
+    rng = random.Random()
+    conn, _ = await _open_any(targets, options, reconnect, rng, initial=True)
+    client = Client(conn, options, targets=targets, reconnect=reconnect, on_event=on_event)
+    async with _session(client) as session:
+        yield session

@@ -22,11 +22,13 @@ class Message:
     :meth:`Transaction.ack`).
     """
 
-    __slots__ = ("_subscription", "frame")
+    __slots__ = ("_generation", "_subscription", "frame")
 
-    def __init__(self, frame: Frame, subscription: Subscription) -> None:
+    def __init__(self, frame: Frame, subscription: Subscription, generation: int = 0) -> None:
         self.frame = frame
         self._subscription = subscription
+        # Which connection of the client it came on: acks are per connection.
+        self._generation = generation
 
     @property
     def body(self) -> bytes:

@@ -16,13 +16,23 @@ frames; it is always a cancellation point.
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 import trio
 
 from ._errors import ClientClosed, ConnectionLost, StompError
 
+#: What the caller attaches to a frame it may want to send again elsewhere.
+R = TypeVar("R")
 
-class Outbox:
-    """Frames waiting to be written, and the task that writes them."""
+
+class Outbox(Generic[R]):
+    """Frames waiting to be written, and the task that writes them.
+
+    A frame may be queued with a ``replay`` token: if the connection fails
+    before the writer took the frame, :meth:`unwritten` gives the tokens
+    back, in order, so the caller can send those frames on a new connection.
+    """
 
     def __init__(
         self,
@@ -33,6 +43,7 @@ class Outbox:
     ) -> None:
         self._stream = stream
         self._queue: list[bytes] = []
+        self._replays: list[R] = []
         self._queued_bytes = 0
         self._high_water = high_water
         self._yield_every = yield_every
@@ -46,11 +57,20 @@ class Outbox:
         self.last_write = trio.current_time()
 
     @property
+    def closed(self) -> bool:
+        """True once the outbox refuses frames."""
+        return self._error is not None
+
+    def unwritten(self) -> list[R]:
+        """The replay tokens of frames the writer never took, in queue order."""
+        return list(self._replays)
+
+    @property
     def empty(self) -> bool:
         """True when nothing is queued or being written."""
         return not self._queue and self._writer_idle
 
-    async def put(self, data: bytes) -> None:
+    async def put(self, data: bytes, replay: R | None = None) -> None:
         """Queue ``data`` (one or more whole frames) for writing.
 
         Waits while more than ``high_water`` bytes are queued (backpressure).
@@ -69,6 +89,8 @@ class Outbox:
             await self._room_lot.park()
         self._queue.append(data)
         self._queued_bytes += len(data)
+        if replay is not None:
+            self._replays.append(replay)
         self._since_yield += 1
         if self._writer_idle:
             self._writer_lot.unpark()
@@ -117,6 +139,8 @@ class Outbox:
             queue = self._queue
             chunk = queue[0] if len(queue) == 1 else b"".join(queue)
             self._queue = []
+            if self._replays:
+                self._replays = []
             self._queued_bytes = 0
             self._room_lot.unpark_all()
             self.last_write = trio.current_time()

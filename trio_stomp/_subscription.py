@@ -88,7 +88,7 @@ class Subscription:
         return f"<Subscription {self.id!r} to {self.destination!r} ack={self.ack!r}>"
 
     async def __aenter__(self) -> Subscription:
-        await self._client._start_subscription(self, self._headers, self._receipt)
+        await self._client._start_subscription(self, self._receipt)
         return self
 
     async def __aexit__(
@@ -137,8 +137,13 @@ class Subscription:
             )
             self._client._overflowed(self)
         else:
-            self._buffer.append(Message(frame, self))
+            self._buffer.append(Message(frame, self, self._client._generation))
         self._lot.unpark()
+
+    def _connection_lost(self) -> None:
+        """The connection dropped and a new one is coming: drop what can no longer be acked."""
+        if self.ack != "auto":
+            self._buffer.clear()
 
     def _close(self, error: StompError | None = None) -> None:
         """Stop delivering; wake the consumer. Buffered messages are still handed out."""

@@ -35,6 +35,7 @@ class Transaction:
         self._receipt = receipt
         #: "new", "open", "committed", "aborted" or "failed".
         self.state = "new"
+        self._generation = -1  # the client's connection generation at BEGIN
 
     def __repr__(self) -> str:
         return f"<Transaction {self.id!r} {self.state}>"

@@ -1,0 +1,205 @@
+"""One STOMP session over one stream: handshake, reader, writer, heart-beats.
+
+A :class:`Connection` lives as long as its stream. The :class:`Client` keeps
+one at a time and replaces it when it reconnects; what must outlive a single
+connection (subscriptions, receipts, transactions) lives in the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import trio
+
+from ._errors import ClientClosed, ConnectFailed, ConnectionLost, StompError
+from ._heartbeat import format_heartbeat, negotiate, parse_heartbeat
+from ._outbox import Outbox
+from .frame import HEARTBEAT, VERSIONS, Frame, FrameParser, encode
+
+RECEIVE_SIZE: Final = 64 * 1024
+
+
+class Connection:
+    """A connected stream speaking STOMP, and the tasks that serve it.
+
+    Attributes:
+      url: where it is connected (for messages and events).
+      version, server, session: from CONNECTED.
+      heartbeat: the negotiated ``(send_every, expect_every)`` in seconds.
+      outbox: frames waiting for the writer task.
+      error: why the connection failed, once it has.
+      closing: DISCONNECT was sent, so the peer closing is expected.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        url: str,
+        *,
+        heartbeat_tolerance: float,
+        lenient: bool,
+        max_frame_size: int | None,
+    ) -> None:
+        self.stream = stream
+        self.url = url
+        self.parser = FrameParser("1.2", lenient=lenient)
+        if max_frame_size is not None:
+            self.parser.max_frame_size = max_frame_size
+        self.outbox: Outbox[Any] = Outbox(stream)
+        self.version = "1.2"
+        self.server: str | None = None
+        self.session: str | None = None
+        self.heartbeat: tuple[float, float] = (0.0, 0.0)
+        self.error: StompError | None = None
+        self.closing = False
+        self._tolerance = heartbeat_tolerance
+        self._last_read = trio.current_time()
+        self._early: list[Frame] = []
+        self._scope = trio.CancelScope()
+
+    async def handshake(
+        self,
+        *,
+        login: str | None,
+        passcode: str | None,
+        host: str,
+        heartbeat: tuple[int, int],
+        versions: Sequence[str],
+    ) -> None:
+        """Send CONNECT and read CONNECTED.
+
+        Raises:
+          ConnectFailed: ERROR instead of CONNECTED (``frame`` is set), no
+            common version (``frame`` is set), or the peer closed.
+          RemoteProtocolError, trio.BrokenResourceError, OSError: as they come.
+        """
+        unknown = [v for v in versions if v not in VERSIONS]
+        if unknown or not versions:
+            raise ValueError(f"versions must be a non-empty subset of {VERSIONS}, got {versions}")
+        pairs = [("accept-version", ",".join(versions)), ("host", host)]
+        if login is not None:
+            pairs.append(("login", login))
+        if passcode is not None:
+            pairs.append(("passcode", passcode))
+        pairs.append(("heart-beat", format_heartbeat(heartbeat)))
+        await self.stream.send_all(encode(Frame("CONNECT", pairs), "1.2"))
+        frames: list[Frame] = []
+        while not frames:
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            events = self.parser.feed(data)
+            if not data:
+                raise ConnectFailed("the broker closed the connection before answering CONNECT")
+            frames = [event for event in events if isinstance(event, Frame)]
+        reply, self._early = frames[0], frames[1:]
+        if reply.command == "ERROR":
+            message = reply.headers.get("message") or reply.body.decode("utf-8", "replace")
+            raise ConnectFailed(f"the broker refused the connection: {message.strip()}", reply)
+        if reply.command != "CONNECTED":
+            raise ConnectFailed(f"expected CONNECTED, the broker sent {reply.command}", reply)
+        version = reply.headers.get("version", "1.0")
+        if version not in versions:
+            raise ConnectFailed(
+                f"the broker chose STOMP {version}, which is not in versions={tuple(versions)}",
+                reply,
+            )
+        self.version = version
+        self.parser.version = version
+        self.server = reply.headers.get("server")
+        self.session = reply.headers.get("session")
+        if version != "1.0":
+            theirs = parse_heartbeat(reply.headers.get("heart-beat"))
+            send_ms, expect_ms = negotiate(heartbeat, theirs)
+            self.heartbeat = (send_ms / 1000, expect_ms / 1000)
+        self._last_read = trio.current_time()
+
+    async def run(self, dispatch: Callable[[Frame], None]) -> StompError | None:
+        """Serve the connection until it fails (return the error) or :meth:`stop`.
+
+        ``dispatch`` gets every frame the peer sends; a StompError it raises
+        fails the connection.
+        """
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guard, self._read_loop, dispatch)
+                nursery.start_soon(self._guard, self.outbox.run)
+                if self.heartbeat[0]:
+                    nursery.start_soon(self._guard, self._send_heartbeats)
+                if self.heartbeat[1]:
+                    nursery.start_soon(self._guard, self._watch_heartbeats)
+        return self.error
+
+    def fail(self, error: StompError) -> None:
+        """Record why the connection failed and stop serving it."""
+        if self.error is None:
+            self.error = error
+            self.outbox.close(error)
+        self._scope.cancel()
+
+    def stop(self) -> None:
+        """Stop serving the connection (it is being closed on purpose)."""
+        self.outbox.close(ClientClosed("the connection was closed"))
+        self._scope.cancel()
+
+    async def aclose(self) -> None:
+        """Close the stream at once (no STOMP goodbye); never blocks long."""
+        await trio.aclose_forcefully(self.stream)
+
+    async def _guard(self, task: Callable[..., Awaitable[None]], *args: object) -> None:
+        try:
+            await task(*args)
+        except StompError as exc:
+            self.fail(exc)
+
+    async def _read_loop(self, dispatch: Callable[[Frame], None]) -> None:
+        stream = self.stream
+        feed = self.parser.feed
+        for frame in self._early:
+            dispatch(frame)
+        while True:
+            try:
+                data = await stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, OSError) as exc:
+                raise ConnectionLost(f"reading from {self.url} failed: {exc!r}") from exc
+            except trio.ClosedResourceError as exc:
+                # Closing the stream can wake this read before our cancellation does.
+                if self.closing or self.outbox.closed:
+                    return
+                raise ClientClosed("the connection was closed") from exc
+            self._last_read = trio.current_time()
+            if not data:
+                feed(b"")
+                if self.closing:
+                    return
+                raise ConnectionLost(f"{self.url} closed the connection")
+            for event in feed(data):
+                if event is not HEARTBEAT:
+                    dispatch(event)  # type: ignore[arg-type]
+
+    async def _send_heartbeats(self) -> None:
+        every = self.heartbeat[0]
+        outbox = self.outbox
+        while True:
+            idle = trio.current_time() - outbox.last_write
+            if idle >= every:
+                if outbox.empty:
+                    outbox.put_nowait(b"\n")
+                idle = 0.0
+            await trio.sleep(every - idle)
+
+    async def _watch_heartbeats(self) -> None:
+        expect_every = self.heartbeat[1]
+        connected_at = self._last_read
+        while True:
+            limit = expect_every * self._tolerance
+            if self._last_read == connected_at:
+                # Grace for the first beat: brokers start their timer after
+                # CONNECTED (ActiveMQ's first beat comes after two intervals).
+                limit += expect_every
+            silent = trio.current_time() - self._last_read
+            if silent >= limit:
+                raise ConnectionLost(
+                    f"nothing from {self.url} for {silent:.3f} s; heart-beats were expected "
+                    f"every {expect_every:.3f} s"
+                )
+            await trio.sleep(limit - silent)
