@@ -1,0 +1,198 @@
+"""Failover and reconnect, proven with a fault-injecting proxy and a real broker restart."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+from fault_proxy import fault_proxy, lossless_run
+
+import trio_stomp
+from trio_stomp import ConnectionEvent, Reconnect
+
+from conftest import REAL_BROKERS, Target, require_real_broker
+
+FAST = Reconnect(initial_delay=0.01, max_delay=0.1)
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def test_backoff_is_exponential_with_full_jitter_and_a_cap() -> None:
+    policy = Reconnect(initial_delay=0.1, max_delay=1.0, multiplier=2.0)
+    rng = random.Random(7)
+    for attempt, bound in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (50, 1.0)]:
+        delays = [policy.delay(attempt, rng) for _ in range(200)]
+        assert all(0 <= d <= bound for d in delays)
+        assert max(delays) > bound * 0.8  # full jitter spans the whole range
+    with pytest.raises(ValueError):
+        Reconnect(max_attempts=0)
+
+
+async def _closed_port() -> int:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port: int = listener.socket.getsockname()[1]
+    await listener.aclose()
+    return port
+
+
+async def test_failover_list_uses_the_first_broker_that_answers(embedded: Target) -> None:
+    dead = f"stomp://127.0.0.1:{await _closed_port()}"
+    async with trio_stomp.connect([dead, embedded.url]) as client:
+        assert client.url == embedded.url
+        await client.send("/queue/failover", b"x", receipt=True)
+
+
+async def test_failover_list_without_any_broker_names_each_failure() -> None:
+    urls = [f"stomp://127.0.0.1:{await _closed_port()}" for _ in range(2)]
+    with pytest.raises(trio_stomp.ConnectFailed, match="after 2 attempts") as info:
+        async with trio_stomp.connect(urls):
+            pass
+    assert all(url in str(info.value) for url in urls)
+
+
+async def test_reconnect_resubscribes_and_reports_events(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    dest = unique("queue")
+    port = int(embedded.url.rsplit(":", 1)[1])
+    events: list[ConnectionEvent] = []
+    noticed = trio.Event()
+
+    def record(event: ConnectionEvent) -> None:
+        events.append(event)
+        noticed.set()
+
+    async with fault_proxy(port) as proxy:
+        async with trio_stomp.connect(proxy.url(), reconnect=FAST, on_event=record) as c:
+            async with c.subscribe(dest, ack="client-individual", receipt=True) as sub:
+                await c.send(dest, b"before", receipt=True)
+                before = await anext(aiter(sub))
+                proxy.cut()
+                await noticed.wait()
+                # The message came on the dead connection: acking it must be refused.
+                with pytest.raises(trio_stomp.ClientClosed, match="redeliver"):
+                    await before.ack()
+                await c.send(dest, b"after", receipt=True)  # waits for the new connection
+                seen = set()
+                async for message in sub:
+                    seen.add(message.body)
+                    await message.ack()
+                    if seen == {b"before", b"after"}:
+                        break
+    assert [e.kind for e in events] == ["lost", "restored"]
+    assert c.reconnects == 1
+    assert events[1].downtime >= 0
+
+
+async def test_open_transaction_fails_loudly_on_reconnect(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    dest = unique("queue")
+    port = int(embedded.url.rsplit(":", 1)[1])
+    async with fault_proxy(port) as proxy:
+        async with trio_stomp.connect(proxy.url(), reconnect=FAST) as client:
+            with pytest.raises(trio_stomp.TransactionError, match="rolled back"):
+                async with client.transaction() as tx:
+                    await tx.send(dest, b"in tx")
+                    proxy.cut()
+                    await trio.sleep(0.2)  # the reconnect happens meanwhile
+                    await tx.send(dest, b"after the cut")
+            # Nothing of the transaction was committed, and the client works.
+            await client.send(dest, b"plain", receipt=True)
+            async with client.subscribe(dest, receipt=True) as sub:
+                assert (await anext(aiter(sub))).body == b"plain"
+
+
+async def test_reconnect_gives_up_after_max_attempts(embedded: Target) -> None:
+    port = int(embedded.url.rsplit(":", 1)[1])
+    async with fault_proxy(port) as proxy:
+        policy = Reconnect(initial_delay=0.01, max_delay=0.02, max_attempts=3)
+        with pytest.raises(trio_stomp.ConnectFailed, match="after 3 attempts"):
+            async with trio_stomp.connect([proxy.url(), proxy.url()], reconnect=policy):
+                proxy.upstream = ("127.0.0.1", await _closed_port())
+                proxy.cut()
+                await trio.sleep(10)
+
+
+async def test_stalled_peer_is_detected_by_heartbeat(embedded: Target) -> None:
+    port = int(embedded.url.rsplit(":", 1)[1])
+    events: list[tuple[float, ConnectionEvent]] = []
+    noticed = trio.Event()
+
+    def record(event: ConnectionEvent) -> None:
+        events.append((trio.current_time(), event))
+        noticed.set()
+
+    async with fault_proxy(port) as proxy:
+        async with trio_stomp.connect(
+            proxy.url(), heartbeat=(100, 100), reconnect=FAST, on_event=record
+        ) as client:
+            await trio.sleep(0.3)  # past the first-beat grace
+            stalled_at = trio.current_time()
+            proxy.stall()
+            with trio.fail_after(2):
+                await noticed.wait()
+            detected = events[0][0] - stalled_at
+            # tolerance 2 x 100 ms, plus one interval at most for the last beat's phase
+            assert 0.1 <= detected <= 0.5, detected
+            proxy.resume()
+            await client.send("/queue/after-stall", b"x", receipt=True)
+    assert [e.kind for _, e in events][:2] == ["lost", "restored"]
+
+
+@pytest.mark.deadline(120)
+async def test_20000_messages_survive_connection_cuts(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    port = int(embedded.url.rsplit(":", 1)[1])
+    async with fault_proxy(port) as proxy:
+
+        async def cut(_: int) -> None:
+            proxy.cut()
+
+        prefetch, senders = 100, 8
+        tally = await lossless_run(
+            proxy.url(),
+            unique("queue"),
+            20_000,
+            disrupt=cut,
+            every=700,
+            prefetch=prefetch,
+            senders=senders,
+        )
+    assert tally.missing == 0
+    assert proxy.cuts >= 20
+    # Each cut can redeliver at most the unacked window, and re-send at most
+    # the SENDs waiting for a receipt.
+    assert tally.duplicates <= proxy.cuts * (prefetch + senders)
+    assert tally.restored_events >= 2 * proxy.cuts - 2
+
+
+@pytest.mark.deadline(240)
+async def test_rabbitmq_restart_mid_stream_loses_nothing(unique: Callable[[str], str]) -> None:
+    require_real_broker("rabbitmq")
+
+    async def restart(_: int) -> None:
+        if restarts:
+            return
+        restarts.append(1)
+        await trio.run_process(
+            [str(SCRIPTS / "brokers"), "restart", "rabbitmq"],
+            capture_stdout=True,
+            capture_stderr=True,
+        )
+
+    restarts: list[int] = []
+    tally = await lossless_run(
+        REAL_BROKERS["rabbitmq"],
+        unique("queue"),
+        3_000,
+        disrupt=restart,
+        every=1000,
+        headers={"persistent": "true"},
+    )
+    assert restarts
+    assert tally.missing == 0
+    assert tally.lost_events >= 2 and tally.restored_events >= 2
