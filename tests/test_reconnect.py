@@ -135,8 +135,9 @@ async def test_stalled_peer_is_detected_by_heartbeat(embedded: Target) -> None:
             with trio.fail_after(2):
                 await noticed.wait()
             detected = events[0][0] - stalled_at
-            # tolerance 2 x 100 ms, plus one interval at most for the last beat's phase
-            assert 0.1 <= detected <= 0.5, detected
+            # Silence is death after 2 x 100 ms; the last byte before the stall
+            # came up to one interval earlier, so detection lands in (0.1, 0.2].
+            assert 0.05 <= detected <= 0.4, detected
             proxy.resume()
             await client.send("/queue/after-stall", b"x", receipt=True)
     assert [e.kind for _, e in events][:2] == ["lost", "restored"]

@@ -358,9 +358,15 @@ class Client:
                 await conn.outbox.put(data, None if receipt else replay)
             except StompError:
                 self._forget_receipt(receipt_id)
-                if replay is None or self._reconnect is None or self._error is not None:
+                if self._reconnect is None or self._error is not None:
                     raise
-                continue  # the connection dropped under us: queue on the next one
+                # The connection dropped under us, and another is on its way.
+                if replay is not None:
+                    continue  # a plain SEND: queue it on the next connection
+                if command == "SUBSCRIBE":
+                    await self._wait_connected()  # _restore re-subscribed it
+                    return None
+                raise
             except BaseException:
                 self._forget_receipt(receipt_id)
                 raise
@@ -439,7 +445,15 @@ class Client:
         if transaction is not None:
             self._check_transaction(transaction)
         pairs = ack_headers(message, command, self.version, transaction)
-        await self._send_frame(command, pairs, receipt=receipt)
+        try:
+            await self._send_frame(command, pairs, receipt=receipt)
+        except (ConnectionLost, ClientClosed) as exc:
+            if self._reconnect is None or self._error is not None:
+                raise
+            raise ClientClosed(
+                f"the connection was lost before the {command} of {message!r} was confirmed; "
+                "the broker will redeliver it"
+            ) from exc
 
     # -- subscriptions and transactions ------------------------------------
 
@@ -645,7 +659,23 @@ class Client:
         self._event(ConnectionEvent("lost", old.url, error=str(error)))
 
     async def _restore(self, conn: Connection) -> None:
-        """On a new connection: resubscribe (awaiting receipts), then replay sends."""
+        """On a new connection: resubscribe (awaiting receipts), then replay sends.
+
+        If the new connection fails meanwhile, it is marked failed and the
+        supervisor starts over with the next one.
+        """
+        try:
+            await self._resubscribe_and_replay(conn)
+        except StompError as exc:
+            conn.fail(exc)
+            return
+        self.reconnects += 1
+        self._connected = True
+        self._restored.set()
+        if self._pending_event is not None:
+            self._event(self._pending_event)
+
+    async def _resubscribe_and_replay(self, conn: Connection) -> None:
         waiters = []
         for sub in self._subscriptions.values():
             receipt_id = f"r-{next(self._ids)}"
@@ -657,20 +687,12 @@ class Client:
         try:
             for _, waiter in waiters:
                 await waiter.wait()
-        except StompError as exc:
-            conn.fail(exc)
-            return
         finally:
             for receipt_id, _ in waiters:
                 self._receipts.pop(receipt_id, None)
         for replay in self._replay_queue:
             await conn.outbox.put(encode(replay.frame, conn.version), replay)
         self._replay_queue = []
-        self.reconnects += 1
-        self._connected = True
-        self._restored.set()
-        if self._pending_event is not None:
-            self._event(self._pending_event)
 
     async def _shutdown(self) -> None:
         """DISCONNECT (with receipt) if the connection is healthy, then close. Bounded."""
