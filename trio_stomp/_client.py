@@ -706,7 +706,7 @@ class Client:
                             await self._send_frame("DISCONNECT", [], receipt=True)
                             self._disconnected = True
                         except StompError:
-                            pass
+                            self._disconnected = conn.closed_after_disconnect
                 if not self._disconnected and self._error is None:
                     self._error = ConnectionLost(
                         f"no RECEIPT for DISCONNECT within {self._options.disconnect_timeout} s"
@@ -764,11 +764,11 @@ async def _open_any(
             )
             return conn, attempt
         except trio.TooSlowError:
-            failures.append(f"{target.url}: timed out after {options.connect_timeout} s")
+            failures.append(f"{target.endpoint.url}: timed out after {options.connect_timeout} s")
         except ConnectFailed as exc:
             if initial and exc.frame is not None:
                 raise
-            failures.append(f"{target.url}: {exc}")
+            failures.append(f"{target.endpoint.url}: {exc}")
         if policy is None:
             if attempt >= count:
                 break
@@ -882,7 +882,11 @@ async def connect(
 
     Args:
       url: ``stomp://[login[:passcode]@]host[:port][/?vhost=NAME]``, or a list
-        of such URLs for failover: they are tried in order.
+        of such URLs for failover: they are tried in order. Schemes:
+        ``stomp://`` (TCP, port 61613), ``stomp+ssl://`` (TLS, port 61614),
+        ``ws://`` and ``wss://`` (STOMP over WebSocket, e.g.
+        ``ws://127.0.0.1:15674/ws`` for RabbitMQ Web-STOMP; needs the
+        ``trio-stomp[websocket]`` extra).
       host, port: the broker's address (default 127.0.0.1:61613), for a
         single broker.
       login, passcode: credentials for CONNECT (a URL's own win for it).

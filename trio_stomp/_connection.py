@@ -53,6 +53,8 @@ class Connection:
         self.heartbeat: tuple[float, float] = (0.0, 0.0)
         self.error: StompError | None = None
         self.closing = False
+        #: The broker closed a WebSocket with 1000 after our DISCONNECT (see _read_loop).
+        self.closed_after_disconnect = False
         self._tolerance = heartbeat_tolerance
         self._last_read = trio.current_time()
         self._early: list[Frame] = []
@@ -170,6 +172,12 @@ class Connection:
             if not data:
                 feed(b"")
                 if self.closing:
+                    # A WebSocket Close 1000 is sent on purpose (a crash cannot send
+                    # one): the broker acted on DISCONNECT, so on every frame before
+                    # it. RabbitMQ Web-STOMP closes so instead of sending the RECEIPT.
+                    if getattr(stream, "close_code", None) == 1000:
+                        self.closed_after_disconnect = True
+                        raise ClientClosed(f"{self.url} closed the WebSocket after DISCONNECT")
                     return
                 raise ConnectionLost(f"{self.url} closed the connection")
             for event in feed(data):

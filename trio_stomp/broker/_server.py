@@ -1,10 +1,12 @@
-"""The broker's Trio edge: the listener, one task per connection, shutdown."""
+"""The broker's Trio edge: the listeners, one task per connection, shutdown."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import secrets
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -13,6 +15,7 @@ import trio
 from ._config import Limits, freeze_users
 from ._connection import Connection
 from ._destinations import Router
+from ._listeners import PLAIN, TLS, WS, WSS, Address, HandshakeFailed, Listener, open_listeners
 from ._session import Session
 
 __all__ = ["Broker", "open_broker", "serve_broker"]
@@ -23,14 +26,15 @@ log = logging.getLogger("trio_stomp.broker")
 class Broker:
     """A running embedded broker, as handed out by :func:`open_broker`.
 
-    It tells clients where to connect (:attr:`url`) and lets tests look
-    inside (:meth:`queue_depth`, :attr:`connection_count`). It is not
-    created directly.
+    It tells clients where to connect (:attr:`url`, and :attr:`tls_url`,
+    :attr:`ws_url`, :attr:`wss_url` for the listeners asked for) and lets
+    tests look inside (:meth:`queue_depth`, :attr:`connection_count`). It is
+    not created directly.
     """
 
     def __init__(
         self,
-        listeners: list[trio.SocketListener],
+        listeners: list[Listener],
         host: str,
         users: Mapping[str, str] | None,
         limits: Limits,
@@ -54,15 +58,51 @@ class Broker:
 
     @property
     def port(self) -> int:
-        """The TCP port the broker listens on (the real one when 0 was asked)."""
-        port: int = self._listeners[0].socket.getsockname()[1]
-        return port
+        """The TCP port of plain STOMP (the real one when 0 was asked)."""
+        return self._listeners[0].port
 
     @property
     def url(self) -> str:
-        """Where to connect: ``stomp://HOST:PORT``."""
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"stomp://{host}:{self.port}"
+        """Where to connect with plain STOMP: ``stomp://HOST:PORT``."""
+        return self._listeners[0].url
+
+    @property
+    def tls_url(self) -> str:
+        """Where to connect with STOMP over TLS: ``stomp+ssl://HOST:PORT``.
+
+        Raises:
+          RuntimeError: the broker was not asked for a TLS listener (``tls_port``).
+        """
+        return self._listener(TLS, "tls_port").url
+
+    @property
+    def ws_url(self) -> str:
+        """Where to connect with STOMP over WebSocket: ``ws://HOST:PORT/ws``.
+
+        Raises:
+          RuntimeError: the broker was not asked for a WebSocket listener (``ws_port``).
+        """
+        return self._listener(WS, "ws_port").url
+
+    @property
+    def wss_url(self) -> str:
+        """Where to connect with STOMP over secure WebSocket: ``wss://HOST:PORT/ws``.
+
+        Raises:
+          RuntimeError: the broker was not asked for that listener (``wss_port``).
+        """
+        return self._listener(WSS, "wss_port").url
+
+    @property
+    def urls(self) -> list[str]:
+        """The URL of every listener, plain STOMP first."""
+        return [listener.url for listener in self._listeners]
+
+    def _listener(self, scheme: str, option: str) -> Listener:
+        for listener in self._listeners:
+            if listener.scheme == scheme:
+                return listener
+        raise RuntimeError(f"the broker has no {scheme}:// listener: pass {option}= to open it")
 
     @property
     def limits(self) -> Limits:
@@ -82,12 +122,40 @@ class Broker:
         # Connections run in the broker's nursery, not under the accept scope:
         # shutdown stops accepting first, then says goodbye to each client.
         with self._accept_scope:
-            await trio.serve_listeners(self._handle, self._listeners, handler_nursery=connections)
+            async with trio.open_nursery() as nursery:
+                for listener in self._listeners:
+                    nursery.start_soon(
+                        functools.partial(
+                            trio.serve_listeners,
+                            functools.partial(self._handle, listener),
+                            listener.sockets,
+                            handler_nursery=connections,
+                        )
+                    )
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, listener: Listener, stream: trio.SocketStream) -> None:
         if self._closing:
             await trio.aclose_forcefully(stream)
             return
+        peer = _peer(stream)
+        if listener.scheme != PLAIN:
+            try:
+                wrapped = await listener.wrap(stream, self._limits)
+            except HandshakeFailed as exc:
+                log.debug("%s connection from %s dropped: %s", listener.scheme, peer, exc)
+                await trio.aclose_forcefully(stream)
+                return
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            if self._closing:
+                await trio.aclose_forcefully(wrapped)
+                return
+            await self._serve(wrapped, f"{listener.scheme} {peer}")
+        else:
+            await self._serve(stream, peer)
+
+    async def _serve(self, stream: trio.abc.HalfCloseableStream, peer: str) -> None:
         connection = Connection(stream, self._limits)
         session_id = f"{self._session_prefix}-{next(self._session_ids)}"
         connection.session = Session(
@@ -98,7 +166,7 @@ class Broker:
             limits=self._limits,
         )
         self._connections.add(connection)
-        log.debug("connection %s from %s", session_id, _peer(stream))
+        log.debug("connection %s from %s", session_id, peer)
         try:
             await connection.run()
         except Exception:
@@ -116,7 +184,8 @@ class Broker:
         self._closing = True
         self._accept_scope.cancel()
         for listener in self._listeners:
-            await trio.aclose_forcefully(listener)
+            for socket in listener.sockets:
+                await trio.aclose_forcefully(socket)
         for connection in list(self._connections):
             connection.shutdown()
         if self._connections:
@@ -137,6 +206,10 @@ async def open_broker(
     *,
     users: Mapping[str, str] | None = None,
     limits: Limits | None = None,
+    tls_port: Address | None = None,
+    ws_port: Address | None = None,
+    wss_port: Address | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Broker]:
     """Run a STOMP broker for the duration of an ``async with`` block.
 
@@ -151,27 +224,48 @@ async def open_broker(
             async with trio_stomp.connect(broker.url) as client:
                 ...
 
+    Besides plain STOMP, the broker can listen for STOMP over TLS, over
+    WebSocket and over WebSocket in TLS; every listener serves the same
+    destinations, and a client on one talks to clients on the others::
+
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain("broker.pem", "broker.key")
+        async with open_broker(tls_port=0, ws_port=0, ssl_context=context) as broker:
+            ...  # broker.tls_url, broker.ws_url
+
     Args:
       host: the address to listen on; the default is loopback only.
-      port: the TCP port; 0 picks a free one (see :attr:`Broker.port`).
+      port: the TCP port of plain STOMP; 0 picks a free one (see
+        :attr:`Broker.port`).
       users: ``login -> passcode``; a CONNECT must name one of them (else
         ERROR and close). None accepts any login, or none.
-      limits: resource limits and timeouts; see :class:`Limits`.
+      limits: resource limits and timeouts; see :class:`Limits`. The TLS
+        handshake and the WebSocket upgrade must finish within
+        ``limits.connect_timeout``.
+      tls_port: listen for STOMP over TLS (:attr:`Broker.tls_url`) on this
+        port of ``host``, or on a ``(host, port)``; 0 picks a free port.
+      ws_port: likewise for STOMP over WebSocket (:attr:`Broker.ws_url`).
+        Any request path is accepted; the subprotocol chosen is the best
+        of ``v12.stomp``, ``v11.stomp``, ``v10.stomp`` the client offers.
+        Needs the ``websocket`` extra.
+      wss_port: likewise for STOMP over WebSocket over TLS
+        (:attr:`Broker.wss_url`).
+      ssl_context: the server's TLS settings (certificate and key loaded),
+        required with ``tls_port`` or ``wss_port``.
 
     Returns:
       An async context manager yielding the running :class:`Broker`.
 
     Raises:
-      OSError: the address cannot be listened on (a port in use, say).
+      OSError: an address cannot be listened on (a port in use, say).
+      ValueError: a TLS listener without ``ssl_context``, or the reverse.
+      ImportError: a WebSocket listener without the ``websocket`` extra.
     """
     frozen_users = freeze_users(users)
     limits = limits if limits is not None else Limits()
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    if port == 0:
-        # Each listener would get its own ephemeral port: keep one address.
-        for extra in listeners[1:]:
-            await trio.aclose_forcefully(extra)
-        listeners = listeners[:1]
+    listeners = await open_listeners(
+        host, port, tls_port=tls_port, ws_port=ws_port, wss_port=wss_port, ssl_context=ssl_context
+    )
     broker = Broker(listeners, host, frozen_users, limits)
     error: BaseException | None = None
     async with trio.open_nursery() as nursery:
@@ -200,6 +294,10 @@ async def serve_broker(
     *,
     users: Mapping[str, str] | None = None,
     limits: Limits | None = None,
+    tls_port: Address | None = None,
+    ws_port: Address | None = None,
+    wss_port: Address | None = None,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a STOMP broker until cancelled; for ``nursery.start``.
@@ -209,8 +307,17 @@ async def serve_broker(
     does. Arguments are those of :func:`open_broker`.
 
     Raises:
-      OSError: the address cannot be listened on.
+      OSError, ValueError, ImportError: as :func:`open_broker`.
     """
-    async with open_broker(host, port, users=users, limits=limits) as broker:
+    async with open_broker(
+        host,
+        port,
+        users=users,
+        limits=limits,
+        tls_port=tls_port,
+        ws_port=ws_port,
+        wss_port=wss_port,
+        ssl_context=ssl_context,
+    ) as broker:
         task_status.started(broker)
         await trio.sleep_forever()
