@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.lowlevel
 
 DEFAULT_DEADLINE = 30.0
 REQUIRE_BROKERS = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
@@ -84,6 +85,21 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
         item.obj = bounded  # type: ignore[attr-defined]
     yield
+
+
+def all_tasks() -> set[trio.lowlevel.Task]:
+    """Every task below the current one (a broker fixture's tasks are elsewhere):
+    compare before and after a block to prove that no task outlived it."""
+    tasks: set[trio.lowlevel.Task] = set()
+    pending: list[trio.lowlevel.Task | None] = [trio.lowlevel.current_task()]
+    while pending:
+        task = pending.pop()
+        if task is None:
+            continue
+        tasks.add(task)
+        for nursery in task.child_nurseries:
+            pending.extend(nursery.child_tasks)
+    return tasks
 
 
 @attrs.frozen

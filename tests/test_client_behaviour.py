@@ -10,21 +10,7 @@ import trio.lowlevel
 
 import trio_stomp
 
-from conftest import Target
-
-
-def _all_tasks() -> set[trio.lowlevel.Task]:
-    """Every task below the current one (the broker fixture's tasks are elsewhere)."""
-    tasks: set[trio.lowlevel.Task] = set()
-    pending: list[trio.lowlevel.Task | None] = [trio.lowlevel.current_task()]
-    while pending:
-        task = pending.pop()
-        if task is None:
-            continue
-        tasks.add(task)
-        for nursery in task.child_nurseries:
-            pending.extend(nursery.child_tasks)
-    return tasks
+from conftest import Target, all_tasks
 
 
 async def _probe(client: trio_stomp.Client, dest: str) -> None:
@@ -106,24 +92,24 @@ async def test_cancellation_anywhere_leaves_the_connection_consistent(
 
 @pytest.mark.deadline(60)
 async def test_cancelling_connect_leaks_no_task(embedded: Target) -> None:
-    before = _all_tasks()
+    before = all_tasks()
 
     async def session() -> None:
         async with trio_stomp.connect(embedded.url) as client:
             await client.send("/queue/sweep-connect", b"x", receipt=True)
 
     async def no_leak() -> None:
-        assert _all_tasks() == before
+        assert all_tasks() == before
 
     assert await _sweep(session, no_leak) > 1
 
 
 async def test_no_task_outlives_the_block(embedded: Target) -> None:
-    before = _all_tasks()
+    before = all_tasks()
     async with trio_stomp.connect(embedded.url, heartbeat=(100, 100)) as client:
         async with client.subscribe("/queue/x"):
-            assert len(_all_tasks()) > len(before)
-    assert _all_tasks() == before
+            assert len(all_tasks()) > len(before)
+    assert all_tasks() == before
 
 
 async def test_slow_consumer_does_not_stall_receipts(

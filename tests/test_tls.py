@@ -21,6 +21,8 @@ import trio_stomp
 from trio_stomp._cli import main
 from trio_stomp.broker import Broker, Limits, open_broker
 
+from conftest import all_tasks
+
 
 @pytest.fixture(scope="module")
 def ca() -> trustme.CA:
@@ -46,19 +48,6 @@ async def tls_broker(ca: trustme.CA) -> AsyncIterator[Broker]:
     context = _server_context(ca, "127.0.0.1", "localhost")
     async with open_broker(tls_port=0, wss_port=0, ssl_context=context) as broker:
         yield broker
-
-
-def _all_tasks() -> set[trio.lowlevel.Task]:
-    tasks: set[trio.lowlevel.Task] = set()
-    pending: list[trio.lowlevel.Task | None] = [trio.lowlevel.current_task()]
-    while pending:
-        task = pending.pop()
-        if task is None:
-            continue
-        tasks.add(task)
-        for nursery in task.child_nurseries:
-            pending.extend(nursery.child_tasks)
-    return tasks
 
 
 async def _round_trip(client: trio_stomp.Client, dest: str, body: bytes) -> None:
@@ -169,13 +158,13 @@ async def test_ssl_context_for_a_plain_url_is_refused(
 async def test_no_task_outlives_a_tls_client(
     tls_broker: Broker, client_context: ssl.SSLContext
 ) -> None:
-    before = _all_tasks()
+    before = all_tasks()
     async with trio_stomp.connect(
         tls_broker.tls_url, ssl_context=client_context, heartbeat=(100, 100)
     ) as client:
         async with client.subscribe("/queue/x"):
-            assert len(_all_tasks()) > len(before)
-    assert _all_tasks() == before
+            assert len(all_tasks()) > len(before)
+    assert all_tasks() == before
 
 
 # -- the broker's TLS listener ---------------------------------------------------------

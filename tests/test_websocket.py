@@ -27,7 +27,7 @@ from trio_stomp._websocket import (
 from trio_stomp.broker import open_broker
 from trio_stomp.frame import Frame, FrameParser, encode
 
-from conftest import REAL_BROKERS, require_real_broker
+from conftest import REAL_BROKERS, all_tasks, require_real_broker
 
 # -- the frame splitter (sans-IO) ----------------------------------------------------
 
@@ -215,19 +215,6 @@ async def test_large_messages_are_streamed_in_bounded_chunks() -> None:
 # -- the embedded broker's WebSocket listener -------------------------------------
 
 
-def _all_tasks() -> set[trio.lowlevel.Task]:
-    tasks: set[trio.lowlevel.Task] = set()
-    pending: list[trio.lowlevel.Task | None] = [trio.lowlevel.current_task()]
-    while pending:
-        task = pending.pop()
-        if task is None:
-            continue
-        tasks.add(task)
-        for nursery in task.child_nurseries:
-            pending.extend(nursery.child_tasks)
-    return tasks
-
-
 @pytest.fixture
 async def ws_broker() -> AsyncIterator[trio_stomp.broker.Broker]:
     async with open_broker(ws_port=0) as broker:
@@ -277,11 +264,11 @@ async def test_heartbeats_flow_over_websocket(ws_broker: trio_stomp.broker.Broke
 
 
 async def test_no_task_outlives_a_websocket_client(ws_broker: trio_stomp.broker.Broker) -> None:
-    before = _all_tasks()
+    before = all_tasks()
     async with trio_stomp.connect(ws_broker.ws_url, heartbeat=(100, 100)) as client:
         async with client.subscribe("/queue/x"):
-            assert len(_all_tasks()) > len(before)
-    assert _all_tasks() == before
+            assert len(all_tasks()) > len(before)
+    assert all_tasks() == before
 
 
 async def test_open_stream_gives_a_websocket_stream(ws_broker: trio_stomp.broker.Broker) -> None:
@@ -403,11 +390,11 @@ async def test_server_closing_the_websocket_is_connection_lost(code: int, match:
         await ws.aclose(code, "bye")
 
     async with _fake_broker(close) as (url, _):
-        before = _all_tasks()
+        before = all_tasks()
         with pytest.raises(trio_stomp.ConnectionLost, match=match):
             async with trio_stomp.connect(url, heartbeat=(0, 0)):
                 await trio.sleep_forever()
-        assert _all_tasks() == before
+        assert all_tasks() == before
 
 
 async def test_server_dropping_tcp_is_connection_lost() -> None:
