@@ -1,6 +1,9 @@
 """The ``trio-stomp`` command line: one subcommand per tool.
 
-``trio-stomp broker`` runs the embedded broker until SIGINT or SIGTERM.
+``trio-stomp send``, ``listen`` and ``bench`` are clients for any broker
+(:mod:`trio_stomp._cli_send`, :mod:`._cli_listen`, :mod:`._cli_bench`; what they
+share is in :mod:`._cli_common`). ``trio-stomp broker`` runs the embedded
+broker until SIGINT or SIGTERM.
 
 Adding a subcommand: write ``_add_NAME(subcommands)`` that adds a parser and
 sets ``run=`` (a function of the parsed arguments returning the exit status),
@@ -14,11 +17,17 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
+
+from ._cli_bench import add_bench
+from ._cli_common import EXIT_STATUS_HELP, URL_ENV
+from ._cli_listen import add_listen
+from ._cli_send import add_send
 
 PROG = "trio-stomp"
 
@@ -55,7 +64,9 @@ def _add_broker(subcommands: Subparsers) -> None:
         "broker",
         help="run the embedded STOMP broker",
         description="Run the embedded STOMP broker (1.0, 1.1, 1.2; in memory) until "
-        "SIGINT or SIGTERM.",
+        "SIGINT or SIGTERM. Besides plain STOMP it can listen for STOMP over TLS "
+        "(--tls-listen, with --cert) and over WebSocket (--ws-listen; --wss-listen "
+        "for WebSocket over TLS); all listeners serve the same destinations.",
         epilog=_USERS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -68,6 +79,33 @@ def _add_broker(subcommands: Subparsers) -> None:
     )
     parser.add_argument(
         "--users", metavar="FILE", help="accept only the logins listed in FILE (format below)"
+    )
+    parser.add_argument(
+        "--tls-listen",
+        metavar="HOST:PORT",
+        type=_listen_address,
+        help="also listen for STOMP over TLS (stomp+ssl://) here; needs --cert",
+    )
+    parser.add_argument(
+        "--ws-listen",
+        metavar="HOST:PORT",
+        type=_listen_address,
+        help="also listen for STOMP over WebSocket (ws://HOST:PORT/ws) here; needs the "
+        "websocket extra",
+    )
+    parser.add_argument(
+        "--wss-listen",
+        metavar="HOST:PORT",
+        type=_listen_address,
+        help="also listen for STOMP over WebSocket over TLS (wss://) here; needs --cert",
+    )
+    parser.add_argument(
+        "--cert", metavar="FILE", help="the TLS certificate chain (PEM) of the TLS listeners"
+    )
+    parser.add_argument(
+        "--key",
+        metavar="FILE",
+        help="the private key (PEM) of --cert (default: read from the --cert file)",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log every connection to stderr"
@@ -85,23 +123,59 @@ def _run_broker(args: argparse.Namespace) -> int:
         except UsersFileError as exc:
             raise _Fail(str(exc), status=2) from None
     host, port = args.listen
+    options: dict[str, Any] = {
+        "tls_port": args.tls_listen,
+        "ws_port": args.ws_listen,
+        "wss_port": args.wss_listen,
+        "ssl_context": _broker_ssl_context(args),
+    }
+    if args.ws_listen is not None or args.wss_listen is not None:
+        from ._transport import load_websocket
+
+        try:
+            load_websocket()
+        except ImportError as exc:
+            raise _Fail(str(exc), status=2) from None
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     try:
-        trio.run(_serve_until_signal, host, port, users)
+        trio.run(_serve_until_signal, host, port, users, options)
     except OSError as exc:
-        raise _Fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise _Fail(str(exc.strerror or exc)) from None
     return 0
 
 
-async def _serve_until_signal(host: str, port: int, users: Mapping[str, str] | None) -> None:
+def _broker_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS listeners' context from --cert/--key; None without TLS listeners."""
+    tls = [
+        flag
+        for flag, value in (("--tls-listen", args.tls_listen), ("--wss-listen", args.wss_listen))
+        if value is not None
+    ]
+    if not tls:
+        if args.cert is not None or args.key is not None:
+            raise _Fail("--cert and --key need --tls-listen or --wss-listen", status=2)
+        return None
+    if args.cert is None:
+        raise _Fail(f"{tls[0]} needs --cert (and --key, unless the key is in that file)", status=2)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(args.cert, args.key)
+    except OSError as exc:  # ssl.SSLError is an OSError too
+        raise _Fail(f"cannot load --cert/--key: {exc.strerror or exc}", status=2) from None
+    return context
+
+
+async def _serve_until_signal(
+    host: str, port: int, users: Mapping[str, str] | None, options: Mapping[str, Any]
+) -> None:
     from .broker import open_broker
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_broker(host, port, users=users) as broker:
-            _say(f"broker listening on {broker.url}")
+        async with open_broker(host, port, users=users, **options) as broker:
+            _say(f"broker listening on {', '.join(broker.urls)}")
             async for signum in signals:
                 _say(f"broker stopping ({signal.Signals(signum).name})")
                 break
@@ -110,7 +184,7 @@ async def _serve_until_signal(host: str, port: int, users: Mapping[str, str] | N
 
 # -- plumbing ----------------------------------------------------------------------
 
-_SUBCOMMANDS: list[Callable[[Subparsers], None]] = [_add_broker]
+_SUBCOMMANDS: list[Callable[[Subparsers], None]] = [add_send, add_listen, add_bench, _add_broker]
 
 
 def _say(message: str) -> None:
@@ -119,7 +193,14 @@ def _say(message: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``trio-stomp``, with every subcommand."""
-    parser = argparse.ArgumentParser(prog=PROG, description="STOMP tools for Trio.")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="STOMP tools for Trio: send and receive messages, measure a broker,\n"
+        "run a broker. `trio-stomp COMMAND --help` tells more about each.",
+        epilog=f"The client commands connect to -u/--url, else ${URL_ENV}, else\n"
+        f"stomp://127.0.0.1:61613.\n\n{EXIT_STATUS_HELP}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     subcommands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     subcommands.required = True
     for add in _SUBCOMMANDS:
@@ -132,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
       The exit status: 0 on success, 1 when the command failed, 2 for bad
-      usage or input (argparse exits with 2 itself on bad arguments).
+      usage or input (argparse exits with 2 itself on bad arguments), 130
+      when interrupted by SIGINT (Ctrl-C).
     """
     args = build_parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run

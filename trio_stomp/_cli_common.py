@@ -1,0 +1,255 @@
+"""What the client subcommands of ``trio-stomp`` (send, listen, bench) share.
+
+- The broker address: ``-u/--url``, else ``$STOMP_URL``, else
+  ``stomp://127.0.0.1:61613``. The environment variable keeps a passcode out
+  of the shell history and of ``ps``.
+- ``-H NAME:VALUE`` headers.
+- :func:`run`: runs a command under ``trio.run`` and turns every expected
+  failure into one line on stderr and an exit status (:data:`EXIT_USAGE`,
+  :data:`EXIT_FAILED`, :data:`EXIT_INTERRUPTED`). Anything else is a bug
+  and keeps its traceback.
+- :class:`Output`: stdout written line by line from a worker thread, so a
+  slow reader of the pipe stalls the command but not the connection (its
+  heart-beats and acks go on), and a closed pipe (``| head``) ends the
+  command quietly.
+
+These commands return their own status instead of raising ``_cli._Fail``:
+under ``python -m trio_stomp._cli`` the module ``_cli`` is loaded twice
+(``__main__`` and ``trio_stomp._cli``), so its exception class would not be
+the one ``main`` catches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import BinaryIO, Final
+
+import trio
+
+from ._errors import (
+    ConnectFailed,
+    ConnectionLost,
+    LocalProtocolError,
+    ServerError,
+    StompError,
+)
+from ._url import Endpoint
+
+PROG: Final = "trio-stomp"
+URL_ENV: Final = "STOMP_URL"
+DEFAULT_URL: Final = "stomp://127.0.0.1:61613"
+
+EXIT_OK: Final = 0
+#: The connection failed, the broker refused or sent ERROR.
+EXIT_FAILED: Final = 1
+#: Bad arguments or input: a bad URL, header or file.
+EXIT_USAGE: Final = 2
+#: Stopped by SIGINT (Ctrl-C): 128 + SIGINT, as shells report it.
+EXIT_INTERRUPTED: Final = 130
+
+URL_HELP: Final = (
+    f"the broker: stomp://[LOGIN[:PASSCODE]@]HOST[:PORT][/?vhost=NAME] "
+    f"(default ${URL_ENV}, else {DEFAULT_URL})"
+)
+
+EXIT_STATUS_HELP: Final = """\
+exit status: 0 success, 1 connection or broker error (refused, bad
+credentials, ERROR frame, connection lost), 2 bad usage or input (a bad URL,
+header or file), 130 interrupted (Ctrl-C)."""
+
+
+class UsageError(Exception):
+    """Bad input found after argument parsing: one line, exit status 2."""
+
+
+class StdoutClosed(Exception):
+    """Whoever read our stdout has gone (``| head``): stop quietly, status 0."""
+
+
+def say(message: str) -> None:
+    """One line on stderr, prefixed with the program name, flushed at once."""
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def add_url_option(parser: argparse.ArgumentParser) -> None:
+    """``-u/--url``, defaulting to ``$STOMP_URL`` (checked by :func:`check_url`)."""
+    parser.add_argument(
+        "-u",
+        "--url",
+        default=os.environ.get(URL_ENV) or DEFAULT_URL,
+        help=URL_HELP,
+    )
+
+
+def check_url(url: str) -> str:
+    """Return ``url`` if :func:`trio_stomp.connect` can use it.
+
+    Checked here rather than as an argparse ``type`` so that a bad URL is
+    one line on stderr (argparse would add the whole usage), and so that a
+    bad ``$STOMP_URL`` is reported the same way.
+
+    Raises:
+      UsageError: the URL cannot be parsed.
+    """
+    try:
+        Endpoint.from_url(url)
+    except ValueError as exc:
+        raise UsageError(f"bad URL: {exc}") from None
+    return url
+
+
+def header(text: str) -> tuple[str, str]:
+    """Parse ``-H NAME:VALUE`` (argparse ``type``).
+
+    Like ``curl -H``, whitespace around the name and before the value is
+    dropped, so ``-H "prefetch-count: 10"`` works.
+    """
+    name, colon, value = text.partition(":")
+    name = name.strip()
+    if not colon or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME:VALUE, got {text!r}")
+    return name, value.lstrip()
+
+
+def add_header_option(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument(
+        "-H",
+        "--header",
+        metavar="NAME:VALUE",
+        type=header,
+        action="append",
+        default=[],
+        dest="headers",
+        help=help,
+    )
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type`` for counts and sizes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+class Output:
+    """A binary stream written from a worker thread, one flushed chunk at a time.
+
+    Why a thread: a blocking write on the Trio thread would stop everything,
+    heart-beats included, for as long as the reader of the pipe is away (a
+    paused ``less``); the broker would then drop the connection. In a
+    thread only the command waits.
+    """
+
+    def __init__(self, stream: BinaryIO | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stdout.buffer
+        self._limiter = trio.CapacityLimiter(1)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self._stream.write(data)
+            self._stream.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            raise StdoutClosed from None
+
+    async def write(self, data: bytes) -> None:
+        """Write and flush ``data``.
+
+        Raises:
+          StdoutClosed: the reading end of the pipe was closed.
+        """
+        await trio.to_thread.run_sync(
+            self._write, data, abandon_on_cancel=True, limiter=self._limiter
+        )
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail too."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout is not a real file
+        pass
+
+
+def describe(exc: BaseException) -> tuple[str, int] | None:
+    """The one-line message and exit status for an expected failure, else None."""
+    if isinstance(exc, UsageError | LocalProtocolError):
+        return str(exc), EXIT_USAGE
+    if isinstance(exc, ServerError):
+        return f"the broker sent ERROR: {exc.message}", EXIT_FAILED
+    if isinstance(exc, ConnectionLost):
+        return f"connection lost: {exc}", EXIT_FAILED
+    if isinstance(exc, ConnectFailed | StompError):
+        return str(exc), EXIT_FAILED
+    return None
+
+
+def _sole(exc: BaseException) -> BaseException:
+    """The one leaf of nested exception groups of one, or ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def run(command: str, main: Callable[[], Awaitable[int]]) -> int:
+    """Run ``main`` under Trio; return its status or the status of its failure.
+
+    SIGINT cancels ``main`` (so the client still sends DISCONNECT on the
+    way out) and gives :data:`EXIT_INTERRUPTED`, whatever the cancelled
+    code raised while it stopped.
+    """
+    interrupted = False
+
+    async def supervise() -> int:
+        nonlocal interrupted
+        status = EXIT_OK
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def on_sigint() -> None:
+                    nonlocal interrupted
+                    async for _ in signals:
+                        interrupted = True
+                        nursery.cancel_scope.cancel()
+                        return
+
+                async def body() -> None:
+                    nonlocal status
+                    status = await main()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(on_sigint)
+                nursery.start_soon(body)
+        return status
+
+    try:
+        status = trio.run(supervise)
+    except BaseException as exc:
+        leaf = _sole(exc)
+        if isinstance(leaf, KeyboardInterrupt):  # SIGINT before the receiver was installed
+            interrupted = True
+        elif interrupted:
+            pass  # whatever the cancelled command raised on its way out
+        elif isinstance(leaf, StdoutClosed):
+            return EXIT_OK
+        else:
+            described = describe(leaf)
+            if described is None:
+                raise
+            message, status = described
+            say(f"{command}: error: {message}")
+            return status
+    if interrupted:
+        say(f"{command}: interrupted")
+        return EXIT_INTERRUPTED
+    return status
