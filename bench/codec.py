@@ -22,17 +22,25 @@ What each peer does, mimicking its real code path:
   ``bytes(StompFrame(...))``.
 - trio_stomp: ``FrameParser.feed``; ``encode(frame)`` on prebuilt frames.
 
-Prints one table, then the targets with the measured ratio against each.
+Parsed frames are counted and dropped, as a receive loop handles each and
+moves on; the "1 MiB kept" rows keep every frame alive instead, which puts
+each body in fresh memory and makes page faults, not the parser, the cost.
+
+Prints one table; its last column gives the ratio measured for each target
+(parse 100 B >= 3x stomp.py's frames/s, parse 1 MiB >= 1.5x stompest's MB/s,
+encode 100 B >= 300,000 frames/s) and whether it is met.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from importlib.metadata import version
 from io import BytesIO
 from typing import Any
 
@@ -40,7 +48,6 @@ import stomp
 import stomp.protocol
 import stomp.transport
 import stomp.utils
-import stompest
 from stompest.protocol import StompFrame, StompParser
 
 from trio_stomp.frame import Frame, FrameParser, encode
@@ -55,7 +62,7 @@ CASES: Sequence[tuple[str, int, int, int]] = (
 IMPLS = ("trio_stomp", "stomp.py", "stompest")
 
 
-def make_headers(index: int, size: int) -> list[tuple[str, str]]:
+def make_headers(index: int) -> list[tuple[str, str]]:
     """Five headers like an ActiveMQ MESSAGE's (the sixth is content-length).
 
     The message-id has colons, as ActiveMQ's do, so 1.1+ encoders escape it.
@@ -71,7 +78,7 @@ def make_headers(index: int, size: int) -> list[tuple[str, str]]:
 
 def make_frames(size: int, count: int) -> list[Frame]:
     body = (b"0123456789abcdef" * (size // 16 + 1))[:size]
-    return [Frame("MESSAGE", make_headers(i, size), body) for i in range(count)]
+    return [Frame("MESSAGE", make_headers(i), body) for i in range(count)]
 
 
 # -- parsing ------------------------------------------------------------------
@@ -309,67 +316,64 @@ def run(quick: bool) -> list[Row]:
     return rows
 
 
+#: (op, body) -> (what is compared, the ratio needed, frames/s (0) or MB/s (1), against)
+TARGETS: dict[tuple[str, str], tuple[str, float, int, str | None]] = {
+    ("parse", "100 B"): ("frames/s vs stomp.py", 3.0, 0, "stomp.py"),
+    ("parse", "1 MiB"): ("MB/s vs stompest", 1.5, 1, "stompest"),
+    ("encode", "100 B"): ("frames/s vs 300k", 1.0, 0, None),
+}
+
+
 def main(argv: Sequence[str]) -> None:
     quick = "--quick" in argv
     started = time.perf_counter()
+    load = os.getloadavg()[0]
     rows = run(quick)
     table = {(op, body, impl): (fps, mbs) for op, body, impl, fps, mbs in rows}
 
     print(
-        f"STOMP codec throughput: MESSAGE frames, 6 headers, parsed from {CHUNK // 1024} KiB "
-        f"chunks; best of N interleaved runs"
+        f"STOMP codec throughput: MESSAGE frames with 6 headers, parsed from "
+        f"{CHUNK // 1024} KiB chunks; best of N interleaved runs"
     )
     print(
-        f"Python {platform.python_version()} on {platform.machine()}; stomp.py "
-        f"{stomp.__version__}, stompest {stompest_version()}"
+        f"Python {platform.python_version()} ({platform.machine()}), stomp.py "
+        f"{version('stomp.py')}, stompest {version('stompest')}; load average {load:.1f}"
     )
     print()
     header = (
-        f"{'op':<7}{'body':<7}{'impl':<12}{'frames/s':>12}{'MB/s':>10}"
-        f"{'vs stomp.py':>13}{'vs stompest':>13}"
+        f"{'op':<7}{'body':<12}{'impl':<12}{'frames/s':>10}{'MB/s':>10}"
+        f"{'vs stomp.py':>13}{'vs stompest':>13}  target"
     )
     print(header)
-    print("-" * len(header))
+    print("-" * (len(header) + 46))
+    verdicts = []
     for op, body, impl, fps, mbs in rows:
-        ours = impl == "trio_stomp"
-        vs_stomp = f"{fps / table[(op, body, 'stomp.py')][0]:.2f}x" if ours else ""
-        vs_stompest = f"{fps / table[(op, body, 'stompest')][0]:.2f}x" if ours else ""
-        print(
-            f"{op:<7}{body:<7}{impl:<12}{fps:>12,.0f}{mbs:>10,.1f}{vs_stomp:>13}{vs_stompest:>13}"
+        target = ""
+        if impl == "trio_stomp":
+            vs_stomp = f"{fps / table[(op, body, 'stomp.py')][0]:.2f}x"
+            vs_stompest = f"{fps / table[(op, body, 'stompest')][0]:.2f}x"
+            if (op, body) in TARGETS:
+                what, needed, column, peer = TARGETS[(op, body)]
+                ours = (fps, mbs)[column]
+                ratio = ours / table[(op, body, peer)][column] if peer else ours / 300_000
+                met = ratio >= needed
+                verdicts.append(met)
+                target = f"{what}: {ratio:.2f}x, need {needed:.1f}x, {'met' if met else 'NOT MET'}"
+        else:
+            vs_stomp = vs_stompest = ""
+        line = (
+            f"{op:<7}{body:<12}{impl:<12}{fps:>10,.0f}{mbs:>10,.1f}"
+            f"{vs_stomp:>13}{vs_stompest:>13}  {target}"
         )
+        print(line.rstrip())
     print()
-    print(f"{'target':<52}{'measured':>12}{'needed':>10}  result")
-    targets = (
-        (
-            "parse 100 B: frames/s vs stomp.py",
-            table[("parse", "100 B", "trio_stomp")][0] / table[("parse", "100 B", "stomp.py")][0],
-            3.0,
-        ),
-        (
-            "parse 1 MiB: MB/s vs stompest",
-            table[("parse", "1 MiB", "trio_stomp")][1] / table[("parse", "1 MiB", "stompest")][1],
-            1.5,
-        ),
-        (
-            "encode 100 B: frames/s vs 300,000",
-            table[("encode", "100 B", "trio_stomp")][0] / 300_000,
-            1.0,
-        ),
+    print(f"targets met: {sum(verdicts)} of {len(verdicts)}")
+    print(
+        "'1 MiB kept': every parsed frame kept alive to the end, so each body lands in"
+        " fresh memory;\nthe other rows drop each frame once counted, as a receive loop does."
     )
-    for name, ratio, needed in targets:
-        result = "met" if ratio >= needed else "NOT MET"
-        print(f"{name:<52}{ratio:>11.2f}x{needed:>9.1f}x  {result}")
-    note = ", --quick: not for quoting" if quick else ""
-    print(f"\n({time.perf_counter() - started:.1f} s{note})")
-
-
-def stompest_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("stompest")
-    except Exception:
-        return getattr(stompest, "__version__", "?")
+    note = " (--quick: too short to quote)" if quick else ""
+    print(f"{time.perf_counter() - started:.1f} s{note}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_stomp import LocalProtocolError, ProtocolError, StompError
+from trio_stomp import LocalProtocolError, ProtocolError, RemoteProtocolError, StompError
 from trio_stomp.frame import Frame, FrameParser, encode
 
 VERSIONS = ("1.0", "1.1", "1.2")
@@ -31,6 +31,8 @@ def refuses(frame: Frame, match: str, version: str = "1.2", **options: bool) -> 
 
 def test_error_family() -> None:
     assert issubclass(LocalProtocolError, ProtocolError)
+    assert issubclass(RemoteProtocolError, ProtocolError)
+    assert not issubclass(LocalProtocolError, RemoteProtocolError)
     assert issubclass(ProtocolError, StompError)
 
 

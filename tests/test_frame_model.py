@@ -62,6 +62,15 @@ def test_headers_must_be_strings() -> None:
         Headers([(b"a", "1")])  # type: ignore[list-item]
 
 
+def test_headers_are_immutable() -> None:
+    headers = Headers(PAIRS)
+    with pytest.raises(TypeError):
+        headers["x"] = "9"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        headers.extra = 1  # type: ignore[attr-defined]
+    assert headers.items() == tuple(PAIRS)
+
+
 def test_headers_with_and_without() -> None:
     headers = Headers(PAIRS)
     assert headers.with_({"x": "9"}).items() == (("y", "2"), ("x", "9"))

@@ -79,7 +79,7 @@ def with_content_length(frame: Frame) -> Frame:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(data=st.data(), lenient=st.booleans())
 def test_decode_encode_round_trip(version: str, data: st.DataObject, lenient: bool) -> None:
     frame = data.draw(frames(version))
@@ -88,7 +88,7 @@ def test_decode_encode_round_trip(version: str, data: st.DataObject, lenient: bo
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_text_body_round_trips_without_content_length(version: str, data: st.DataObject) -> None:
     frame = data.draw(frames(version, command="SEND"))
@@ -136,7 +136,7 @@ def unrepresentable(draw: st.DrawFn, version: str) -> tuple[Frame, bool]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=120)
+@settings(max_examples=120, deadline=None)
 @given(data=st.data())
 def test_unrepresentable_frame_raises_local_protocol_error(
     version: str, data: st.DataObject
@@ -248,7 +248,7 @@ def run(parser: FrameParser, pieces: Sequence[bytes]) -> tuple[list[Event], bool
     return events, False
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(data=streams, sizes=chunk_sizes, options=limits)
 def test_any_bytes_in_any_chunks_raise_only_remote_protocol_error(
     data: bytes, sizes: list[int], options: dict[str, object]
@@ -257,7 +257,7 @@ def test_any_bytes_in_any_chunks_raise_only_remote_protocol_error(
     run(FrameParser(**options), chunked(data, sizes))  # type: ignore[arg-type]
 
 
-@settings(max_examples=250)
+@settings(max_examples=250, deadline=None)
 @given(data=streams, sizes=chunk_sizes, options=limits)
 def test_any_chunking_of_any_bytes_agrees_with_whole(
     data: bytes, sizes: list[int], options: dict[str, object]
@@ -290,7 +290,7 @@ def valid_streams(draw: st.DrawFn, version: str) -> tuple[bytes, list[Event]]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=80)
+@settings(max_examples=80, deadline=None)
 @given(data=st.data(), sizes=chunk_sizes)
 def test_any_chunking_of_valid_frames_gives_the_same_events(
     version: str, data: st.DataObject, sizes: list[int]

@@ -81,16 +81,18 @@ def encode(frame: Frame, version: str = "1.2", *, content_length: bool = True) -
             raise LocalProtocolError(
                 f"content-length header {stated!r} disagrees with a body of {len(body)} bytes"
             )
-    elif body:
-        if content_length:
-            lines = f"{lines}content-length:{len(body)}\n"
-        elif b"\0" in body:
+        head = f"{command}\n{lines}\n"
+    elif body and content_length:
+        head = f"{command}\n{lines}content-length:{len(body)}\n\n"
+    else:
+        if body and b"\0" in body:
             raise LocalProtocolError("a body containing NUL needs a content-length header")
+        head = f"{command}\n{lines}\n"
     try:
-        head = f"{command}\n{lines}\n".encode()
+        encoded = head.encode()
     except UnicodeEncodeError as exc:
         raise LocalProtocolError(f"a header cannot be encoded as UTF-8: {exc}") from None
-    return b"".join((head, body, b"\0"))
+    return b"".join((encoded, body, b"\0"))
 
 
 def _escaped_lines(pairs: _Pairs, version: str) -> str:
