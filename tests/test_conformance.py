@@ -353,3 +353,26 @@ async def test_heartbeats_keep_an_idle_connection_alive(target: Target) -> None:
         assert 0 < expect_every <= 1.0
         await trio.sleep(2.5 * expect_every + 0.5)
         await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
+
+
+async def test_leaving_a_busy_auto_subscription_keeps_the_connection(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    """Messages still in flight when we unsubscribe must not end the session.
+
+    RabbitMQ answers each such delivery with a non-fatal ERROR ("Subscription
+    not found ... tag 'T_<id>'") and keeps the connection; the client knows
+    the subscription is one it ended and ignores it.
+    """
+    dest = unique("queue")
+    async with trio_stomp.connect(target.url) as client:
+        for i in range(500):
+            await client.send(dest, b"%d" % i)
+        async with client.subscribe(dest, receipt=True) as sub:
+            assert [m.body async for m in _take(sub, 10)] == [b"%d" % i for i in range(10)]
+        await trio.sleep(0.3)
+        await client.send(unique("queue"), b"still connected", receipt=True)
+        async with client.subscribe(dest, receipt=True) as sub:  # drain what is left
+            with trio.move_on_after(0.5):
+                async for _ in sub:
+                    pass

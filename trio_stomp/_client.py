@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -44,8 +45,10 @@ from ._transaction import Transaction
 from ._transport import open_stream
 from ._url import Endpoint
 from .frame import VERSIONS, Frame, Headers, encode
+from .frame._escaping import escape
 from .frame._frame import trusted_frame
 
+_CONSUMER_TAG: Final = re.compile(r"tag 'T_([^']*)'")
 _RESERVED_SEND: Final = frozenset({"destination", "receipt", "transaction", "content-length"})
 _RESERVED_SUBSCRIBE: Final = frozenset({"id", "destination", "ack", "receipt"})
 
@@ -194,6 +197,8 @@ class Client:
         self._on_event = on_event
         self._ids = itertools.count(1)
         self._subscriptions: dict[str, Subscription] = {}
+        self._ended: set[str] = set()  # ids of subscriptions we unsubscribed
+        self._send_prefixes: dict[tuple[str, str], bytes] = {}
         self._receipts: dict[str, _Waiter] = {}
         self._replays: dict[str, _Replay] = {}  # receipt id -> SEND awaiting it
         self._generation = 0
@@ -348,7 +353,7 @@ class Client:
                 await self._wait_connected()
             conn = self._conn
             data = encode(frame, conn.version)
-            replay = _Replay(next(self._ids), frame) if replayable else None
+            replay = _Replay(next(self._ids), frame) if replayable and self._reconnect else None
             waiter = None
             if receipt:
                 waiter = self._receipts[receipt_id] = _Waiter()
@@ -414,6 +419,16 @@ class Client:
             body = body.encode("utf-8")
             if content_type is None:
                 content_type = "text/plain;charset=utf-8"
+        elif (
+            body
+            and not headers
+            and content_type is None
+            and not receipt
+            and transaction is None
+            and self._connected
+            and await self._send_plain(destination, body)
+        ):
+            return
         pairs = [("destination", destination)]
         if content_type is not None:
             pairs.append(("content-type", content_type))
@@ -426,6 +441,35 @@ class Client:
                 raise LocalProtocolError("content-type given both as header and argument")
             pairs.extend(extra)
         await self._send_frame("SEND", pairs, body, receipt=receipt, replayable=transaction is None)
+
+    async def _send_plain(self, destination: str, body: bytes) -> bool:
+        """The hot path of ``send(dest, body)``: no headers, receipt or transaction.
+
+        Splices the body into a cached encoding of the frame head (the same
+        bytes :func:`encode` gives). Returns False when the general path must
+        take over (the connection dropped under us, with reconnect on).
+        """
+        conn = self._conn
+        key = (destination, conn.version)
+        prefix = self._send_prefixes.get(key)
+        if prefix is None:
+            head = encode(Frame("SEND", [("destination", destination)], b"\0"), conn.version)
+            prefix = head[: head.rindex(b"content-length:") + len(b"content-length:")]
+            if len(self._send_prefixes) >= 1024:
+                self._send_prefixes.clear()
+            self._send_prefixes[key] = prefix
+        data = b"%s%d\n\n%s\0" % (prefix, len(body), body)
+        replay = None
+        if self._reconnect is not None:
+            pairs = (("destination", destination),)
+            replay = _Replay(next(self._ids), trusted_frame("SEND", Headers._trusted(pairs), body))
+        try:
+            await conn.outbox.put(data, replay)
+        except StompError:
+            if self._reconnect is None or self._error is not None:
+                raise
+            return False
+        return True
 
     async def _acknowledge(
         self,
@@ -446,6 +490,12 @@ class Client:
             self._check_transaction(transaction)
         pairs = ack_headers(message, command, self.version, transaction)
         try:
+            if not receipt and transaction is None and self.version == "1.2":
+                # The hot path of client-individual consumers: one header, no receipt.
+                await self._conn.outbox.put(
+                    b"%s\nid:%s\n\n\0" % (command.encode(), escape(pairs[0][1], "1.2").encode())
+                )
+                return
             await self._send_frame(command, pairs, receipt=receipt)
         except (ConnectionLost, ClientClosed) as exc:
             if self._reconnect is None or self._error is not None:
@@ -483,6 +533,7 @@ class Client:
         sub._close()
         if self._subscriptions.pop(sub.id, None) is None:
             return
+        self._ended.add(sub.id)
         await self._cleanup_frame("UNSUBSCRIBE", self._unsubscribe_headers(sub))
 
     def _unsubscribe_headers(self, sub: Subscription) -> list[tuple[str, str]]:
@@ -569,10 +620,24 @@ class Client:
             if waiter is not None:
                 waiter.set()
         elif command == "ERROR":
+            if self._late_delivery(frame):
+                return
             message = headers.get("message") or frame.body[:200].decode("utf-8", "replace")
             raise ServerError(message.strip() or "ERROR frame without a message", frame)
         else:
             raise RemoteProtocolError(f"unexpected {command} frame from the broker")
+
+    def _late_delivery(self, frame: Frame) -> bool:
+        """RabbitMQ's ERROR for a message that was in flight when we unsubscribed.
+
+        RabbitMQ sends "Subscription not found ... tag 'T_<id>'" for each such
+        message and keeps the connection open: not a failure when ``<id>`` is
+        a subscription this client ended (the message is requeued).
+        """
+        if frame.headers.get("message") != "Subscription not found":
+            return False
+        match = _CONSUMER_TAG.search(frame.body.decode("utf-8", "replace"))
+        return match is not None and match.group(1) in self._ended
 
     # -- lifetime -----------------------------------------------------------
 

@@ -39,7 +39,7 @@ class Outbox(Generic[R]):
         stream: trio.abc.SendStream,
         *,
         high_water: int = 1024 * 1024,
-        yield_every: int = 32,
+        yield_every: int = 256,
     ) -> None:
         self._stream = stream
         self._queue: list[bytes] = []

@@ -119,7 +119,11 @@ class Subscription:
                 raise StopAsyncIteration
             await self._lot.park()
         self._since_yield += 1
-        if self._since_yield >= _YIELD_EVERY:
+        # Yield at least every _YIELD_EVERY messages, but less often while a
+        # backlog is waiting: the reader adds a whole read (hundreds of
+        # messages) per turn, and a consumer that yielded every 64 would fall
+        # ever further behind a fast broker.
+        if self._since_yield >= _YIELD_EVERY and self._since_yield >= len(buffer) >> 2:
             self._since_yield = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
         return buffer.popleft()
@@ -138,7 +142,8 @@ class Subscription:
             self._client._overflowed(self)
         else:
             self._buffer.append(Message(frame, self, self._client._generation))
-        self._lot.unpark()
+        if self._lot:
+            self._lot.unpark()
 
     def _connection_lost(self) -> None:
         """The connection dropped and a new one is coming: drop what can no longer be acked."""
