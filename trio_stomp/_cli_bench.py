@@ -12,6 +12,7 @@ import trio
 
 from . import _cli_common as common
 from ._client import connect
+from ._errors import ConnectionLost
 from ._url import Endpoint
 
 #: On RabbitMQ a /queue/ outlives its consumers unless declared auto-delete.
@@ -35,7 +36,8 @@ other (and, on the same machine, with the broker).
 
 Progress goes to stderr: a live bar on a terminal, a line every second
 otherwise. The queue is named /queue/trio-stomp-bench-<random> unless --dest
-is given; on RabbitMQ it is declared auto-delete, so it goes away afterwards."""
+is given. On RabbitMQ it is declared auto-delete, so it goes away afterwards;
+other brokers (ActiveMQ) may keep the empty queue."""
 
 _EPILOG = f"""\
 examples:
@@ -99,7 +101,7 @@ def add_bench(subcommands: Any) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     """Run ``trio-stomp bench`` with the parsed ``args``; return the exit status."""
-    return common.run("bench", lambda: _bench(args))
+    return common.run("bench", args.url, lambda: _bench(args))
 
 
 @attrs.define
@@ -116,9 +118,24 @@ async def _bench(args: argparse.Namespace) -> int:
     common.check_url(args.url)
     endpoint = Endpoint.from_url(args.url)
     destination = args.dest or f"/queue/trio-stomp-bench-{secrets.token_hex(4)}"
-    body = b"x" * args.size
     counts = _Counts(args.count)
     progress = _Progress(counts, sys.stderr)
+    try:
+        await _run(args, destination, endpoint, counts, progress)
+    finally:
+        progress.finish()
+    print(_table(counts, args.size), flush=True)
+    return common.EXIT_OK
+
+
+async def _run(
+    args: argparse.Namespace,
+    destination: str,
+    endpoint: Endpoint,
+    counts: _Counts,
+    progress: _Progress,
+) -> None:
+    body = b"x" * args.size
     async with connect(args.url) as consumer, connect(args.url) as producer:
         server = consumer.server or "unknown server"
         headers: tuple[tuple[str, str], ...] = ()
@@ -156,12 +173,12 @@ async def _bench(args: argparse.Namespace) -> int:
                     counts.received += 1
                     if counts.received == args.count:
                         break
+                else:
+                    raise ConnectionLost(f"the subscription ended after {counts.received} messages")
                 counts.received_time = trio.current_time() - counts.start
                 await all_sent.wait()  # the last RECEIPT can come after the last MESSAGE
                 nursery.cancel_scope.cancel()
-    progress.finish()
-    print(_table(counts, args.size), flush=True)
-    return common.EXIT_OK
+                progress.show()
 
 
 def _table(counts: _Counts, size: int) -> str:
@@ -188,9 +205,10 @@ class _Progress:
         interval = 0.1 if self._tty else 1.0
         while True:
             await trio.sleep(interval)
-            self._show()
+            self.show()
 
-    def _show(self) -> None:
+    def show(self) -> None:
+        """Draw the bar, or write a line."""
         counts = self._counts
         elapsed = trio.current_time() - counts.start
         if self._tty:
@@ -209,8 +227,8 @@ class _Progress:
         self._stream.flush()
 
     def finish(self) -> None:
-        """Draw the final state of the bar and end its line."""
-        if self._tty:
-            self._show()
+        """End the bar's line, so that what follows starts on a line of its own."""
+        if self._drawn:
             self._stream.write("\n")
             self._stream.flush()
+            self._drawn = False

@@ -26,7 +26,8 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import BinaryIO, Final
+from typing import Final
+from urllib.parse import quote
 
 import trio
 
@@ -37,7 +38,9 @@ from ._errors import (
     ServerError,
     StompError,
 )
+from ._transport import WEBSOCKET_EXTRA_HINT
 from ._url import Endpoint
+from .frame import Frame
 
 PROG: Final = "trio-stomp"
 URL_ENV: Final = "STOMP_URL"
@@ -52,7 +55,8 @@ EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 
 URL_HELP: Final = (
-    f"the broker: stomp://[LOGIN[:PASSCODE]@]HOST[:PORT][/?vhost=NAME] "
+    "the broker: SCHEME://[LOGIN[:PASSCODE]@]HOST[:PORT][/PATH][?vhost=NAME], where "
+    "SCHEME is stomp, stomp+ssl (TLS), ws or wss (WebSocket, with a PATH such as /ws) "
     f"(default ${URL_ENV}, else {DEFAULT_URL})"
 )
 
@@ -129,7 +133,7 @@ def add_header_option(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def positive_int(text: str) -> int:
-    """argparse ``type`` for counts and sizes."""
+    """argparse ``type`` for counts: a whole number, 1 or more."""
     try:
         value = int(text)
     except ValueError:
@@ -140,28 +144,34 @@ def positive_int(text: str) -> int:
 
 
 class Output:
-    """A binary stream written from a worker thread, one flushed chunk at a time.
+    """A file descriptor written from a worker thread, one chunk at a time.
 
     Why a thread: a blocking write on the Trio thread would stop everything,
     heart-beats included, for as long as the reader of the pipe is away (a
-    paused ``less``); the broker would then drop the connection. In a
-    thread only the command waits.
+    paused ``less``); the broker would then drop the connection. In a thread
+    only the command waits.
+
+    Why ``os.write`` rather than ``sys.stdout.buffer``: a write still blocked
+    at Ctrl-C is abandoned, and a thread abandoned inside a buffered file's
+    lock aborts the interpreter at exit ("could not acquire lock ... at
+    interpreter shutdown"). Nothing is buffered, so nothing needs flushing.
     """
 
-    def __init__(self, stream: BinaryIO | None = None) -> None:
-        self._stream = stream if stream is not None else sys.stdout.buffer
+    def __init__(self, fd: int | None = None) -> None:
+        self._fd = fd if fd is not None else sys.stdout.fileno()
         self._limiter = trio.CapacityLimiter(1)
 
     def _write(self, data: bytes) -> None:
+        view = memoryview(data)
         try:
-            self._stream.write(data)
-            self._stream.flush()
+            while view:
+                view = view[os.write(self._fd, view) :]
         except BrokenPipeError:
-            _silence_stdout()
+            _silence(self._fd)
             raise StdoutClosed from None
 
     async def write(self, data: bytes) -> None:
-        """Write and flush ``data``.
+        """Write all of ``data``.
 
         Raises:
           StdoutClosed: the reading end of the pipe was closed.
@@ -171,13 +181,14 @@ class Output:
         )
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot fail too."""
+def _silence(fd: int) -> None:
+    """Point ``fd`` at /dev/null, so that the interpreter's final flush of stdout
+    cannot fail with a second BrokenPipeError ("Exception ignored ...")."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, fd)
         os.close(devnull)
-    except (OSError, ValueError):  # pragma: no cover - stdout is not a real file
+    except OSError:  # pragma: no cover - nothing more to be done
         pass
 
 
@@ -189,8 +200,47 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
         return f"the broker sent ERROR: {exc.message}", EXIT_FAILED
     if isinstance(exc, ConnectionLost):
         return f"connection lost: {exc}", EXIT_FAILED
-    if isinstance(exc, ConnectFailed | StompError):
+    if isinstance(exc, ConnectFailed):
+        return _connect_failed(exc), EXIT_FAILED
+    if isinstance(exc, StompError):
         return str(exc), EXIT_FAILED
+    if isinstance(exc, ImportError) and WEBSOCKET_EXTRA_HINT in str(exc):
+        return str(exc), EXIT_FAILED  # ws:// without trio-websocket installed
+    return None
+
+
+def _connect_failed(exc: ConnectFailed) -> str:
+    """The message of ``exc``, with the socket error or the ERROR body it leaves out.
+
+    "all attempts to connect ... failed" says nothing of *why* (Trio keeps
+    the reasons in the exception's cause); RabbitMQ's ERROR says "Bad
+    CONNECT" in its header and the reason in its body.
+    """
+    message = str(exc)
+    reason = _socket_error(exc)
+    if reason and reason.lower() not in message.lower():
+        message += f" ({reason})"
+    if isinstance(exc.frame, Frame):
+        lines = exc.frame.body.decode("utf-8", "replace").strip().splitlines()
+        if lines and lines[0] not in message:
+            message += f": {lines[0][:200]}"
+    return message
+
+
+def _socket_error(exc: BaseException) -> str | None:
+    """The first ``strerror`` ("Connection refused") among the causes of ``exc``."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        error = pending.pop(0)
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.strerror:
+            return error.strerror
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        pending.extend(e for e in (error.__cause__, error.__context__) if e is not None)
     return None
 
 
@@ -201,17 +251,29 @@ def _sole(exc: BaseException) -> BaseException:
     return exc
 
 
-def run(command: str, main: Callable[[], Awaitable[int]]) -> int:
+def _redact(message: str, url: str) -> str:
+    """``message`` without the passcode of ``url`` (error messages may quote the URL)."""
+    try:
+        passcode = Endpoint.from_url(url).passcode
+    except ValueError:
+        return message
+    if passcode:
+        message = message.replace(f":{passcode}@", ":***@")
+        message = message.replace(f":{quote(passcode, safe='')}@", ":***@")
+    return message
+
+
+def run(command: str, url: str, main: Callable[[], Awaitable[int]]) -> int:
     """Run ``main`` under Trio; return its status or the status of its failure.
 
     SIGINT cancels ``main`` (so the client still sends DISCONNECT on the
     way out) and gives :data:`EXIT_INTERRUPTED`, whatever the cancelled
-    code raised while it stopped.
+    code raised while it stopped. Error messages never show the passcode
+    of ``url``.
     """
     interrupted = False
 
     async def supervise() -> int:
-        nonlocal interrupted
         status = EXIT_OK
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
@@ -247,7 +309,7 @@ def run(command: str, main: Callable[[], Awaitable[int]]) -> int:
             if described is None:
                 raise
             message, status = described
-            say(f"{command}: error: {message}")
+            say(f"{command}: error: {_redact(message, url)}")
             return status
     if interrupted:
         say(f"{command}: interrupted")

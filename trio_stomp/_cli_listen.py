@@ -11,6 +11,7 @@ import trio
 
 from . import _cli_common as common
 from ._client import connect
+from ._errors import SubscriptionOverflow
 from ._message import Message
 from ._subscription import WINDOW_HEADERS
 
@@ -22,9 +23,15 @@ _RESERVED: Final = {
     "receipt": "the command asks for receipts itself",
 }
 #: MESSAGE headers left out of the --verbose line: bookkeeping, not content.
-_QUIET_HEADERS: Final = frozenset({"destination", "subscription", "ack", "content-length"})
+#: (RabbitMQ passes the SEND's ``receipt`` on.)
+_QUIET_HEADERS: Final = frozenset(
+    {"destination", "subscription", "ack", "content-length", "receipt"}
+)
 #: The largest prefetch window --count asks for.
 _MAX_WINDOW: Final = 1000
+#: The most messages written (then acked) at once: small enough that acks
+#: flow back while the broker still has window left, so it never pauses.
+_MAX_BATCH: Final = 100
 
 _DESCRIPTION = """\
 Subscribe to DEST and print each message as it arrives, until Ctrl-C (or
@@ -45,20 +52,24 @@ UTF-8. Output is flushed after every message, so pipes work
 (`trio-stomp listen /queue/a --json | jq .body`); when the reader of the pipe
 goes away (`| head`), listen stops quietly with exit status 0.
 
-Acknowledgement (--ack): with "auto" (the default) the broker counts a
-message as consumed once it is sent to us. With "client-individual" (or
-"client") each message is acknowledged only after it was printed; messages
-not printed when listen stops go back to the queue. With --count N and
-"auto", listen acknowledges after printing too, and asks the broker for at
-most N messages at a time, so exactly N messages are taken off a queue."""
+Acknowledgement (--ack): by default (client-individual) each message is
+acknowledged once it was printed, and the broker sends at most 1000 messages
+ahead of the printing (the prefetch window; with --count N at most N), so a
+slow terminal or pipe slows the broker down and nothing is lost: messages not
+printed when listen stops go back to the queue. "client" does the same with
+one cumulative ACK per write. "auto" lets the broker count a message as
+consumed as soon as it sends it: the fastest, but a deep queue can then
+arrive faster than it is printed, and listen stops with an error (status 1)
+once 10000 messages wait; those are lost, as are any not yet printed at
+Ctrl-C."""
 
 _EPILOG = f"""\
 examples:
   trio-stomp listen /queue/a
-  trio-stomp listen /queue/a --count 1 --ack client-individual
+  trio-stomp listen /queue/a --count 1
   trio-stomp listen /topic/news --json | jq -r .body
   trio-stomp listen /queue/a -H prefetch-count:10          (RabbitMQ)
-  trio-stomp listen /queue/a -H "selector:priority > 5"    (ActiveMQ)
+  trio-stomp listen /queue/a -H "selector:kind = 'urgent'" (ActiveMQ)
 
 {common.EXIT_STATUS_HELP}"""
 
@@ -76,9 +87,9 @@ def add_listen(subcommands: Any) -> None:
     common.add_url_option(parser)
     parser.add_argument(
         "--ack",
-        choices=("auto", "client", "client-individual"),
-        default="auto",
-        help="acknowledgement mode (default auto); client modes ack each message after printing it",
+        choices=("client-individual", "client", "auto"),
+        default="client-individual",
+        help="acknowledgement mode (default client-individual: each message once printed)",
     )
     parser.add_argument(
         "-n",
@@ -104,11 +115,11 @@ def add_listen(subcommands: Any) -> None:
 
 def run_listen(args: argparse.Namespace) -> int:
     """Run ``trio-stomp listen`` with the parsed ``args``; return the exit status."""
-    return common.run("listen", lambda: _listen(args))
+    return common.run("listen", args.url, lambda: _listen(args))
 
 
-def _subscription(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]:
-    """The ack mode and headers of the SUBSCRIBE.
+def _subscription(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The headers of the SUBSCRIBE.
 
     Raises:
       UsageError: a reserved header.
@@ -117,39 +128,42 @@ def _subscription(args: argparse.Namespace) -> tuple[str, list[tuple[str, str]]]
     for name, _ in headers:
         if name in _RESERVED:
             raise common.UsageError(f"-H {name}: not allowed here ({_RESERVED[name]})")
-    ack: str = args.ack
-    if args.count is not None and ack == "auto":
-        # An auto subscription takes everything the broker sends, prefetched
-        # or not: --count 1 could empty a queue and print one message.
-        ack = "client-individual"
-        if not any(name in WINDOW_HEADERS for name, _ in headers):
-            window = str(min(args.count, _MAX_WINDOW))
-            headers += [(name, window) for name in WINDOW_HEADERS]
-    return ack, headers
+    given = any(name in WINDOW_HEADERS for name, _ in headers)
+    if args.count is not None and args.ack != "auto" and not given:
+        # The rest of a queue stays with the broker, for other consumers.
+        window = str(min(args.count, _MAX_WINDOW))
+        headers += [(name, window) for name in WINDOW_HEADERS]
+    return headers
 
 
 async def _listen(args: argparse.Namespace) -> int:
     common.check_url(args.url)
-    ack, headers = _subscription(args)
+    headers = _subscription(args)
     formatter = _json if args.json else _verbose if args.verbose else _plain
-    acking = ack != "auto"
     async with connect(args.url) as client:
-        async with client.subscribe(args.destination, ack=ack, headers=headers) as messages:
+        async with client.subscribe(args.destination, ack=args.ack, headers=headers) as messages:
             send, receive = trio.open_memory_channel[tuple[bytes, Message]](_MAX_WINDOW)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_print, receive, acking)
+                nursery.start_soon(_print, receive, args.ack)
                 async with send:
                     taken = 0
-                    async for message in messages:
-                        await send.send((formatter(message), message))
-                        taken += 1
-                        if taken == args.count:
-                            break
+                    try:
+                        async for message in messages:
+                            await send.send((formatter(message), message))
+                            taken += 1
+                            if taken == args.count:
+                                break
+                    except SubscriptionOverflow:
+                        raise SubscriptionOverflow(
+                            f"{messages.buffer_size} messages arrived faster than they could "
+                            "be printed, and --ack auto cannot slow the broker down; the "
+                            "default --ack client-individual can"
+                        ) from None
     return common.EXIT_OK
 
 
-async def _print(receive: trio.MemoryReceiveChannel[tuple[bytes, Message]], acking: bool) -> None:
-    """Write what arrived (all of it at once: one thread hop each), then ack it.
+async def _print(receive: trio.MemoryReceiveChannel[tuple[bytes, Message]], ack: str) -> None:
+    """Write what has arrived (all of it in one write: one thread hop), then ack it.
 
     Nothing waits for more to come: each message is flushed as soon as the
     writer is free, so the output goes line by line, but a burst of messages
@@ -159,13 +173,15 @@ async def _print(receive: trio.MemoryReceiveChannel[tuple[bytes, Message]], acki
     async with receive:
         async for first in receive:
             batch = [first]
-            while True:
+            while len(batch) < _MAX_BATCH:
                 try:
                     batch.append(receive.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
             await output.write(b"".join(data for data, _ in batch))
-            if acking:
+            if ack == "client":
+                await batch[-1][1].ack()  # cumulative: covers the whole batch
+            elif ack == "client-individual":
                 for _, message in batch:
                     await message.ack()
 
@@ -195,7 +211,7 @@ def _verbose(message: Message) -> bytes:
     fields = " ".join(
         f"{name}:{_compact(value)}"
         for name, value in message.headers.items()
-        if name not in _QUIET_HEADERS
+        if name not in _QUIET_HEADERS and (name, value) != ("redelivered", "false")
     )
     line = f"-- {message.destination} {fields}".rstrip() + "\n"
     return line.encode("utf-8", "backslashreplace") + _plain(message)

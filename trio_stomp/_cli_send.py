@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, BinaryIO, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
 
 import trio
 
@@ -45,6 +46,28 @@ examples:
   STOMP_URL=stomp://guest:guest@127.0.0.1:61613/?vhost=/ trio-stomp send /queue/a -b hi
 
 {common.EXIT_STATUS_HELP}"""
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """Lets options come between DEST and the FILEs: ``send DEST -H k:v FILE``.
+
+    Plain argparse takes DEST and FILE... at their first position, so a FILE
+    after an option would be "unrecognized". ``parse_known_intermixed_args``
+    parses options first; it calls ``parse_known_args`` itself, hence the flag.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
 
 def add_send(subcommands: Any) -> None:
@@ -95,11 +118,12 @@ def add_send(subcommands: Any) -> None:
         "-q", "--quiet", action="store_true", help="do not report the number of messages sent"
     )
     parser.set_defaults(run=run_send)
+    parser.__class__ = _IntermixedParser  # add_parser has no per-parser class
 
 
 def run_send(args: argparse.Namespace) -> int:
     """Run ``trio-stomp send`` with the parsed ``args``; return the exit status."""
-    return common.run("send", lambda: _send(args))
+    return common.run("send", args.url, lambda: _send(args))
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -116,6 +140,8 @@ def _check(args: argparse.Namespace) -> None:
             raise common.UsageError("content-type given both with -H and --content-type")
     if args.body and args.files:
         raise common.UsageError("give FILEs or --body, not both")
+    if args.body and args.lines:
+        raise common.UsageError("--lines splits FILEs and standard input, not --body")
     if args.files.count("-") > 1:
         raise common.UsageError('standard input ("-") can be read only once')
     for path in args.files:
@@ -161,34 +187,46 @@ async def _each_message(
 ) -> None:
     """Call ``send_one`` with the whole content of ``path``, or with each of its lines."""
     if path == "-":
-        stream = sys.stdin.buffer
-        if stream.isatty() and not lines:
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, ValueError, OSError):
+            raise common.UsageError("there is no standard input to read") from None
+        if os.isatty(fd) and not lines:
             common.say("send: reading one message from the terminal; end it with Ctrl-D")
-        await _each_message_from(stream, lines, send_one)
+        await _each_message_from(fd, lines, send_one)
         return
     try:
-        stream = open(path, "rb")  # noqa: ASYNC230, SIM115 - read in a thread below
+        fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
         raise common.UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with stream:
-        await _each_message_from(stream, lines, send_one)
+    try:
+        await _each_message_from(fd, lines, send_one)
+    finally:
+        os.close(fd)
 
 
 async def _each_message_from(
-    stream: BinaryIO, lines: bool, send_one: Callable[[bytes], Awaitable[None]]
+    fd: int, lines: bool, send_one: Callable[[bytes], Awaitable[None]]
 ) -> None:
-    def read_chunk() -> bytes:
-        return stream.read1(_CHUNK)  # type: ignore[attr-defined,no-any-return]
+    """Read ``fd`` to its end and send its content, or each of its lines.
 
-    async def read(fn: Callable[[], bytes]) -> bytes:
-        # abandon_on_cancel: Ctrl-C must not wait for a terminal that never answers.
-        return await trio.to_thread.run_sync(fn, abandon_on_cancel=True)
+    Reads with ``os.read`` in a worker thread: a terminal or a pipe may not
+    answer for a long time, and Ctrl-C must not wait for it. (Not through
+    ``sys.stdin.buffer``: a thread abandoned while holding its lock aborts the
+    interpreter at exit.)
+    """
+
+    async def read() -> bytes:
+        return await trio.to_thread.run_sync(os.read, fd, _CHUNK, abandon_on_cancel=True)
 
     if not lines:
-        await send_one(await read(stream.read))
+        chunks = []
+        while chunk := await read():
+            chunks.append(chunk)
+        await send_one(b"".join(chunks))
         return
     pending = b""
-    while chunk := await read(read_chunk):
+    while chunk := await read():
         *complete, pending = (pending + chunk).split(b"\n")
         for line in complete:
             if line := line.removesuffix(b"\r"):

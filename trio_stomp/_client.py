@@ -701,7 +701,7 @@ class Client:
                 restoring = True
 
     def _targets_index(self, url: str) -> int:
-        return next((i for i, t in enumerate(self._targets) if t.url == url), -1)
+        return next((i for i, t in enumerate(self._targets) if t.endpoint.url == url), -1)
 
     def _connection_lost(self, error: StompError) -> None:
         """Bookkeeping when a connection drops and a new one is on its way."""
@@ -824,8 +824,9 @@ async def _open_any(
         try:
             with trio.fail_after(options.connect_timeout):
                 stream = await open_stream(target.endpoint, ssl_context=options.ssl_context)
+            # The connection is named by its credential-free URL (errors and logs).
             conn = await options.greet(
-                stream, target.url, target.endpoint.login, target.endpoint.passcode
+                stream, target.endpoint.url, target.endpoint.login, target.endpoint.passcode
             )
             return conn, attempt
         except trio.TooSlowError:

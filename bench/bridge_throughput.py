@@ -1,0 +1,272 @@
+"""Bridge throughput: a STOMP -> file route against the raw client-individual receive limit.
+
+    .venv/bin/python bench/bridge_throughput.py [--count 50000] [--size 100]
+        [--brokers rabbitmq] [--rounds 3] [--windows 1000,4000]
+
+For each broker (RabbitMQ by default; ``embedded`` runs ``trio-stomp broker``
+in its own process, ``activemq`` works too), measured in the same run, each
+in a fresh interpreter, each on a fresh queue pre-filled (untimed) with
+``count`` messages of ``size`` bytes:
+
+- raw limit: a raw socket SUBSCRIBEs with ``ack: client-individual`` and
+  ``prefetch-count: 1000`` and ACKs every message from pre-formatted frames,
+  no client logic (``bench/_common.py``). The clock runs from SUBSCRIBE to
+  the last message.
+- bridge, for each ``--windows`` W: a :class:`bridges.Route` with a ``stomp``
+  source (client-individual, prefetch W, in-flight window W) and a ``file``
+  sink (JSON lines; each batch of up to W/2 messages, at most 1000, fsynced
+  before its envelopes are acked): at-least-once, as ``bridges run`` does
+  it. The clock runs from the start of the route until the last envelope
+  was acked; the route then stops gracefully (DISCONNECT receipt: every ACK
+  reached the broker) and the JSON-lines output must hold ``count`` lines.
+
+The bridge holds each message until its batch is fsynced, so it needs a
+larger window than a consumer that acks on arrival to keep the broker busy;
+the window is also the bound on duplicates after a crash.
+
+Target: the bridge at >= 80% of the raw limit's rate. Brokers share the
+machine's cores with the client (and with whatever else runs), so absolute
+numbers move between runs. ``--rounds N`` runs every cell N times,
+interleaved: the table gives each cell's best rate, the ratio of the bests,
+and the median of the per-round ratios (each bridge run against the raw run
+of its own round), which load that drifts during the run disturbs least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+from _common import (
+    EMBEDDED,
+    TARGETS,
+    BenchError,
+    Meter,
+    RawClient,
+    Result,
+    Target,
+    body_of,
+    check_target,
+    child_main,
+    drain_rest,
+    embedded_broker,
+    environment_line,
+    fmt_rate,
+    listening_pid,
+    parse_brokers,
+    prefill,
+    process_cpu,
+    run_child,
+    unique_queue,
+)
+
+TARGET_RATIO: Final = 0.80
+
+
+def run_raw(spec: dict[str, Any], meter: Meter) -> None:
+    target = Target(**spec["target"])
+    count = spec["count"]
+    client = RawClient(target, timeout=spec["timeout"])
+    meter.start()
+    client.subscribe(spec["destination"], "client-individual")
+    got = client.consume(count, ack=True)
+    meter.stop(count)
+    if got != count:
+        raise BenchError(f"received {got} messages, expected {count}")
+    client.disconnect()
+
+
+def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
+    import trio
+
+    import trio_stomp
+    from bridges import Context, Route
+    from bridges._file_sink import FileSink, FileSinkConfig
+    from bridges._stomp import StompSource, StompSourceConfig
+
+    target = Target(**spec["target"])
+    count = spec["count"]
+    out = Path(spec["out"])
+    context = Context(route="bench", role="source", base_dir=out)
+    source = StompSource(
+        StompSourceConfig(
+            url=target.url,
+            destination=spec["destination"],
+            prefetch=spec["window"],
+            heartbeat=(0, 0),
+        ),
+        context,
+    )
+    sink = FileSink(FileSinkConfig(path="."), context)
+    route = Route(
+        "bench",
+        source,
+        sink,
+        in_flight=spec["window"],
+        batch_count=min(spec["window"] // 2, 1000),
+        batch_time=0.005,
+    )
+
+    async def main() -> None:
+        with trio.fail_after(spec["timeout"]):
+            async with trio.open_nursery() as nursery:
+                meter.start()
+                nursery.start_soon(route.run)
+                while route.stats.delivered < count:  # noqa: ASYNC110 - a counter, no event
+                    await trio.sleep(0.002)
+                meter.stop(route.stats.delivered)
+                route.stop()
+
+    try:
+        trio.run(main)
+    except trio_stomp.StompError as exc:
+        raise BenchError(f"{type(exc).__name__}: {exc}") from None
+    except trio.TooSlowError:
+        raise BenchError(f"no result within {spec['timeout']} s") from None
+    lines = sum(p.read_bytes().count(b"\n") for p in out.glob("messages-*.jsonl*"))
+    if lines != count or route.stats.restarts or route.stats.retries:
+        raise BenchError(
+            f"{lines} lines written for {count} messages "
+            f"({route.stats.restarts} restarts, {route.stats.retries} retries)"
+        )
+
+
+CHILDREN: Final = {"raw": run_raw, "bridge": run_bridge}
+RAW: Final = "raw socket, client-individual, prefetch 1000"
+
+#: broker, consumer, its best result, the broker's best raw result, per-round ratios to raw
+Row = tuple[str, str, Result | str, Result | str, list[float]]
+#: Broker CPU seconds per 10k messages, by id() of the Result it was measured with.
+BROKER_CPU: dict[int, float] = {}
+
+
+def measure(target: Target, which: str, window: int, args: argparse.Namespace) -> Result | str:
+    destination = unique_queue("bridge", which)
+    timeout = max(60.0, args.count / 500)
+    with tempfile.TemporaryDirectory(prefix="bridge-bench-") as out:
+        spec = {
+            "which": which,
+            "target": target.__dict__,
+            "destination": destination,
+            "count": args.count,
+            "window": window,
+            "out": out,
+            "timeout": timeout,
+        }
+        try:
+            prefill(target, destination, body_of(args.size), args.count, timeout)
+            pid = listening_pid(target.port)
+            before = process_cpu(pid)
+            result = run_child(__file__, spec, timeout + 30)
+            after = process_cpu(pid)
+            if before is not None and after is not None:
+                BROKER_CPU[id(result)] = (after - before) / args.count * 10_000
+            return result
+        except (BenchError, OSError) as exc:
+            drain_rest(target, destination)
+            return f"failed: {exc}"
+
+
+def best(results: list[Result | str]) -> Result | str:
+    good = [r for r in results if isinstance(r, Result)]
+    return max(good, key=lambda r: r.rate) if good else results[-1]
+
+
+def run_target(label: str, target: Target, args: argparse.Namespace) -> list[Row]:
+    cells = [("raw", 1000, RAW)] + [
+        ("bridge", w, f"bridge, window/prefetch {w}, batch {min(w // 2, 1000)}")
+        for w in args.windows
+    ]
+    results: dict[str, list[Result | str]] = {}
+    for _ in range(args.rounds):
+        for which, window, what in cells:
+            results.setdefault(what, []).append(measure(target, which, window, args))
+    raw = best(results[RAW])
+    rows = []
+    for _, _, what in cells:
+        ratios = [
+            mine.rate / theirs.rate
+            for mine, theirs in zip(results[what], results[RAW], strict=True)
+            if isinstance(mine, Result) and isinstance(theirs, Result)
+        ]
+        rows.append((label, what, best(results[what]), raw, ratios))
+    return rows
+
+
+def table(rows: list[Row]) -> list[str]:
+    lines = [
+        "| broker   | consumer                                     |  msg/s | best/best "
+        "| per round (median) | consumer CPU s/10k | broker CPU s/10k |",
+        "|----------|----------------------------------------------|--------|-----------"
+        "|--------------------|--------------------|------------------|",
+    ]
+    for label, what, result, raw, ratios in rows:
+        rate = result.rate if isinstance(result, Result) else None
+        raw_rate = raw.rate if isinstance(raw, Result) else None
+        ratio = "-" if rate is None or raw_rate is None else f"{rate / raw_rate:.0%}"
+        median = f"{statistics.median(ratios):.0%}" if ratios else "-"
+        cpu = f"{result.cpu_per_10k:.2f}" if isinstance(result, Result) else "-"
+        broker = BROKER_CPU.get(id(result))
+        broker_cpu = "-" if broker is None else f"{broker:.2f}"
+        lines.append(
+            f"| {label:<8} | {what:<44} | {fmt_rate(rate):>6} | {ratio:>9} | {median:>18} "
+            f"| {cpu:>18} | {broker_cpu:>16} |"
+        )
+        if isinstance(result, str):
+            lines.append(f"  {label} {what}: {result}")
+    return lines
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        spec = json.loads(sys.argv[2])
+        child_main(CHILDREN[spec["which"]], spec)
+        return 0
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=50_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--brokers", type=parse_brokers, default=["rabbitmq"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--windows",
+        type=lambda text: [int(w) for w in text.split(",")],
+        default=[1000, 4000],
+        help="bridge in-flight windows (= prefetch) to measure",
+    )
+    args = parser.parse_args()
+    print(environment_line())
+    print(
+        f"{args.count:,} messages of {args.size} bytes, best of {args.rounds} interleaved "
+        "rounds; bridge: stomp source -> file sink (JSON lines, fsync per batch)"
+    )
+    rows: list[Row] = []
+    for name in args.brokers:
+        if name == EMBEDDED:
+            with embedded_broker() as target:
+                rows.extend(run_target("embedded", target, args))
+            continue
+        target = TARGETS[name]
+        reason = check_target(target)
+        if reason is not None:
+            rows.append((target.label, RAW, f"skipped: {reason}", "skipped", []))
+            continue
+        rows.extend(run_target(target.label, target, args))
+    print()
+    for line in table(rows):
+        print(line)
+    medians = [statistics.median(r) for _, what, _, _, r in rows if what != RAW and r]
+    verdict = "met" if medians and max(medians) >= TARGET_RATIO else "NOT met"
+    print(
+        f"\ntarget: bridge >= {TARGET_RATIO:.0%} of the raw limit (median per-round ratio, "
+        f"best window): {verdict}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

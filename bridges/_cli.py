@@ -1,0 +1,84 @@
+"""The ``bridges`` command line.
+
+    bridges check CONFIG     validate the config (no connection, nothing created)
+    bridges run CONFIG       run until SIGTERM/SIGINT
+    bridges plugins          list the source, sink and transform types
+
+Config problems are printed one per line (file, route, key) with status 2;
+nothing is printed as a traceback for an expected failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from functools import partial
+
+import trio
+
+PROG = "bridges"
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``bridges``."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Move messages between STOMP and other systems, at least once.",
+        epilog="The config format: bridges/README.md.",
+    )
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    commands.required = True
+    check = commands.add_parser("check", help="validate a config without connecting")
+    check.add_argument("config", metavar="CONFIG", help="the TOML config file")
+    run = commands.add_parser("run", help="run the routes of a config")
+    run.add_argument("config", metavar="CONFIG", help="the TOML config file")
+    run.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    commands.add_parser("plugins", help="list the endpoint and transform types")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``bridges`` with ``argv``; return the exit status (0 ok, 1 failed, 2 bad config)."""
+    from ._config import load_config
+    from ._convert import ConfigError
+    from ._registry import default_registry
+    from ._service import build_routes, run_bridge
+
+    args = build_parser().parse_args(argv)
+    registry = default_registry()
+    if args.command == "plugins":
+        for plugin in registry.plugins():
+            print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
+        return 0
+    try:
+        config = load_config(args.config, registry)
+        if args.command == "check":
+            routes = build_routes(config, registry, checking=True)
+            _say(f"{args.config}: OK, {len(routes)} route(s)")
+            for route in routes:
+                _say(f"  {route.name}: {route.source.describe()} -> {route.sink.describe()}")
+            return 0
+        level = "debug" if args.verbose else config.bridge.log_level
+        logging.basicConfig(
+            level=level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            datefmt="%H:%M:%S",
+        )
+        trio.run(partial(run_bridge, config, registry, say=_say))
+    except ConfigError as exc:
+        for problem in exc.problems:
+            _say(str(problem))
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

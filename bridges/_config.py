@@ -1,0 +1,281 @@
+"""The bridges config file: TOML into typed classes, then into running routes.
+
+Layout (see ``bridges/README.md`` for every key)::
+
+    [bridge]                 # optional: process settings
+    [broker]                 # optional: embedded = true starts a broker
+    [routes.NAME]            # one table per route
+    source = { type = "...", ... }
+    sink = { type = "...", ... }
+    dead_letter = { ... }    # optional
+    [[routes.NAME.transforms]]
+    type = "..."
+
+Relative paths (directories, ``*_file`` secrets) are resolved against the
+current working directory of the process, like any command-line tool's
+arguments, and printed in full when the bridge starts.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+from attrs.validators import ge, gt
+
+from ._convert import INVALID, ConfigError, Problem, Where, describe, structure
+from ._endpoint import Context, InvalidSetting
+from ._registry import Kind, Registry
+from ._retry import RetryPolicy
+
+
+def _listen(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+
+
+@attrs.frozen
+class BridgeSettings:
+    """``[bridge]``: the process.
+
+    Attributes:
+      shutdown_timeout: on SIGTERM/SIGINT, how long in-flight messages may
+        take to finish before they are nacked, s.
+      hint: a line printed once every route is running (the quickstart
+        says what to do).
+      log_level: "debug", "info", "warning" or "error".
+    """
+
+    shutdown_timeout: float = attrs.field(default=10.0, validator=ge(0.0))
+    hint: str | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@attrs.frozen
+class BrokerSettings:
+    """``[broker]``: an embedded broker started (and stopped) with the process.
+
+    It keeps messages in memory: what is still queued when the process
+    stops is lost, so shutdown first drains the routes that read from it.
+    ``stomp`` endpoints reach it with ``url = "embedded"``.
+    """
+
+    embedded: bool = False
+    listen: str = attrs.field(default="127.0.0.1:61613", validator=_listen)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+@attrs.frozen
+class Batching:
+    """``batch = { count = 100, time = 0.02 }``: up to ``count`` messages per write;
+    once one is waiting, wait at most ``time`` s for more before writing."""
+
+    count: int = attrs.field(default=100, validator=ge(1))
+    time: float = attrs.field(default=0.02, validator=ge(0.0))
+
+
+@attrs.frozen
+class EndpointConfig:
+    """A ``type = "..."`` table, structured into its plugin's config class."""
+
+    kind: Kind
+    type: str
+    key: str  # where it sits in the route: "source", "transforms[1]"...
+    config: Any
+
+
+@attrs.frozen
+class RouteConfig:
+    """One ``[routes.NAME]`` table."""
+
+    name: str
+    source: EndpointConfig
+    sink: EndpointConfig
+    transforms: tuple[EndpointConfig, ...] = ()
+    dead_letter: EndpointConfig | None = None
+    in_flight: int = 1000
+    batch: Batching = attrs.field(factory=Batching)
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
+
+
+@attrs.frozen
+class _RouteTable:
+    source: dict[str, Any]
+    sink: dict[str, Any]
+    transforms: list[dict[str, Any]] = attrs.field(factory=list)
+    dead_letter: dict[str, Any] | None = None
+    in_flight: int = attrs.field(default=1000, validator=gt(0))
+    batch: Batching = attrs.field(factory=Batching)
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
+
+
+@attrs.frozen
+class Config:
+    """A whole config file, checked."""
+
+    routes: tuple[RouteConfig, ...]
+    bridge: BridgeSettings = BridgeSettings()
+    broker: BrokerSettings = BrokerSettings()
+    file: str | None = None
+    base_dir: Path = attrs.field(factory=Path.cwd)
+
+
+def load_config(path: str | Path, registry: Registry, *, base_dir: Path | None = None) -> Config:
+    """Read and check the TOML config at ``path``.
+
+    Args:
+      registry: the endpoint and transform types the config may name.
+      base_dir: what relative paths are relative to (default: the cwd).
+
+    Raises:
+      ConfigError: the file cannot be read, is not TOML, or has problems;
+        each names the file, the route and the key.
+    """
+    name = str(path)
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(
+            [Problem(name, None, "", f"cannot read: {exc.strerror or exc}")]
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([Problem(name, None, "", f"not valid TOML: {exc}")]) from None
+    return parse_config(data, registry, file=name, base_dir=base_dir)
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    registry: Registry,
+    *,
+    file: str | None = None,
+    base_dir: Path | None = None,
+) -> Config:
+    """Check an already-parsed TOML document; see :func:`load_config`.
+
+    Each section and route is checked on its own, and every route that
+    parses is also built (as ``bridges check`` does, creating nothing), so
+    that one run reports every problem of the file.
+    """
+    base = base_dir if base_dir is not None else Path.cwd()
+    where = Where(file=file, base_dir=base)
+    for key in data:
+        if key not in ("bridge", "broker", "routes"):
+            where.at(key).problem("unknown key (known: bridge, broker, routes)")
+    bridge = structure(BridgeSettings, data.get("bridge", {}), where.at("bridge"))
+    broker = structure(BrokerSettings, data.get("broker", {}), where.at("broker"))
+    tables = data.get("routes")
+    if tables is None:
+        where.at("routes").problem("missing (required)")
+        tables = {}
+    elif not isinstance(tables, dict):
+        where.at("routes").problem(f"expected a table, got {describe(tables)}")
+        tables = {}
+    elif not tables:
+        where.at("routes").problem("no routes: add a [routes.NAME] table")
+    routes = []
+    embedded = broker is INVALID or broker.embedded  # (unknown: do not also complain)
+    for name, table in tables.items():
+        route_where = Where(file=file, route=name, base_dir=base, problems=where.problems)
+        route = _parse_route(name, table, registry, route_where)
+        if route is not None:
+            _check_build(route, registry, Context(name, "-", base, embedded, checking=True), where)
+            routes.append(route)
+    where.check()
+    return Config(tuple(routes), bridge, broker, file, base)
+
+
+def _check_build(route: RouteConfig, registry: Registry, context: Context, where: Where) -> None:
+    endpoints = [route.source, route.sink, *route.transforms]
+    if route.dead_letter is not None:
+        endpoints.append(route.dead_letter)
+    context = attrs.evolve(context, in_flight=route.in_flight)
+    for endpoint in endpoints:
+        role = "transform" if endpoint.kind == "transform" else endpoint.key.split("[")[0]
+        build_endpoint(
+            endpoint, registry, attrs.evolve(context, role=role), where.problems, where.file
+        )
+
+
+def _parse_route(name: str, table: object, registry: Registry, where: Where) -> RouteConfig | None:
+    raw = structure(_RouteTable, table, where)
+    if raw is INVALID:
+        # Report the endpoints' own problems too, when their tables are there.
+        if isinstance(table, dict):
+            for role in ("source", "sink", "dead_letter"):
+                if isinstance(table.get(role), dict):
+                    kind: Kind = "source" if role == "source" else "sink"
+                    _parse_endpoint(kind, table[role], registry, where.at(role))
+        return None
+    source = _parse_endpoint("source", raw.source, registry, where.at("source"))
+    sink = _parse_endpoint("sink", raw.sink, registry, where.at("sink"))
+    dead_letter = (
+        None
+        if raw.dead_letter is None
+        else _parse_endpoint("sink", raw.dead_letter, registry, where.at("dead_letter"))
+    )
+    transforms = [
+        _parse_endpoint("transform", t, registry, where.at("transforms").at(i))
+        for i, t in enumerate(raw.transforms)
+    ]
+    if source is None or sink is None or (raw.dead_letter is not None and dead_letter is None):
+        return None
+    if any(t is None for t in transforms):
+        return None
+    return RouteConfig(
+        name,
+        source,
+        sink,
+        tuple(t for t in transforms if t is not None),
+        dead_letter,
+        raw.in_flight,
+        raw.batch,
+        raw.retry,
+    )
+
+
+def _parse_endpoint(
+    kind: Kind, table: Mapping[str, Any], registry: Registry, where: Where
+) -> EndpointConfig | None:
+    rest = dict(table)
+    type_name = rest.pop("type", None)
+    if not isinstance(type_name, str):
+        known = ", ".join(registry.names(kind)) or "none registered"
+        got = "missing" if type_name is None else f"got {type_name!r}"
+        where.at("type").problem(f"a {kind} needs type = one of: {known} ({got})")
+        return None
+    try:
+        plugin = registry.get(kind, type_name)
+    except KeyError as exc:
+        where.at("type").problem(str(exc.args[0]))
+        return None
+    config = structure(plugin.config, rest, where)
+    if config is INVALID:
+        return None
+    return EndpointConfig(kind, type_name, where.key, config)
+
+
+def build_endpoint(
+    endpoint: EndpointConfig,
+    registry: Registry,
+    context: Context,
+    problems: list[Problem],
+    file: str | None,
+) -> Any:
+    """Construct one endpoint or transform; record an :class:`InvalidSetting` as a problem."""
+    plugin = registry.get(endpoint.kind, endpoint.type)
+    try:
+        return plugin.build(endpoint.config, context)
+    except InvalidSetting as exc:
+        problems.append(Problem(file, context.route, f"{endpoint.key}.{exc.key}", exc.message))
+    except ValueError as exc:
+        problems.append(Problem(file, context.route, endpoint.key, str(exc)))
+    return None

@@ -1,0 +1,305 @@
+"""TOML tables into typed attrs classes, with errors that name the file, the route and the key.
+
+:func:`structure` understands the types config classes use: ``str``, ``int``,
+``float``, ``bool``, ``Literal[...]``, ``X | None``, unions such as
+``str | tuple[str, ...]``, ``list[X]`` and ``tuple[X, ...]`` (from arrays),
+``dict[str, X]`` and nested attrs classes. Unknown keys, wrong types and
+missing keys are all reported, each as a :class:`Problem`, not just the first.
+
+Two conveniences for secrets, so they need not sit in the file:
+
+- ``${NAME}`` in any string is replaced by the environment variable NAME
+  (``$${`` writes a literal ``${``); an unset variable is an error.
+- A field marked ``secret`` (``attrs.field(metadata={"secret": True})``) may
+  be given as ``NAME_file = "path"`` instead: the file's content, without its
+  trailing newline, is the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin
+
+import attrs
+
+T = TypeVar("T")
+
+_ENV: Final = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with a config, and where."""
+
+    file: str | None
+    route: str | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}: " if self.file else ""
+        if self.route is not None:
+            where += f"route {self.route!r}: "
+        return f"{where}{self.key}: {self.message}" if self.key else f"{where}{self.message}"
+
+
+class ConfigError(Exception):
+    """The config cannot be used; :attr:`problems` says everything that is wrong."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        super().__init__("\n".join(str(problem) for problem in problems))
+        self.problems = tuple(problems)
+
+
+@attrs.define
+class Where:
+    """The location being converted, and the problems found so far."""
+
+    file: str | None = None
+    route: str | None = None
+    keys: tuple[str, ...] = ()
+    base_dir: Path = attrs.field(factory=Path.cwd)
+    problems: list[Problem] = attrs.field(factory=list)
+
+    def at(self, key: str | int) -> Where:
+        """The same place, one key deeper; problems are shared."""
+        step = f"[{key}]" if isinstance(key, int) else str(key)
+        return Where(self.file, self.route, (*self.keys, step), self.base_dir, self.problems)
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.keys).replace(".[", "[")
+
+    def problem(self, message: str) -> None:
+        self.problems.append(Problem(self.file, self.route, self.key, message))
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` if any problem was found."""
+        if self.problems:
+            raise ConfigError(self.problems)
+
+
+class _Invalid:
+    pass
+
+
+INVALID: Final = _Invalid()
+
+
+def describe(value: object) -> str:
+    """``value`` with its TOML type, for error messages."""
+    kind = {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "string",
+        dict: "table",
+        list: "array",
+    }.get(type(value), type(value).__name__)
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{text} ({kind})"
+
+
+def _type_name(tp: Any) -> str:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args if a is not type(None))
+    if origin in (list, tuple, Sequence):
+        return f"an array of {_type_name(args[0])}s" if args else "an array"
+    if origin in (dict, Mapping):
+        return "a table"
+    if attrs.has(tp):
+        return "a table"
+    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def expand_env(text: str, where: Where) -> str | _Invalid:
+    """Replace ``${NAME}`` with environment variables (``$${`` is a literal ``${``)."""
+    if "$" not in text:
+        return text
+    missing: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        name = match.group(1)
+        if not _NAME.fullmatch(name):
+            missing.append(f"${{{name}}} is not a valid environment variable reference")
+            return ""
+        value = os.environ.get(name)
+        if value is None:
+            missing.append(f"environment variable {name} is not set")
+            return ""
+        return value
+
+    result = _ENV.sub(replace, text)
+    for message in missing:
+        where.problem(message)
+    return INVALID if missing else result
+
+
+def convert(tp: Any, value: object, where: Where) -> Any:
+    """``value`` as type ``tp``; on failure record a problem and return :data:`INVALID`."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any or tp is object:
+        return value
+    if attrs.has(tp):
+        return structure(tp, value, where)
+    if origin in (Union, types.UnionType):
+        return _convert_union(tp, args, value, where)
+    if origin is Literal:
+        if value in args and type(value) in {type(a) for a in args}:
+            return value
+        where.problem(f"expected {_type_name(tp)}, got {describe(value)}")
+        return INVALID
+    if tp is str:
+        if isinstance(value, str):
+            return expand_env(value, where)
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif origin in (list, tuple, Sequence):
+        if isinstance(value, list):
+            item_type = args[0] if args else Any
+            items = [convert(item_type, item, where.at(i)) for i, item in enumerate(value)]
+            if any(item is INVALID for item in items):
+                return INVALID
+            return items if origin is list else tuple(items)
+    elif origin in (dict, Mapping):
+        if isinstance(value, dict):
+            value_type = args[1] if len(args) == 2 else Any
+            out = {str(k): convert(value_type, v, where.at(str(k))) for k, v in value.items()}
+            return INVALID if any(v is INVALID for v in out.values()) else out
+    else:  # pragma: no cover - a config class uses a type this module does not know
+        raise TypeError(f"config type {tp!r} is not supported")
+    where.problem(f"expected {_type_name(tp)}, got {describe(value)}")
+    return INVALID
+
+
+def _convert_union(tp: Any, args: tuple[Any, ...], value: object, where: Where) -> Any:
+    options = [a for a in args if a is not type(None)]
+    if len(options) == 1:
+        return convert(options[0], value, where)
+    for option in options:
+        trial = Where(where.file, where.route, where.keys, where.base_dir)
+        result = convert(option, value, trial)
+        if result is not INVALID:
+            return result
+        if _accepts_shape(option, value):
+            where.problems.extend(trial.problems)
+            return INVALID
+    where.problem(f"expected {_type_name(tp)}, got {describe(value)}")
+    return INVALID
+
+
+def _accepts_shape(tp: Any, value: object) -> bool:
+    """True when ``value`` has the shape of ``tp`` (so its inner problems are the ones to show)."""
+    origin = get_origin(tp)
+    if origin in (list, tuple, Sequence):
+        return isinstance(value, list)
+    if origin in (dict, Mapping) or attrs.has(tp):
+        return isinstance(value, dict)
+    return False
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def structure(cls: type[T], data: object, where: Where) -> T | Any:
+    """Build attrs class ``cls`` from the table ``data``.
+
+    Every problem is recorded in ``where``; the result is :data:`INVALID`
+    when there was any (call ``where.check()`` to raise them).
+    """
+    if not isinstance(data, dict):
+        where.problem(f"expected a table, got {describe(data)}")
+        return INVALID
+    fields = {f.alias: f for f in attrs.fields(cls) if f.init}  # type: ignore[arg-type]
+    hints = _hints(cls)
+    secrets = {f"{name}_file": name for name, f in fields.items() if f.metadata.get("secret")}
+    known = set(fields) | set(secrets)
+    kwargs: dict[str, Any] = {}
+    ok = True
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            where.at(key).problem(f"unknown key{hint} (known: {', '.join(sorted(known))})")
+            ok = False
+    for key, secret in secrets.items():
+        if key in data:
+            if secret in data:
+                where.at(key).problem(f"give {secret!r} or {key!r}, not both")
+                ok = False
+                continue
+            text = _read_secret(data[key], where.at(key))
+            if text is INVALID:
+                ok = False
+            else:
+                kwargs[secret] = text
+    for name, field in fields.items():
+        if name in kwargs:
+            continue
+        if name not in data:
+            if field.default is attrs.NOTHING:
+                where.at(name).problem("missing (required)")
+                ok = False
+            continue
+        value = convert(hints[field.name], data[name], where.at(name))
+        if value is INVALID or not _validate(field, value, where.at(name)):
+            ok = False
+        else:
+            kwargs[name] = value
+    if not ok:
+        return INVALID
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        where.problem(str(exc))
+        return INVALID
+
+
+def _validate(field: attrs.Attribute[Any], value: object, where: Where) -> bool:
+    """Run the field's own validators, so each problem is reported at its key."""
+    if field.validator is None:
+        return True
+    try:
+        field.validator(None, field, value)
+    except (ValueError, TypeError) as exc:
+        message = str(exc).removeprefix(f"'{field.name}' ")
+        where.problem(message)
+        return False
+    return True
+
+
+def _read_secret(value: object, where: Where) -> str | _Invalid:
+    path_text = convert(str, value, where)
+    if not isinstance(path_text, str):
+        return INVALID
+    path = where.base_dir / Path(path_text).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        where.problem(f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}")
+        return INVALID
+    return text.removesuffix("\n").removesuffix("\r")

@@ -1,0 +1,145 @@
+"""The contracts between the engine and endpoints: sources, sinks, and what they raise.
+
+A *source* opens into a :class:`Receiver` for the lifetime of a connection;
+the engine pulls envelopes from it. A *sink* opens into a :class:`Writer`;
+the engine hands it batches. Both are async context managers so that their
+connections, tasks and files live inside the route's ``async with`` and end
+with it (see DESIGN.md). The engine may open a sink again after a failure,
+and a whole route again after its source failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+from ._message import Envelope, Message
+
+if TYPE_CHECKING:
+    from trio_stomp.broker import Broker
+
+
+class Receiver(Protocol):
+    """An open source."""
+
+    async def receive(self) -> Envelope:
+        """The next envelope; waits for one.
+
+        Must be cancel-safe: a cancelled call hands out nothing and loses
+        nothing (the message stays in the source for later).
+
+        Raises:
+          trio.EndOfChannel: the source is finished (a finite source).
+          Exception: the source failed; the engine restarts the route.
+        """
+        ...
+
+
+class Source(Protocol):
+    """Where messages come from. Built from config; connects only in :meth:`open`."""
+
+    def open(self) -> AbstractAsyncContextManager[Receiver]:
+        """Connect; leaving the block disconnects (unsettled envelopes go back)."""
+        ...
+
+    def describe(self) -> str:
+        """One line for logs and dead-letter headers, e.g. ``stomp /queue/in``."""
+        ...
+
+
+class Writer(Protocol):
+    """An open sink."""
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        """Write ``batch`` (in order); return only when all of it is durable.
+
+        Durable means it survives this process being killed: fsynced, or
+        confirmed by the peer (a RECEIPT, a PUBACK, a publisher confirm). A
+        sink whose peer confirms asynchronously sends the whole batch, then
+        awaits every confirmation here: one round trip per batch.
+
+        Raises:
+          MessageRejected: some messages can never be written (no retry).
+          Exception: anything else is transient: the engine closes this
+            writer, opens the sink again and retries by its policy. A failed
+            write may have written part of the batch (a duplicate later, never
+            a loss).
+        """
+        ...
+
+
+class Sink(Protocol):
+    """Where messages go. Built from config; connects only in :meth:`open`."""
+
+    def open(self) -> AbstractAsyncContextManager[Writer]:
+        """Connect (open files); leaving the block disconnects."""
+        ...
+
+    def describe(self) -> str:
+        """One line for logs, e.g. ``file outbox/ (jsonl)``."""
+        ...
+
+
+class MessageRejected(Exception):
+    """A sink cannot ever write some messages of a batch (bad header, no destination).
+
+    Those go to the dead-letter sink (or are nacked) at once; the rest of the
+    batch is written again without waiting.
+
+    Args:
+      reason: why, for the ``bridge-error`` header and the log.
+      indices: positions in the batch of the rejected messages; None: all.
+    """
+
+    def __init__(self, reason: str, indices: Sequence[int] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.indices = None if indices is None else tuple(indices)
+
+
+class InvalidSetting(ValueError):
+    """An endpoint or transform constructor found a bad setting.
+
+    The config loader turns it into a :class:`bridges.ConfigError` that names
+    the file, the route and ``key`` (relative to the endpoint's table).
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@attrs.frozen
+class Context:
+    """What an endpoint constructor may know about where it runs.
+
+    Attributes:
+      route: the route's name.
+      role: "source", "sink", "dead_letter" or "transform".
+      base_dir: relative paths in the config are resolved against this
+        directory (the working directory of ``bridges``).
+      embedded: True when the config starts an embedded broker, so a
+        ``stomp`` endpoint may say ``url = "embedded"``.
+      broker: the running embedded broker; None before it starts (during
+        ``bridges check``) and when there is none.
+      checking: True under ``bridges check``: build, validate, create nothing.
+      in_flight: the route's in-flight window (a STOMP source's prefetch
+        follows it unless set).
+    """
+
+    route: str = "-"
+    role: str = "source"
+    base_dir: Path = attrs.field(factory=Path.cwd)
+    embedded: bool = False
+    broker: Broker | None = None
+    checking: bool = False
+    in_flight: int = 1000
+
+    def path(self, value: str) -> Path:
+        """``value`` (``~`` expanded) resolved against :attr:`base_dir`."""
+        return self.base_dir / Path(value).expanduser()

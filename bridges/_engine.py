@@ -1,0 +1,543 @@
+"""The engine: one :class:`Route` moves messages from a source, through transforms, to a sink.
+
+Three tasks per route, in one nursery inside the source's ``async with``:
+
+- the *taker* waits for a free slot of the in-flight window, receives an
+  envelope, runs the transforms and queues the result (in order);
+- the *deliverer* gathers queued messages into batches (by count and by
+  time) and writes each batch to the sink. A failed write is retried on a
+  freshly opened sink by the route's :class:`RetryPolicy`; after the last
+  attempt the batch goes to the dead-letter sink with headers saying why, or,
+  without one, is nacked and the route pauses (backs off);
+- the *settler* acks (or nacks) the envelopes of each batch once the
+  deliverer is done with it: only after the write returned, so only once
+  the data is durable. It is a task of its own so that the next write need
+  not wait for a batch of acks.
+
+A slot of the window is held from ``receive()`` until the envelope is
+settled, so at most ``in_flight`` messages are between the source and the
+sink: the backpressure a STOMP source turns into its prefetch window, and
+the bound on duplicates after a crash. One task per stage keeps order within
+a route (a retried batch blocks the ones behind it); a nack hands a message
+back to the source, which may redeliver it after later ones.
+
+When the source fails (a lost connection), the route closes everything,
+hands the in-flight envelopes back (nack, shielded and bounded), waits by
+the retry policy, and opens again; when the sink fails, only the sink is
+opened again, and the batch retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Final
+
+import trio
+
+from ._endpoint import MessageRejected, Receiver, Sink, Source, Writer
+from ._flow import (
+    DeadLetterFailed,
+    Queue,
+    RouteStats,
+    TransformFailed,
+    Window,
+    one_line,
+    sole,
+)
+from ._message import Envelope, Message
+from ._retry import RetryPolicy
+from ._transforms import Transform, is_async
+
+log = logging.getLogger("bridges.route")
+
+#: Headers the engine adds to a dead letter.
+DEAD_LETTER_HEADERS: Final = (
+    "bridge-error",
+    "bridge-stage",
+    "bridge-route",
+    "bridge-source",
+    "bridge-attempts",
+    "bridge-failed-at",
+)
+#: The taker yields to other tasks at least this often, even when it never waits.
+_YIELD_EVERY: Final = 64
+
+_Item = tuple[Envelope, Message | BaseException]  # a transform's error instead of a message
+_Good = tuple[Envelope, Message]
+#: (envelopes, None to ack or the nack's error, the RouteStats counter to add to)
+_Settle = tuple[list[Envelope], BaseException | None, str]
+
+
+class Route:
+    """Source -> transforms -> sink, with at-least-once delivery. Run it with :meth:`run`.
+
+    Args:
+      name: for logs and the ``bridge-route`` header.
+      source, sink: the endpoints.
+      transforms: applied in order; see :mod:`bridges._transforms`.
+      dead_letter: where messages go after the last attempt, or None.
+      in_flight: most envelopes received but not yet settled.
+      batch_count, batch_time: a batch is written when it holds
+        ``batch_count`` messages, or ``batch_time`` s after its first one
+        was ready (0: write whatever is ready at once).
+      retry: attempts and backoff for writes, restarts and pauses.
+      release_timeout: bound on handing in-flight envelopes back when the
+        route stops or fails, s.
+      rand: the jitter's random source (tests pass a constant).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: Source,
+        sink: Sink,
+        *,
+        transforms: Sequence[Transform] = (),
+        dead_letter: Sink | None = None,
+        in_flight: int = 1000,
+        batch_count: int = 100,
+        batch_time: float = 0.02,
+        retry: RetryPolicy | None = None,
+        release_timeout: float = 5.0,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        if in_flight < 1 or batch_count < 1 or batch_time < 0:
+            raise ValueError("in_flight and batch_count must be >= 1, batch_time >= 0")
+        self.name = name
+        self.source = source
+        self.sink = sink
+        self.dead_letter = dead_letter
+        self._transforms = [(t, is_async(t)) for t in transforms]
+        self._window = in_flight
+        self._batch_count = batch_count
+        self._batch_time = batch_time
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._release_timeout = release_timeout
+        self._rand = rand
+        self.stats = RouteStats()
+        #: Set once the source and the sink have opened for the first time.
+        self.ready = trio.Event()
+        #: Set when :meth:`run` returns.
+        self.finished = trio.Event()
+        self._stopping = False
+        self._stopped = trio.Event()
+        self._scope = trio.CancelScope()
+        self._take_scope: trio.CancelScope | None = None
+        self._inflight: set[Envelope] = set()
+        self._slots = Window(in_flight)
+        self._taken: Queue[_Item] = Queue()
+        self._to_settle: Queue[_Settle] = Queue()
+        self._pauses = 0
+
+    def __repr__(self) -> str:
+        return f"<Route {self.name!r}: {self.source.describe()} -> {self.sink.describe()}>"
+
+    @property
+    def in_flight(self) -> int:
+        """Envelopes received and not yet settled."""
+        return len(self._inflight)
+
+    # -- lifetime -------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until the source ends, or :meth:`stop` drained it, or cancelled.
+
+        A failure of the source (or of the dead-letter sink) is logged; the
+        route hands its in-flight envelopes back, waits by the retry policy
+        and starts again. Call it once per Route.
+        """
+        try:
+            await self._supervise()
+        finally:
+            self.finished.set()
+
+    def stop(self) -> None:
+        """Stop taking new messages; :meth:`run` returns once in-flight ones are settled."""
+        self._stopping = True
+        self._stopped.set()
+        if self._take_scope is not None:
+            self._take_scope.cancel()
+
+    def abort(self) -> None:
+        """Stop now: in-flight envelopes are nacked (shielded, bounded) and :meth:`run` returns."""
+        self._stopping = True
+        self._stopped.set()
+        self._scope.cancel()
+
+    async def _supervise(self) -> None:
+        failures = 0
+        with self._scope:
+            while not self._stopping:
+                delivered = self.stats.delivered
+                try:
+                    await self._run_once()
+                    return
+                except Exception as exc:
+                    if self._stopping:
+                        log.warning("route %r stopped with an error: %s", self.name, one_line(exc))
+                        return
+                    failures = 1 if self.stats.delivered > delivered else failures + 1
+                    self.stats.restarts += 1
+                    delay = self._retry.delay(failures, self._rand)
+                    log.error(
+                        "route %r failed: %s; starting again in %.2f s",
+                        self.name,
+                        one_line(exc),
+                        delay,
+                    )
+                    with trio.move_on_after(delay):
+                        await self._stopped.wait()
+
+    async def _run_once(self) -> None:
+        self._slots = Window(self._window)
+        self._taken = Queue()
+        self._to_settle = Queue()
+        async with self.source.open() as receiver, self._open_dead_letter() as dead_letter:
+            take_scope = self._take_scope = trio.CancelScope()
+            if self._stopping:
+                take_scope.cancel()
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._take, receiver, take_scope)
+                    nursery.start_soon(self._deliver, dead_letter)
+                    nursery.start_soon(self._settle)
+            finally:
+                self._take_scope = None
+                await self._release_all()
+
+    @contextlib.asynccontextmanager
+    async def _open_dead_letter(self) -> AsyncIterator[Writer | None]:
+        if self.dead_letter is None:
+            yield None
+        else:
+            async with self.dead_letter.open() as writer:
+                yield writer
+
+    async def _release_all(self) -> None:
+        """Hand back every unsettled envelope (nack without error); shielded, bounded."""
+        left = list(self._inflight)
+        self._inflight.clear()
+        if not left:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(self._release_timeout):
+            for envelope in left:
+                try:
+                    await envelope.nack(None)
+                except Exception as exc:
+                    log.debug("route %r: release of %r failed: %s", self.name, envelope, exc)
+        self.stats.released += len(left)
+        log.info("route %r: %d in-flight message(s) handed back", self.name, len(left))
+
+    # -- taking -----------------------------------------------------------------
+
+    async def _take(self, receiver: Receiver, scope: trio.CancelScope) -> None:
+        slots = self._slots
+        inflight = self._inflight
+        stats = self.stats
+        taken = self._taken
+        count = 0
+        try:
+            with scope:
+                while True:
+                    if slots.free > 0:
+                        slots.free -= 1
+                    else:
+                        await slots.acquire()
+                    try:
+                        envelope = await receiver.receive()
+                    except trio.EndOfChannel:
+                        slots.release()
+                        log.info("route %r: the source has ended", self.name)
+                        return
+                    except BaseException:
+                        slots.release()
+                        raise
+                    inflight.add(envelope)
+                    stats.received += 1
+                    count += 1
+                    if count % _YIELD_EVERY == 0:
+                        # (a source that never waits would otherwise never let go)
+                        await trio.lowlevel.checkpoint()
+                    if not self._transforms:
+                        taken.put((envelope, envelope.message))
+                        continue
+                    try:
+                        message = await self._transform(envelope.message)
+                    except Exception as exc:
+                        taken.put((envelope, exc))
+                        continue
+                    if message is None:
+                        stats.filtered += 1
+                        await self._ack(envelope)
+                    else:
+                        taken.put((envelope, message))
+        finally:
+            taken.close()
+
+    async def _transform(self, message: Message) -> Message | None:
+        for index, (transform, asynchronous) in enumerate(self._transforms):
+            try:
+                result = transform(message)
+                if asynchronous:
+                    result = await result  # type: ignore[misc]
+            except Exception as exc:
+                name = getattr(transform, "__name__", type(transform).__name__)
+                raise TransformFailed(f"transform {index} ({name}) failed: {exc!r}") from exc
+            if result is None:
+                return None
+            if not isinstance(result, Message):
+                raise TransformFailed(
+                    f"transform {index} returned {type(result).__name__}, not Message or None"
+                )
+            message = result
+        return message
+
+    # -- delivering ---------------------------------------------------------------
+
+    async def _deliver(self, dead_letter: Writer | None) -> None:
+        try:
+            await self._write_batches(dead_letter)
+        finally:
+            self._to_settle.close()
+
+    async def _write_batches(self, dead_letter: Writer | None) -> None:
+        batch: list[_Good] | None = None
+        attempt = 0
+        open_failures = 0
+        while True:
+            try:
+                async with self.sink.open() as writer:
+                    self.ready.set()
+                    open_failures = 0
+                    while True:
+                        if batch is None:
+                            batch = await self._gather(dead_letter)
+                            if batch is None:
+                                return
+                            attempt = 0
+                        attempt += 1
+                        try:
+                            await writer.write([message for _, message in batch])
+                        except MessageRejected as exc:
+                            batch = await self._rejected(batch, exc, dead_letter)
+                            attempt -= 1
+                            continue
+                        self._queue_settle(batch, None, "delivered")
+                        batch = None
+                        self._pauses = 0
+                        await trio.lowlevel.checkpoint()  # a sink that never waits
+            except Exception as exc:
+                if isinstance(sole(exc), DeadLetterFailed):
+                    raise
+                if batch is None:
+                    if self._taken.finished:
+                        return
+                    open_failures += 1
+                    delay = self._retry.delay(open_failures, self._rand)
+                    log.error(
+                        "route %r: opening %s failed: %s; again in %.2f s",
+                        self.name,
+                        self.sink.describe(),
+                        one_line(exc),
+                        delay,
+                    )
+                    await trio.sleep(delay)
+                elif attempt >= self._retry.attempts:
+                    await self._give_up(batch, exc, attempt, "sink", dead_letter)
+                    batch = None
+                else:
+                    self.stats.retries += 1
+                    delay = self._retry.delay(attempt, self._rand)
+                    log.warning(
+                        "route %r: writing %d message(s) to %s failed (attempt %d of %d): %s; "
+                        "again in %.2f s",
+                        self.name,
+                        len(batch),
+                        self.sink.describe(),
+                        attempt,
+                        self._retry.attempts,
+                        one_line(exc),
+                        delay,
+                    )
+                    await trio.sleep(delay)
+
+    async def _gather(self, dead_letter: Writer | None) -> list[_Good] | None:
+        """The next batch, in order; None once the taker has finished and all is written.
+
+        Messages whose transforms failed are given up here, in their turn.
+        """
+        taken = self._taken
+        items = taken.items
+        count = self._batch_count
+        wait = self._batch_time
+        while True:
+            item = await taken.get()
+            if item is None:
+                return None
+            batch: list[_Good] = []
+            failed: list[tuple[Envelope, BaseException]] = []
+            deadline = trio.current_time() + wait
+            while item is not None:
+                envelope, result = item
+                if isinstance(result, Message):
+                    batch.append((envelope, result))
+                    if len(batch) >= count:
+                        break
+                else:
+                    failed.append((envelope, result))
+                if items:
+                    item = items.popleft()
+                elif wait > 0 and batch and not taken.closed:
+                    item = await taken.get_until(deadline)
+                else:
+                    item = None
+            for envelope, error in failed:
+                original = (envelope, envelope.message)
+                await self._give_up([original], error, 1, "transform", dead_letter)
+            if batch:
+                return batch
+
+    async def _rejected(
+        self, batch: list[_Good], exc: MessageRejected, dead_letter: Writer | None
+    ) -> list[_Good] | None:
+        everything = range(len(batch))
+        indices = set(everything if exc.indices is None else exc.indices) & set(everything)
+        bad = [item for i, item in enumerate(batch) if i in indices]
+        rest = [item for i, item in enumerate(batch) if i not in indices]
+        if not bad:  # a sink bug: nothing named; treat it as all
+            bad, rest = batch, []
+        await self._give_up(bad, exc, 1, "sink", dead_letter)
+        return rest or None
+
+    async def _give_up(
+        self,
+        items: list[_Good],
+        error: BaseException,
+        attempts: int,
+        stage: str,
+        dead_letter: Writer | None,
+    ) -> None:
+        """After the last attempt: dead-letter the messages, or nack them and pause."""
+        reason = one_line(error)
+        if dead_letter is not None:
+            letters = [self._dead_letter(env, reason, attempts, stage) for env, _ in items]
+            try:
+                await dead_letter.write(letters)
+            except Exception as exc:
+                for envelope, _ in items:
+                    await self._nack(envelope, error)
+                self.stats.nacked += len(items)
+                where = self.dead_letter.describe() if self.dead_letter else "?"
+                raise DeadLetterFailed(
+                    f"the dead-letter sink {where} failed ({one_line(exc)}); "
+                    f"{len(items)} message(s) nacked"
+                ) from exc
+            self._queue_settle(items, None, "dead_lettered")
+            log.warning(
+                "route %r: %d message(s) dead-lettered after %d attempt(s) (%s): %s",
+                self.name,
+                len(items),
+                attempts,
+                stage,
+                reason,
+            )
+            return
+        self._queue_settle(items, error, "nacked")
+        self._pauses += 1
+        delay = self._retry.delay(self._pauses, self._rand)
+        log.warning(
+            "route %r: %d message(s) nacked after %d attempt(s) (%s): %s; pausing %.2f s",
+            self.name,
+            len(items),
+            attempts,
+            stage,
+            reason,
+            delay,
+        )
+        await trio.sleep(delay)
+
+    def _dead_letter(self, envelope: Envelope, reason: str, attempts: int, stage: str) -> Message:
+        original = envelope.message
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        values = (reason, stage, self.name, envelope.origin or self.source.describe())
+        headers = {
+            **original.headers,
+            **dict(zip(DEAD_LETTER_HEADERS, (*values, str(attempts), now), strict=True)),
+        }
+        return Message(original.body, headers, original.id)
+
+    # -- settling -----------------------------------------------------------------
+
+    def _queue_settle(self, items: list[_Good], error: BaseException | None, counter: str) -> None:
+        self._to_settle.put(([envelope for envelope, _ in items], error, counter))
+
+    async def _settle(self) -> None:
+        """Ack (or nack) envelopes in the order the deliverer finished with them."""
+        stats = self.stats
+        queue = self._to_settle
+        while (entry := await queue.get()) is not None:
+            envelopes, error, counter = entry
+            failures: list[BaseException] = []
+            for envelope in envelopes:
+                try:
+                    if error is None:
+                        await envelope.ack()
+                    else:
+                        await envelope.nack(error)
+                except Exception as exc:
+                    failures.append(exc)
+                finally:
+                    self._settled(envelope)
+            setattr(stats, counter, getattr(stats, counter) + len(envelopes))
+            if counter == "delivered":
+                stats.batches += 1
+            if failures:
+                log.warning(
+                    "route %r: %s failed for %d of %d message(s) (%s); "
+                    "the source may deliver them again",
+                    self.name,
+                    "ack" if error is None else "nack",
+                    len(failures),
+                    len(envelopes),
+                    one_line(failures[0]),
+                )
+            await trio.lowlevel.checkpoint()
+
+    async def _ack(self, envelope: Envelope) -> None:
+        try:
+            await envelope.ack()
+        except Exception as exc:
+            log.warning(
+                "route %r: ack of %r failed (%s); it may be delivered again",
+                self.name,
+                envelope,
+                one_line(exc),
+            )
+        finally:
+            self._settled(envelope)
+
+    async def _nack(self, envelope: Envelope, error: BaseException) -> None:
+        try:
+            await envelope.nack(error)
+        except Exception as exc:
+            log.warning("route %r: nack of %r failed: %s", self.name, envelope, one_line(exc))
+        finally:
+            self._settled(envelope)
+
+    def _settled(self, envelope: Envelope) -> None:
+        try:
+            self._inflight.remove(envelope)
+        except KeyError:  # already handed back
+            return
+        self._slots.release()
+
+
+async def run_routes(routes: Sequence[Route]) -> None:
+    """Run every route concurrently in one nursery until all have returned."""
+    async with trio.open_nursery() as nursery:
+        for route in routes:
+            nursery.start_soon(route.run, name=f"route {route.name}")

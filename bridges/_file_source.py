@@ -1,0 +1,230 @@
+"""The ``file`` source: a watched directory (a file per message), or a tailed JSON-lines file.
+
+Directory mode (``mode = "directory"``): the directory is polled (no inotify
+needed). A file is taken when it is *complete*: its name does not start with
+``.`` or end with ``.tmp`` / ``.part`` (so a writer that writes under such a
+name and then renames it into place is never read half-written), and it has
+not been modified for ``settle`` seconds (for writers that write in place;
+``settle = 0`` relies on renames alone). Files are taken oldest first (by
+modification time, then name). Each file is one message: its bytes are the
+body, its name the ``file-name`` header, ``NAME@MTIME_NS`` its id. Only after
+the ack is it moved into ``done_dir`` (or deleted, ``after = "delete"``); a
+nacked file stays and is read again. A file that cannot be read is logged
+and left where it is.
+
+JSON-lines mode (``mode = "jsonl"``): the file is tailed; each complete
+line (ending in a newline) is one message, its id ``NAME:OFFSET``. The
+offset up to which every line was acked is persisted (written to a temporary
+file, fsynced, renamed) in ``position_file`` after acks, so a restart
+resumes after the last acked line. ``lines = "raw"`` makes the line the
+body; ``lines = "envelope"`` reads records as the ``file`` sink writes them
+(``id``, ``headers``, ``body`` or ``body_base64``, ``destination``). That
+mode lives in :mod:`bridges._file_tail`.
+"""
+
+from __future__ import annotations
+
+import collections
+import fnmatch
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+import attrs
+import trio
+from attrs.validators import ge
+
+from ._endpoint import Context, InvalidSetting
+from ._file_tail import JsonlReceiver
+from ._message import Envelope, Message
+
+log = logging.getLogger("bridges.file")
+
+_INCOMPLETE_SUFFIXES = (".tmp", ".part")
+
+
+@attrs.frozen
+class FileSourceConfig:
+    """Read a directory (a file per message) or tail a JSON-lines file (a line per message)."""
+
+    path: str
+    mode: Literal["directory", "jsonl"] = "directory"
+    pattern: str = "*"
+    settle: float = attrs.field(default=1.0, validator=ge(0.0))
+    after: Literal["move", "delete"] = "move"
+    done_dir: str = "done"
+    poll_interval: float = attrs.field(default=0.5, validator=ge(0.001))
+    max_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=ge(1))
+    position_file: str | None = None
+    lines: Literal["raw", "envelope"] = "raw"
+
+
+class FileSource:
+    """A directory or a JSON-lines file, as a source."""
+
+    def __init__(self, config: FileSourceConfig, context: Context) -> None:
+        self.config = config
+        self.path = context.path(config.path)
+        self.done = self.path / config.done_dir
+        self.position = (
+            context.path(config.position_file)
+            if config.position_file is not None
+            else self.path.with_name(self.path.name + ".position")
+        )
+        done = Path(config.done_dir)
+        if config.mode == "directory" and (done.is_absolute() or ".." in done.parts):
+            # Inside the watched directory, the move is a rename on one file system.
+            raise InvalidSetting("done_dir", "must be a relative path inside the directory")
+        self._create = not context.checking
+
+    @classmethod
+    def build(cls, config: FileSourceConfig, context: Context) -> FileSource:
+        return cls(config, context)
+
+    def describe(self) -> str:
+        return (
+            f"file {self.path}{'/' if self.config.mode == 'directory' else ''} ({self.config.mode})"
+        )
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_DirectoryReceiver | JsonlReceiver]:
+        if self.config.mode == "directory":
+            if self._create:
+                await trio.to_thread.run_sync(partial(self._make_dirs))
+            yield _DirectoryReceiver(self)
+            return
+        receiver = JsonlReceiver(self)
+        await receiver.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receiver.persist_loop)
+                try:
+                    yield receiver
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            # Bounded: a position not saved now only means a few lines read twice.
+            with trio.CancelScope(shield=True), trio.move_on_after(10.0):
+                await receiver.persist()
+            receiver.close()
+
+    def _make_dirs(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.config.after == "move":
+            self.done.mkdir(parents=True, exist_ok=True)
+
+
+# -- directory ------------------------------------------------------------------------
+
+
+class _DirectoryReceiver:
+    def __init__(self, source: FileSource) -> None:
+        self._source = source
+        self._config = source.config
+        self._ready: collections.deque[tuple[int, str]] = collections.deque()
+        self._taken: set[str] = set()
+        self._broken: set[tuple[str, int]] = set()
+
+    async def receive(self) -> Envelope:
+        while True:
+            while not self._ready:
+                found = await trio.to_thread.run_sync(self._scan, frozenset(self._taken))
+                if found:
+                    self._ready.extend(found)
+                else:
+                    await trio.sleep(self._config.poll_interval)
+            mtime_ns, name = self._ready[0]
+            try:
+                body = await trio.to_thread.run_sync(self._read, name)
+            except FileNotFoundError:
+                self._ready.popleft()
+                continue
+            except OSError as exc:
+                self._ready.popleft()
+                self._broken.add((name, mtime_ns))
+                log.error(
+                    "cannot read %s (%s); it stays where it is",
+                    self._source.path / name,
+                    exc.strerror or exc,
+                )
+                continue
+            self._ready.popleft()
+            self._taken.add(name)
+            message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
+            return Envelope(
+                message,
+                ack=partial(self._ack, name),
+                nack=partial(self._nack, name),
+                origin=f"file {self._source.path / name}",
+            )
+
+    def _scan(self, taken: frozenset[str]) -> list[tuple[int, str]]:
+        config = self._config
+        settle_ns = int(config.settle * 1e9)
+        now = time.time_ns()
+        found = []
+        with os.scandir(self._source.path) as entries:
+            for entry in entries:
+                name = entry.name
+                if name in taken or name.startswith(".") or name.endswith(_INCOMPLETE_SUFFIXES):
+                    continue
+                if config.pattern != "*" and not fnmatch.fnmatchcase(name, config.pattern):
+                    continue
+                try:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                # A modification time in the future is clock skew, not a writer at work.
+                if 0 <= now - stat.st_mtime_ns < settle_ns:
+                    continue
+                if (name, stat.st_mtime_ns) in self._broken:
+                    continue
+                if stat.st_size > config.max_bytes:
+                    if (name, stat.st_mtime_ns) not in self._broken:
+                        self._broken.add((name, stat.st_mtime_ns))
+                        log.error(
+                            "%s is %d bytes, more than max_bytes = %d; it stays where it is",
+                            self._source.path / name,
+                            stat.st_size,
+                            config.max_bytes,
+                        )
+                    continue
+                found.append((stat.st_mtime_ns, name))
+        found.sort()
+        return found
+
+    def _read(self, name: str) -> bytes:
+        with open(self._source.path / name, "rb") as file:
+            return file.read(self._config.max_bytes + 1)
+
+    async def _ack(self, name: str) -> None:
+        try:
+            await trio.to_thread.run_sync(self._finish, name)
+        except OSError as exc:
+            # Kept in _taken: not read again by this process (it would be a
+            # duplicate each poll); a restart reads it once more.
+            log.error(
+                "%s was delivered but could not be %s: %s",
+                self._source.path / name,
+                "moved" if self._config.after == "move" else "deleted",
+                exc.strerror or exc,
+            )
+            return
+        self._taken.discard(name)
+
+    def _finish(self, name: str) -> None:
+        source = self._source.path / name
+        if self._config.after == "delete":
+            source.unlink(missing_ok=True)
+        else:
+            os.replace(source, self._source.done / name)
+
+    async def _nack(self, name: str, error: BaseException | None) -> None:
+        self._taken.discard(name)

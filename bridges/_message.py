@@ -1,0 +1,84 @@
+"""What moves through a route: :class:`Message` values and the :class:`Envelope` around them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+import attrs
+
+#: An ack callback: settles the envelope as done.
+AckFn = Callable[[], Awaitable[None]]
+#: A nack callback: ``error`` says why, or is None when the engine did not get
+#: to process the message (shutdown, route restart): then a source should make
+#: it available again without counting a failed delivery.
+NackFn = Callable[[BaseException | None], Awaitable[None]]
+
+OPEN: Final = "open"
+ACKED: Final = "acked"
+NACKED: Final = "nacked"
+
+
+@attrs.frozen
+class Message:
+    """One message as transforms and sinks see it: a value, never changed in place.
+
+    Attributes:
+      body: the payload.
+      headers: name -> value; transforms build a new mapping rather than
+        editing this one.
+      id: a stable identifier, the same each time the message is delivered
+        again (a file's name and mtime, a line's offset, the ``bridge-id``
+        header a STOMP sink adds): what a consumer de-duplicates on.
+      destination: where a sink should send it, when a transform chose; None
+        lets the sink use its own setting.
+    """
+
+    body: bytes
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    id: str = ""
+    destination: str | None = None
+
+
+class Envelope:
+    """A message as a source handed it out, with the means to settle it.
+
+    The engine settles every envelope exactly once: :meth:`ack` when the sink
+    (or the dead-letter sink) holds the message durably, :meth:`nack`
+    otherwise. Later calls do nothing, so a source need not guard against
+    them. ``origin`` says where the message came from (for dead letters and
+    logs), e.g. ``"stomp /queue/in"`` or ``"file inbox/a.txt"``.
+
+    A push source (an HTTP webhook, say) builds envelopes whose ``ack``
+    sends its 2xx answer and whose ``nack`` an error: the engine needs nothing
+    else from it.
+    """
+
+    __slots__ = ("_ack", "_nack", "message", "origin", "state")
+
+    def __init__(self, message: Message, *, ack: AckFn, nack: NackFn, origin: str = "") -> None:
+        self.message = message
+        self.origin = origin
+        self._ack = ack
+        self._nack = nack
+        #: "open", "acked" or "nacked".
+        self.state = OPEN
+
+    def __repr__(self) -> str:
+        return f"<Envelope {self.message.id!r} from {self.origin or '?'} ({self.state})>"
+
+    async def ack(self) -> None:
+        """The message is durable downstream: the source may forget it."""
+        if self.state is OPEN:
+            self.state = ACKED
+            await self._ack()
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        """The message was not delivered; the source should offer it again.
+
+        Args:
+          error: why, or None when it was never attempted (shutdown).
+        """
+        if self.state is OPEN:
+            self.state = NACKED
+            await self._nack(error)

@@ -1,0 +1,149 @@
+"""Endpoints and transforms registered by name, with a config class and a constructor.
+
+The config's ``type = "stomp"`` picks the plugin; the rest of the table is
+structured into the plugin's config class (an attrs class), and the
+constructor ``build(config, context)`` makes the source, sink or transform.
+Constructors must not connect or create anything: ``bridges check`` calls
+them too.
+
+Third-party plugins come from the entry-point group
+:data:`ENTRY_POINT_GROUP`: each entry point names a function
+``register(registry)`` that calls :meth:`Registry.register`::
+
+    # pyproject.toml of your package
+    [project.entry-points."trio_stomp.bridges"]
+    redis = "bridges_redis:register"
+
+A :class:`Registry` starts empty, so tests see only what they register;
+:func:`default_registry` has the built-ins and the installed plugins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, Final, Literal
+
+import attrs
+
+from ._endpoint import Context
+
+ENTRY_POINT_GROUP: Final = "trio_stomp.bridges"
+KINDS: Final = ("source", "sink", "transform")
+
+Kind = Literal["source", "sink", "transform"]
+
+log = logging.getLogger("bridges")
+
+
+@attrs.frozen
+class Plugin:
+    """One registered endpoint or transform."""
+
+    kind: Kind
+    name: str
+    config: type[Any]
+    build: Callable[[Any, Context], Any]
+    doc: str = ""
+
+
+class Registry:
+    """Name -> :class:`Plugin`, per kind. Starts empty."""
+
+    def __init__(self) -> None:
+        self._plugins: dict[tuple[str, str], Plugin] = {}
+
+    def register(
+        self,
+        kind: Kind,
+        name: str,
+        config: type[Any],
+        build: Callable[[Any, Context], Any],
+        *,
+        doc: str = "",
+        replace: bool = False,
+    ) -> None:
+        """Register ``build(config_instance, context)`` as ``kind`` ``name``.
+
+        Args:
+          kind: "source", "sink" or "transform".
+          name: what ``type = "..."`` says in the config.
+          config: an attrs class; its fields are the table's keys.
+          build: the constructor. It may raise
+            :class:`bridges.InvalidSetting` for settings that are wrong
+            together; it must not connect.
+          doc: one line for ``bridges plugins``; defaults to the config
+            class's first docstring line.
+          replace: allow replacing an earlier registration.
+
+        Raises:
+          ValueError: an unknown kind, a config that is not an attrs class,
+            or a name already taken (without ``replace``).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if not attrs.has(config):
+            raise ValueError(f"the config of {kind} {name!r} must be an attrs class")
+        if (kind, name) in self._plugins and not replace:
+            raise ValueError(f"{kind} {name!r} is already registered")
+        if not doc:
+            doc = (config.__doc__ or "").strip().splitlines()[0] if config.__doc__ else ""
+        self._plugins[(kind, name)] = Plugin(kind, name, config, build, doc)
+
+    def get(self, kind: Kind, name: str) -> Plugin:
+        """The plugin registered as ``kind`` ``name``.
+
+        Raises:
+          KeyError: none is; the message lists the names there are.
+        """
+        try:
+            return self._plugins[(kind, name)]
+        except KeyError:
+            known = ", ".join(self.names(kind)) or "none registered"
+            raise KeyError(f"unknown {kind} type {name!r} (known: {known})") from None
+
+    def names(self, kind: Kind) -> list[str]:
+        """Registered names of one kind, sorted."""
+        return sorted(name for k, name in self._plugins if k == kind)
+
+    def plugins(self) -> list[Plugin]:
+        """Every registration, by kind then name."""
+        return [self._plugins[key] for key in sorted(self._plugins)]
+
+    def copy(self) -> Registry:
+        """An independent registry with the same registrations."""
+        clone = Registry()
+        clone._plugins = dict(self._plugins)
+        return clone
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> list[str]:
+        """Call every ``register(registry)`` of the entry-point ``group``.
+
+        A plugin that fails to load is logged and skipped: one broken
+        package must not stop every bridge on the machine.
+
+        Returns:
+          The names of the entry points loaded.
+        """
+        loaded = []
+        for entry in entry_points(group=group):
+            try:
+                register = entry.load()
+                register(self)
+            except Exception:
+                log.exception("plugin %r (%s) failed to load; skipped", entry.name, entry.value)
+                continue
+            loaded.append(entry.name)
+        return loaded
+
+
+def default_registry(*, plugins: bool = True) -> Registry:
+    """The built-in endpoints and transforms, plus installed plugins when ``plugins``."""
+    from ._builtin import register_builtins
+
+    registry = Registry()
+    register_builtins(registry)
+    if plugins:
+        registry.load_entry_points()
+    return registry

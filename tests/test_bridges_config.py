@@ -1,0 +1,360 @@
+"""Config files: typed classes, errors naming file/route/key, secrets, the registry, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bridges
+from bridges import ConfigError, Registry, build_routes, default_registry, parse_config
+from bridges._cli import main as cli_main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+GOOD = """
+[bridge]
+shutdown_timeout = 3
+
+[routes.in]
+in_flight = 50
+batch = { count = 10, time = 0.5 }
+retry = { attempts = 2, initial = 0.5 }
+source = { type = "file", path = "inbox", settle = 0 }
+sink = { type = "stomp", url = "stomp://127.0.0.1:61613", destination = "/queue/a" }
+dead_letter = { type = "file", path = "dead" }
+
+[[routes.in.transforms]]
+type = "set_headers"
+headers = { origin = "inbox", copy = "{header:file-name}" }
+
+[routes.out]
+source = { type = "stomp", destination = "/queue/a", login = "guest", passcode = "guest" }
+sink = { type = "file", path = "outbox", format = "files" }
+"""
+
+
+def load(text: str, tmp_path: Path, registry: Registry | None = None) -> bridges.Config:
+    return parse_config(
+        tomllib.loads(text),
+        registry or default_registry(plugins=False),
+        file="bridge.toml",
+        base_dir=tmp_path,
+    )
+
+
+def problems(text: str, tmp_path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        config = load(text, tmp_path)
+        build_routes(config, default_registry(plugins=False), checking=True)
+    return [str(p) for p in info.value.problems]
+
+
+def test_a_good_config_becomes_typed_routes(tmp_path: Path) -> None:
+    config = load(GOOD, tmp_path)
+    first, second = config.routes
+    assert config.bridge.shutdown_timeout == 3.0
+    assert (first.name, first.in_flight, first.batch.count, first.batch.time) == ("in", 50, 10, 0.5)
+    assert first.retry.attempts == 2 and first.retry.initial == 0.5
+    assert first.source.config.path == "inbox" and first.source.config.settle == 0.0
+    assert first.dead_letter is not None and first.dead_letter.type == "file"
+    assert first.transforms[0].config.headers["copy"] == "{header:file-name}"
+    assert second.source.config.passcode == "guest"
+    routes = build_routes(config, default_registry(plugins=False), checking=True)
+    assert [r.name for r in routes] == ["in", "out"]
+    assert not (tmp_path / "inbox").exists()  # check creates nothing
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            (
+                'source = { type = "file", path = "inbox", settle = 0 }',
+                'source = { type = "file", path = "inbox", setle = 0 }',
+            ),
+            "bridge.toml: route 'in': source.setle: unknown key; did you mean 'settle'?",
+        ),
+        (
+            ("in_flight = 50", 'in_flight = "many"'),
+            "bridge.toml: route 'in': in_flight: expected an integer, got 'many' (string)",
+        ),
+        (("in_flight = 50", "in_flight = 0"), "bridge.toml: route 'in': in_flight: must be > 0: 0"),
+        (
+            ('destination = "/queue/a" }\ndead', 'destinatio = "/queue/a" }\ndead'),
+            "bridge.toml: route 'in': sink.destinatio: unknown key",
+        ),
+        (
+            ('type = "set_headers"', 'type = "set_header"'),
+            "bridge.toml: route 'in': transforms[0].type: unknown transform type 'set_header'",
+        ),
+        (
+            ('path = "outbox", format', "format"),
+            "bridge.toml: route 'out': sink.path: missing (required)",
+        ),
+        (
+            ('format = "files"', 'format = "csv"'),
+            "bridge.toml: route 'out': sink.format: expected one of 'jsonl', 'files', got 'csv'",
+        ),
+        (
+            ("retry = { attempts = 2,", "retry = { attempts = true,"),
+            "bridge.toml: route 'in': retry.attempts: expected an integer, got True (boolean)",
+        ),
+        (
+            ('copy = "{header:file-name}"', 'copy = "{heder:x}"'),
+            "bridge.toml: route 'in': transforms[0].headers.copy: unknown field {heder:x}",
+        ),
+        (
+            ('url = "stomp://127.0.0.1:61613"', 'url = "embedded"'),
+            "bridge.toml: route 'in': sink.url: \"embedded\" needs [broker] embedded = true",
+        ),
+        (
+            ('url = "stomp://127.0.0.1:61613"', 'url = ["stomp://a:1", "stomp://b:2"]'),
+            "bridge.toml: route 'in': sink.url: give one URL (failover over 2 URLs",
+        ),
+        (
+            ("shutdown_timeout = 3", "shutdown_timeout = 3\nverbose = true"),
+            "bridge.toml: bridge.verbose: unknown key",
+        ),
+    ],
+)
+def test_each_mistake_names_the_file_the_route_and_the_key(
+    tmp_path: Path, change: tuple[str, str], expected: str
+) -> None:
+    old, new = change
+    assert old in GOOD
+    found = problems(GOOD.replace(old, new, 1), tmp_path)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_every_problem_is_reported_not_just_the_first(tmp_path: Path) -> None:
+    text = GOOD.replace("in_flight = 50", "in_flight = -1\ncolour = 1").replace(
+        'format = "files"', "format = 3"
+    )
+    found = problems(text, tmp_path)
+    assert len(found) == 3, found
+
+
+def test_a_config_without_routes_or_tables_is_an_error(tmp_path: Path) -> None:
+    assert problems("", tmp_path) == ["bridge.toml: routes: missing (required)"]
+    assert problems("[routes]", tmp_path) == [
+        "bridge.toml: routes: no routes: add a [routes.NAME] table"
+    ]
+    assert problems("routes = 3", tmp_path) == [
+        "bridge.toml: routes: expected a table, got 3 (integer)"
+    ]
+    found = problems("[routes.x]\nsource = 1\nsink = { }", tmp_path)
+    assert "bridge.toml: route 'x': source: expected a table, got 1 (integer)" in found
+    assert any(p.startswith("bridge.toml: route 'x': sink.type: a sink needs type") for p in found)
+
+
+def test_secrets_come_from_the_environment_or_from_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BRIDGE_LOGIN", "alice")
+    (tmp_path / "secret").write_text("s3cret\n")
+    text = GOOD.replace(
+        'login = "guest", passcode = "guest"', 'login = "${BRIDGE_LOGIN}", passcode_file = "secret"'
+    )
+    config = load(text, tmp_path)
+    source = config.routes[1].source.config
+    assert (source.login, source.passcode) == ("alice", "s3cret")
+    assert "s3cret" not in repr(source)
+
+
+def test_missing_secrets_are_errors_that_say_which(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        'login = "guest", passcode = "guest"',
+        'login = "${NOT_SET_ANYWHERE_42}", passcode_file = "nope"',
+    )
+    found = problems(text, tmp_path)
+    assert any(
+        "route 'out': source.login: environment variable NOT_SET_ANYWHERE_42 is not set" in p
+        for p in found
+    ), found
+    assert any("route 'out': source.passcode_file: cannot read" in p for p in found), found
+    both = GOOD.replace('passcode = "guest"', 'passcode = "x", passcode_file = "y"')
+    found = problems(both, tmp_path)
+    assert any("give 'passcode' or 'passcode_file', not both" in p for p in found)
+    assert (
+        load(GOOD.replace('"guest" }', '"$${literal}" }'), tmp_path)
+        .routes[1]
+        .source.config.passcode
+        == "${literal}"
+    )
+
+
+def test_not_toml_and_unreadable_files_are_config_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[routes\n")
+    with pytest.raises(ConfigError, match=r"bad.toml: not valid TOML: .*line 1"):
+        bridges.load_config(bad, Registry())
+    with pytest.raises(ConfigError, match=r"missing.toml: cannot read: No such file"):
+        bridges.load_config(tmp_path / "missing.toml", Registry())
+
+
+# -- registry ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class NullConfig:
+    """A sink that drops everything."""
+
+    level: int = 0
+
+
+def test_an_empty_registry_knows_nothing_and_registered_plugins_are_used(tmp_path: Path) -> None:
+    registry = Registry()
+    assert registry.names("source") == []
+    with pytest.raises(ConfigError, match=r"unknown source type 'file' \(known: none registered"):
+        load(
+            '[routes.a]\nsource = { type = "file", path = "x" }\nsink = { type = "x" }',
+            tmp_path,
+            registry,
+        )
+    registry.register("sink", "null", NullConfig, lambda c, ctx: c)
+    registry.register("source", "null", NullConfig, lambda c, ctx: c)
+    config = load(
+        '[routes.a]\nsource = { type = "null" }\nsink = { type = "null", level = 2 }',
+        tmp_path,
+        registry,
+    )
+    assert config.routes[0].sink.config == NullConfig(2)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("sink", "null", NullConfig, lambda c, ctx: c)
+    clone = registry.copy()
+    clone.register("sink", "null", NullConfig, lambda c, ctx: c, replace=True)
+    assert registry.get("sink", "null").doc == "A sink that drops everything."
+
+
+def test_plugins_load_from_the_entry_point_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    class Entry:
+        def __init__(self, name: str, fail: bool) -> None:
+            self.name, self.value, self.fail = name, f"pkg:{name}", fail
+
+        def load(self) -> Any:
+            if self.fail:
+                raise ImportError("broken plugin")
+            return lambda registry: calls.append(self.name)
+
+    def fake_entry_points(group: str) -> list[Entry]:
+        assert group == bridges.ENTRY_POINT_GROUP == "trio_stomp.bridges"
+        return [Entry("good", False), Entry("broken", True)]
+
+    monkeypatch.setattr("bridges._registry.entry_points", fake_entry_points)
+    assert Registry().load_entry_points() == ["good"]
+    assert calls == ["good"]
+
+
+# -- properties --------------------------------------------------------------------
+
+_values = st.one_of(
+    st.integers(-5, 5),
+    st.booleans(),
+    st.text(max_size=5),
+    st.floats(allow_nan=False),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+_keys = st.sampled_from(
+    [
+        "type",
+        "path",
+        "mode",
+        "settle",
+        "format",
+        "url",
+        "destination",
+        "prefetch",
+        "body",
+        "confirm",
+        "heartbeat",
+        "passcode",
+        "rotate_bytes",
+        "name",
+        "bogus",
+        "headers",
+    ]
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    source=st.dictionaries(_keys, _values, max_size=5),
+    sink=st.dictionaries(_keys, _values, max_size=5),
+    route_extra=st.dictionaries(
+        st.sampled_from(["in_flight", "batch", "retry", "x"]), _values, max_size=2
+    ),
+)
+def test_any_table_either_loads_or_fails_with_located_problems(
+    tmp_path: Path, source: dict[str, Any], sink: dict[str, Any], route_extra: dict[str, Any]
+) -> None:
+    source.setdefault("type", "file")
+    sink.setdefault("type", "stomp")
+    data = {"routes": {"r": {"source": source, "sink": sink, **route_extra}}}
+    try:
+        config = parse_config(
+            data, default_registry(plugins=False), file="f.toml", base_dir=tmp_path
+        )
+        build_routes(config, default_registry(plugins=False), checking=True)
+    except ConfigError as exc:
+        assert exc.problems
+        for problem in exc.problems:
+            assert problem.file == "f.toml" and problem.route == "r" and problem.key
+            assert str(problem).startswith("f.toml: route 'r': ")
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def test_bridges_check_accepts_the_quickstart_and_reports_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["check", str(EXAMPLES / "quickstart.toml")]) == 0
+    err = capsys.readouterr().err
+    assert "OK, 2 route(s)" in err and "inbox-to-queue" in err
+    assert not (tmp_path / "inbox").exists()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(GOOD.replace("settle = 0", "settle = -1"))
+    assert cli_main(["check", str(bad)]) == 2
+    assert "bad.toml: route 'in': source.settle: must be >= 0.0: -1.0" in capsys.readouterr().err
+
+
+def test_every_example_config_passes_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RABBITMQ_PASSCODE", "guest")
+    monkeypatch.setenv("STOMP_PASSCODE", "guest")
+    examples = sorted(EXAMPLES.glob("*.toml"))
+    assert examples
+    for example in examples:
+        config = bridges.load_config(example, default_registry(plugins=False))
+        build_routes(config, default_registry(plugins=False), checking=True)
+
+
+def test_the_public_surface_is_pinned() -> None:
+    public = sorted(name for name in dir(bridges) if not name.startswith("_"))
+    assert public == [
+        "BridgeSettings", "BrokerSettings", "Config", "ConfigError", "Context",
+        "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting", "Message", "MessageRejected",
+        "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route", "RouteConfig",
+        "RouteStats", "Sink", "Source", "Template", "TemplateError", "Transform", "Writer",
+        "build_routes", "default_registry", "load_config", "parse_config", "run_bridge",
+        "run_routes",
+    ]  # fmt: skip
+
+
+def test_the_console_script_lists_plugins() -> None:
+    script = Path(sys.executable).with_name("bridges")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
+    done = subprocess.run([*command, "plugins"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    assert "source    stomp" in done.stdout and "transform json_extract" in done.stdout

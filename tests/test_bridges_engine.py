@@ -1,0 +1,377 @@
+"""The engine with fake endpoints: order, acks after durability, window, retries, DLQ, shutdown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from bridges_fakes import FakeSink, FakeSource, messages, wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridges import Envelope, Message, MessageRejected, RetryPolicy, Route
+
+NO_JITTER = RetryPolicy(attempts=3, initial=1.0, max=8.0, multiplier=2.0, jitter=0.0)
+
+
+def route(
+    source: FakeSource,
+    sink: FakeSink,
+    *,
+    retry: RetryPolicy = NO_JITTER,
+    **kwargs: object,
+) -> Route:
+    return Route("r", source, sink, retry=retry, rand=lambda: 0.5, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_every_message_arrives_in_order_in_batches_and_is_acked_after_its_write() -> None:
+    source = FakeSource(messages(250))
+    sink = FakeSink(source=source)
+    r = route(source, sink, batch_count=100, batch_time=0)
+    await r.run()
+    assert sink.written == [f"m{i}" for i in range(250)]
+    assert all(len(batch) <= 100 for batch in sink.batches)
+    assert source.acked == sink.written
+    assert sink.acked_before_write == []
+    assert (r.stats.received, r.stats.delivered, r.in_flight) == (250, 250, 0)
+
+
+async def test_batches_wait_for_more_by_time(autojump_clock: trio.testing.MockClock) -> None:
+    source = FakeSource(end=False)
+    sink = FakeSink()
+    r = route(source, sink, batch_count=100, batch_time=1.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        for i in range(6):  # two every 0.4 s: batches by time, not by count
+            source.push(*messages(1, f"t{i}-"))
+            await trio.sleep(0.2)
+        await trio.sleep(2)
+        r.stop()
+    sizes = [len(b) for b in sink.batches]
+    assert sum(sizes) == 6 and max(sizes) > 1 and len(sizes) > 1
+
+
+async def test_the_in_flight_window_bounds_what_the_source_hands_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(100))
+    sink = FakeSink()
+    sink.gate = trio.Event()
+    r = route(source, sink, in_flight=10, batch_count=4, batch_time=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        await trio.sleep(5)
+        assert len(source.handed) == 10
+        assert r.in_flight == 10
+        sink.gate.set()
+    assert sink.written == [f"m{i}" for i in range(100)]
+
+
+async def test_a_failed_write_is_retried_with_exponential_backoff_on_a_fresh_sink(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(5))
+    sink = FakeSink([OSError("disk full"), OSError("disk full")])
+    r = route(source, sink, batch_time=0)
+    start = trio.current_time()
+    await r.run()
+    # attempts 1 and 2 fail: waits of initial (1 s) then 2 s, jitter off
+    assert trio.current_time() - start == pytest.approx(3.0)
+    assert sink.written == [f"m{i}" for i in range(5)]
+    assert sink.opens == 3
+    assert r.stats.retries == 2 and source.nacked == []
+
+
+async def test_after_the_last_attempt_messages_go_to_the_dead_letter_sink_with_why(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(3))
+    sink = FakeSink(always=OSError("no space left on device"))
+    dead = FakeSink()
+    r = Route("orders", source, sink, dead_letter=dead, retry=NO_JITTER, batch_time=0)
+    await r.run()
+    letters = [m for batch in dead.batches for m in batch]
+    assert [m.id for m in letters] == ["m0", "m1", "m2"]
+    headers = letters[0].headers
+    assert headers["bridge-error"] == "OSError: no space left on device"
+    assert headers["bridge-attempts"] == "3"
+    assert headers["bridge-route"] == "orders"
+    assert headers["bridge-source"] == "fake m0"
+    assert headers["bridge-stage"] == "sink"
+    assert headers["n"] == "0"  # the original headers are kept
+    assert letters[0].body == b"m0"
+    assert source.acked == ["m0", "m1", "m2"]
+    assert r.stats.dead_lettered == 3 and r.stats.delivered == 0
+
+
+async def test_without_a_dead_letter_sink_the_batch_is_nacked_and_the_route_pauses(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(2), requeue=False)
+    sink = FakeSink(always=ConnectionError("refused"))
+    retry = attrs.evolve(NO_JITTER, attempts=2)
+    r = route(source, sink, retry=retry, batch_count=2, batch_time=0.5)
+    start = trio.current_time()
+    await r.run()
+    assert [i for i, _ in source.nacked] == ["m0", "m1"]
+    assert all(isinstance(e, ConnectionError) for _, e in source.nacked)
+    # waits: 1 s after attempt 1, then a pause of 1 s (first pause) after the nack
+    assert trio.current_time() - start == pytest.approx(2.0)
+    assert r.stats.nacked == 2
+
+
+async def test_nacked_messages_come_back_and_are_delivered_once_the_sink_recovers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(3), end=False)
+    sink = FakeSink([OSError("x")] * 5)
+    r = route(source, sink, retry=attrs.evolve(NO_JITTER, attempts=2), batch_time=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        await wait_until(lambda: len(source.acked) >= 3, 1)
+        r.stop()
+    assert sorted(sink.written) == ["m0", "m1", "m2"]
+    assert sorted(source.acked) == ["m0", "m1", "m2"]
+    assert len(source.nacked) >= 3
+
+
+async def test_a_transform_error_dead_letters_that_message_without_retry() -> None:
+    def explode(message: Message) -> Message:
+        if message.id == "m1":
+            raise ValueError("bad body")
+        return message
+
+    source = FakeSource(messages(3))
+    sink, dead = FakeSink(), FakeSink()
+    r = route(source, sink, transforms=[explode], dead_letter=dead, batch_time=0)
+    await r.run()
+    assert sink.written == ["m0", "m2"]
+    [[letter]] = dead.batches
+    assert letter.id == "m1"
+    assert letter.headers["bridge-stage"] == "transform"
+    assert "ValueError('bad body')" in letter.headers["bridge-error"]
+    assert letter.headers["bridge-attempts"] == "1"
+    assert sorted(source.acked) == ["m0", "m1", "m2"]
+
+
+async def test_async_transforms_run_and_a_filter_acks_what_it_drops() -> None:
+    async def tag(message: Message) -> Message | None:
+        await trio.lowlevel.checkpoint()
+        if message.id == "m2":
+            return None
+        return attrs.evolve(message, headers={**message.headers, "seen": "yes"})
+
+    source = FakeSource(messages(4))
+    sink = FakeSink()
+    r = route(source, sink, transforms=[tag], batch_time=0)
+    await r.run()
+    assert sink.written == ["m0", "m1", "m3"]
+    assert all(m.headers["seen"] == "yes" for b in sink.batches for m in b)
+    assert sorted(source.acked) == ["m0", "m1", "m2", "m3"]
+    assert r.stats.filtered == 1
+
+
+async def test_rejected_messages_are_dead_lettered_and_the_rest_written_at_once() -> None:
+    source = FakeSource(messages(4))
+    sink = FakeSink([MessageRejected("no destination", [1, 3])])
+    dead = FakeSink()
+    r = route(source, sink, dead_letter=dead, batch_time=1.0, batch_count=4)
+    await r.run()
+    assert sink.written == ["m0", "m2"]
+    assert [m.id for m in dead.batches[0]] == ["m1", "m3"]
+    assert dead.batches[0][0].headers["bridge-error"] == "no destination"
+    assert r.stats.retries == 0
+
+
+async def test_stop_takes_nothing_new_and_finishes_what_is_in_flight(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(1000), end=False)
+    sink = FakeSink(delay=1.0, source=source)
+    r = route(source, sink, in_flight=50, batch_count=10, batch_time=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        await trio.sleep(2.5)
+        r.stop()
+        handed_at_stop = len(source.handed)
+        assert 0 < r.in_flight <= 50
+    assert r.finished.is_set()
+    assert len(source.handed) == handed_at_stop
+    assert source.acked == source.handed  # everything taken was finished
+    assert source.nacked == []
+    assert not source.open_now
+
+
+async def test_abort_hands_in_flight_messages_back_without_an_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(100), requeue=False)
+    sink = FakeSink()
+    sink.gate = trio.Event()  # never set: the sink hangs
+    r = route(source, sink, in_flight=20, batch_time=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        await trio.sleep(1)
+        r.abort()
+    assert len(source.nacked) == 20
+    assert all(error is None for _, error in source.nacked)
+    assert source.acked == [] and r.stats.released == 20
+
+
+async def test_cancelling_the_run_releases_in_flight_messages() -> None:
+    source = FakeSource(messages(10), requeue=False)
+    sink = FakeSink()
+    sink.gate = trio.Event()
+    r = route(source, sink, batch_time=0)
+    with trio.move_on_after(0.2):
+        await r.run()
+    assert len(source.nacked) == 10 and not source.open_now
+
+
+async def test_a_source_failure_restarts_the_route_and_loses_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(30), fail_at={12: ConnectionError("broker went away")})
+    sink = FakeSink(delay=0.1)
+    r = route(source, sink, batch_count=5, batch_time=0)
+    await r.run()
+    assert source.opens == 2 and r.stats.restarts == 1
+    assert set(sink.written) == {f"m{i}" for i in range(30)}
+    assert sorted(source.acked, key=lambda i: int(i[1:])) == [f"m{i}" for i in range(30)]
+
+
+async def test_a_dead_letter_failure_nacks_and_restarts_the_route(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(2))
+    sink = FakeSink(always=OSError("down"))
+    dead = FakeSink([OSError("dlq down")])
+    r = route(source, sink, dead_letter=dead, retry=attrs.evolve(NO_JITTER, attempts=1))
+    await r.run()
+    assert ("m0", source.nacked[0][1]) == source.nacked[0] and source.nacked[0][0] == "m0"
+    assert r.stats.restarts == 1
+    assert sorted(m.id for b in dead.batches for m in b) == ["m0", "m1"]
+
+
+async def test_a_sink_that_cannot_open_is_retried_until_it_can(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(messages(3))
+    sink = FakeSink()
+    opened = sink.open
+    failures = [ConnectionRefusedError("no"), ConnectionRefusedError("no")]
+
+    def flaky_open() -> Any:
+        if failures:
+            raise failures.pop()
+        return opened()
+
+    sink.open = flaky_open  # type: ignore[method-assign]
+    r = route(source, sink, batch_time=0)
+    await r.run()
+    assert sink.written == ["m0", "m1", "m2"]
+    assert r.ready.is_set()
+
+
+def test_retry_delays_grow_exponentially_with_jitter_and_a_cap() -> None:
+    policy = RetryPolicy(attempts=10, initial=0.5, max=3.0, multiplier=2.0, jitter=0.5)
+    assert [policy.delay(n, lambda: 0.0) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert policy.delay(2, lambda: 0.999) == pytest.approx(0.5, rel=0.01)
+    assert policy.delay(10_000, lambda: 0.0) == 3.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    count=st.integers(1, 60),
+    window=st.integers(1, 20),
+    batch=st.integers(1, 10),
+    script=st.lists(st.sampled_from([None, "fail", "reject"]), max_size=12),
+)
+def test_whatever_fails_each_message_is_written_or_dead_lettered_and_settled_once(
+    count: int, window: int, batch: int, script: Sequence[str | None]
+) -> None:
+    failures: list[BaseException | None] = [
+        None if s is None else OSError("x") if s == "fail" else MessageRejected("bad", [0])
+        for s in script
+    ]
+    source = FakeSource(messages(count))
+    sink = FakeSink(failures, source=source)
+    dead = FakeSink()
+
+    async def main() -> None:
+        r = route(source, sink, dead_letter=dead, in_flight=window, batch_count=batch, batch_time=0)
+        await r.run()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    ids = [f"m{i}" for i in range(count)]
+    delivered = sink.written
+    dead_ids = [m.id for b in dead.batches for m in b]
+    assert sorted(delivered + dead_ids, key=lambda i: int(i[1:])) == ids
+    assert delivered == sorted(delivered, key=lambda i: int(i[1:]))  # order kept
+    assert sorted(source.acked, key=lambda i: int(i[1:])) == ids
+    assert source.nacked == [] and sink.acked_before_write == []
+
+
+class WebhookSource:
+    """A push source shaped like an HTTP webhook: each request waits for its answer."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = trio.open_memory_channel[Envelope](0)
+
+    def describe(self) -> str:
+        return "webhook"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[WebhookSource]:
+        yield self
+
+    async def receive(self) -> Envelope:
+        return await self._receive.receive()
+
+    async def request(self, body: bytes) -> int:
+        """What a handler does: hand the body over, answer 200 once it is durable."""
+        answered = trio.Event()
+        status: list[int] = []
+
+        async def ack() -> None:
+            status.append(200)
+            answered.set()
+
+        async def nack(error: BaseException | None) -> None:
+            status.append(503)
+            answered.set()
+
+        envelope = Envelope(Message(body, {}, body.decode()), ack=ack, nack=nack)
+        await self._send.send(envelope)  # waits while the route's window is full
+        await answered.wait()
+        return status[0]
+
+
+async def test_a_push_source_answers_each_request_once_the_sink_has_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = WebhookSource()
+    sink = FakeSink([OSError("busy"), None, MessageRejected("bad body", [0])])
+    retry = attrs.evolve(NO_JITTER, attempts=3)
+    r = Route("hook", source, sink, retry=retry, batch_time=0, in_flight=2)
+    answers: dict[bytes, int] = {}
+
+    async def call(body: bytes) -> None:
+        answers[body] = await source.request(body)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        await call(b"first")  # written on the second attempt
+        await call(b"poison")  # rejected by the sink, no dead-letter sink: an error answer
+        async with trio.open_nursery() as clients:
+            for i in range(5):
+                clients.start_soon(call, f"c{i}".encode())
+        r.stop()
+    assert answers[b"first"] == 200 and answers[b"poison"] == 503
+    assert all(answers[f"c{i}".encode()] == 200 for i in range(5))
+    assert sorted(sink.written) == ["c0", "c1", "c2", "c3", "c4", "first"]

@@ -1,0 +1,274 @@
+"""The file source (directory, JSON lines) and the file sink (JSON lines, a file per message)."""
+
+from __future__ import annotations
+
+import base64
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from bridges_fakes import FakeSource, messages
+
+from bridges import Context, Envelope, Message, MessageRejected, RetryPolicy, Route
+from bridges._file_sink import FileSink, FileSinkConfig, encode_record
+from bridges._file_source import FileSource, FileSourceConfig, _DirectoryReceiver
+
+
+def ctx(tmp_path: Path) -> Context:
+    return Context(route="f", base_dir=tmp_path)
+
+
+def put(path: Path, data: bytes, mtime_ns: int | None = None) -> None:
+    """Write then rename into place, as the source expects of writers."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    if mtime_ns is not None:
+        os.utime(temporary, ns=(mtime_ns, mtime_ns))
+    temporary.rename(path)
+
+
+async def take(receiver: Any, count: int) -> list[Envelope]:
+    return [await receiver.receive() for _ in range(count)]
+
+
+# -- directory source ----------------------------------------------------------------
+
+
+async def test_directory_source_takes_complete_files_oldest_first(tmp_path: Path) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    put(inbox / "b.txt", b"second", 2_000_000_000)
+    put(inbox / "a.txt", b"first", 1_000_000_000)
+    (inbox / ".hidden").write_bytes(b"x")
+    (inbox / "c.part").write_bytes(b"x")
+    (inbox / "d.tmp").write_bytes(b"x")
+    source = FileSource(FileSourceConfig("inbox", settle=0, poll_interval=0.01), ctx(tmp_path))
+    async with source.open() as receiver:
+        first, second = await take(receiver, 2)
+        assert (first.message.body, second.message.body) == (b"first", b"second")
+        assert first.message.headers == {"file-name": "a.txt"}
+        assert first.message.id == "a.txt@1000000000"
+        with trio.move_on_after(0.1) as scope:
+            await receiver.receive()  # nothing else is complete
+        assert scope.cancelled_caught
+        await first.ack()
+        await second.nack(OSError("sink down"))
+        assert (inbox / "done" / "a.txt").read_bytes() == b"first"
+        assert not (inbox / "a.txt").exists()
+        again = await receiver.receive()  # a nacked file is read again
+        assert again.message.id == second.message.id
+
+
+async def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path) -> None:
+    inbox = tmp_path / "in"
+    source = FileSource(FileSourceConfig("in", settle=0.3, poll_interval=0.02), ctx(tmp_path))
+    async with source.open() as receiver:
+        (inbox / "slow.txt").write_bytes(b"partial")
+        start = trio.current_time()
+        envelope = await receiver.receive()
+        assert trio.current_time() - start >= 0.25
+        assert envelope.message.body == b"partial"
+
+
+async def test_delete_after_ack_and_unreadable_files_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = FileSourceConfig("in", settle=0, after="delete", poll_interval=0.01, max_bytes=10)
+    source = FileSource(config, ctx(tmp_path))
+    async with source.open() as receiver:
+        put(tmp_path / "in" / "big", b"x" * 11)
+        put(tmp_path / "in" / "ok", b"fine")
+        envelope = await receiver.receive()
+        assert envelope.message.body == b"fine"
+        await envelope.ack()
+    assert sorted(p.name for p in (tmp_path / "in").iterdir()) == ["big"]
+    assert "more than max_bytes = 10; it stays where it is" in caplog.text
+
+
+async def test_a_read_error_is_logged_and_the_file_left_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    async with source.open() as receiver:
+        put(tmp_path / "in" / "locked", b"secret")
+        put(tmp_path / "in" / "open", b"ok", 9_000_000_000_000_000_000)
+        assert isinstance(receiver, _DirectoryReceiver)
+        real = receiver._read
+
+        def read(name: str) -> bytes:
+            if name == "locked":
+                raise PermissionError(errno.EACCES, "Permission denied")
+            return real(name)
+
+        monkeypatch.setattr(receiver, "_read", read)
+        assert (await receiver.receive()).message.body == b"ok"
+    assert (tmp_path / "in" / "locked").exists()
+    assert "cannot read" in caplog.text and "locked (Permission denied)" in caplog.text
+
+
+# -- JSON-lines source ----------------------------------------------------------------
+
+
+async def test_jsonl_source_persists_its_position_only_after_acks_in_order(tmp_path: Path) -> None:
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"one\ntwo\nthree\npart")
+    config = FileSourceConfig("events.jsonl", mode="jsonl", poll_interval=0.01)
+    source = FileSource(config, ctx(tmp_path))
+    position = tmp_path / "events.jsonl.position"
+    async with source.open() as receiver:
+        one, two, three = await take(receiver, 3)
+        assert [e.message.body for e in (one, two, three)] == [b"one", b"two", b"three"]
+        assert [e.message.id for e in (one, two)] == ["events.jsonl:0", "events.jsonl:4"]
+        await two.ack()
+        await trio.sleep(0.05)
+        assert json.loads(position.read_text())["offset"] == 0  # line one is not acked yet
+        await one.ack()
+        await trio.sleep(0.05)
+        assert json.loads(position.read_text())["offset"] == 8
+        with log.open("ab") as file:
+            file.write(b"ial\n")
+        four = await receiver.receive()
+        assert four.message.body == b"partial"
+        await four.ack()
+    assert json.loads(position.read_text())["offset"] == 8  # three is not acked
+    async with source.open() as receiver:  # a restart resumes after the acked prefix
+        again = await receiver.receive()
+        assert again.message.body == b"three"
+        await again.nack(OSError("x"))
+        assert (await receiver.receive()).message.id == again.message.id
+
+
+async def test_jsonl_envelope_lines_read_what_the_sink_writes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = [
+        encode_record(Message(b"text", {"a": "1"}, "x1", "/queue/q")),
+        b"{broken\n",
+        encode_record(Message(b"\xff\x00", {}, "")),
+    ]
+    (tmp_path / "in.jsonl").write_bytes(b"".join(records))
+    config = FileSourceConfig("in.jsonl", mode="jsonl", lines="envelope", poll_interval=0.01)
+    async with FileSource(config, ctx(tmp_path)).open() as receiver:
+        first, second = await take(receiver, 2)
+    assert first.message == Message(b"text", {"a": "1"}, "x1", "/queue/q")
+    assert second.message.body == b"\xff\x00"
+    assert second.message.id.startswith("in.jsonl:")
+    assert "not a record" in caplog.text
+
+
+# -- file sink ----------------------------------------------------------------------
+
+
+def lines(directory: Path) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("messages-*.jsonl*")):
+        found.extend(json.loads(line) for line in path.read_text().splitlines())
+    return found
+
+
+async def test_jsonl_sink_writes_fsynced_lines_then_renames_on_close(tmp_path: Path) -> None:
+    sink = FileSink(FileSinkConfig("out"), ctx(tmp_path))
+    async with sink.open() as writer:
+        await writer.write([Message(b"hi", {"h": "1"}, "a", "/queue/x"), Message(b"\xff", {}, "b")])
+        [part] = (tmp_path / "out").iterdir()
+        assert part.name.endswith(".jsonl.part")
+        assert lines(tmp_path / "out") == [
+            {"id": "a", "destination": "/queue/x", "headers": {"h": "1"}, "body": "hi"},
+            {"id": "b", "headers": {}, "body_base64": base64.b64encode(b"\xff").decode()},
+        ]
+    [final] = (tmp_path / "out").iterdir()
+    assert final.name.startswith("messages-") and final.name.endswith(".jsonl")
+
+
+async def test_jsonl_sink_rotates_by_size_and_by_age(tmp_path: Path) -> None:
+    # (No MockClock here: the sink waits on worker threads, which autojump does not see.)
+    config = FileSinkConfig("out", rotate_bytes=100, rotate_seconds=3600)
+    async with FileSink(config, ctx(tmp_path)).open() as writer:
+        for batch in range(4):
+            await writer.write(messages(3, f"b{batch}-"))
+        assert len(list((tmp_path / "out").glob("*.jsonl"))) == 3
+    assert len(lines(tmp_path / "out")) == 12
+    aged = FileSinkConfig("aged", rotate_seconds=0.2)
+    async with FileSink(aged, ctx(tmp_path)).open() as writer:
+        await writer.write(messages(1))
+        await trio.sleep(0.5)  # no further write: the age alone finishes the file
+        assert [p.suffix for p in (tmp_path / "aged").iterdir()] == [".jsonl"]
+
+
+async def test_jsonl_sink_body_modes(tmp_path: Path) -> None:
+    assert json.loads(encode_record(Message(b"hi", {}, "i"), "base64"))["body_base64"] == "aGk="
+    with pytest.raises(ValueError, match="not UTF-8"):
+        encode_record(Message(b"\xff", {}, "i"), "text")
+    sink = FileSink(FileSinkConfig("out", body="text"), ctx(tmp_path))
+    async with sink.open() as writer:
+        with pytest.raises(MessageRejected) as info:
+            await writer.write([Message(b"ok", {}, "1"), Message(b"\xff", {}, "2")])
+    assert info.value.indices == (1,)
+
+
+async def test_part_files_of_a_killed_run_are_cut_after_their_last_line_and_finished(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "messages-20240101T000000.000000Z.jsonl.part").write_bytes(b'{"id":"a"}\n{"id":"b')
+    (out / "messages-20240101T000001.000000Z.jsonl.part").write_bytes(b'{"id":"c')
+    async with FileSink(FileSinkConfig("out"), ctx(tmp_path)).open():
+        pass
+    assert [p.name for p in out.iterdir()] == ["messages-20240101T000000.000000Z.jsonl"]
+    assert (out / "messages-20240101T000000.000000Z.jsonl").read_bytes() == b'{"id":"a"}\n'
+
+
+async def test_enospc_loses_nothing_and_leaves_no_half_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+    failures = [2, 5]  # the 2nd and 5th os.write calls hit a full disk, after writing a bit
+
+    calls = 0
+
+    def write(fd: int, data: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls in failures:
+            real_write(fd, bytes(data[:7]))  # part of the batch reached the file
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr("bridges._file_sink.os.write", write)
+    source = FakeSource(messages(40))
+    sink = FileSink(FileSinkConfig("out"), ctx(tmp_path))
+    retry = RetryPolicy(attempts=5, initial=0.01, jitter=0)
+    route = Route("r", source, sink, batch_count=7, batch_time=0, retry=retry)
+    await route.run()
+    assert [line["id"] for line in lines(tmp_path / "out")] == [f"m{i}" for i in range(40)]
+    assert route.stats.retries == 2 and source.nacked == []
+
+
+async def test_files_sink_writes_one_file_per_message_atomically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = FileSink(FileSinkConfig("out", format="files", name="{header:file-name}"), ctx(tmp_path))
+    async with sink.open() as writer:
+        await writer.write(
+            [
+                Message(b"1", {"file-name": "a.txt"}, "x"),
+                Message(b"2", {"file-name": "../evil"}, "y"),
+            ]
+        )
+        await writer.write([Message(b"3", {"file-name": "a.txt"}, "x")])  # a repeat replaces
+        with pytest.raises(MessageRejected, match="no 'file-name' header"):
+            await writer.write([Message(b"4", {}, "z")])
+
+        def fail(fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr("bridges._file_sink.os.fsync", fail)
+        with pytest.raises(OSError, match="No space"):
+            await writer.write([Message(b"5", {"file-name": "b.txt"}, "w")])
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_.._evil", "a.txt"]
+    assert (tmp_path / "out" / "a.txt").read_bytes() == b"3"

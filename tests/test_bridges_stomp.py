@@ -1,0 +1,118 @@
+"""The stomp source and sink against the embedded broker, RabbitMQ and ActiveMQ."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import pytest
+import trio
+from bridges_fakes import FakeSink, FakeSource, messages, wait_until
+
+import trio_stomp
+from bridges import Context, Message, MessageRejected, Route
+from bridges._stomp import StompSink, StompSinkConfig, StompSource, StompSourceConfig
+
+from conftest import Target
+
+CTX = Context(route="s")
+
+
+async def drain(url: str, destination: str, expect: int) -> list[trio_stomp.Message]:
+    """Receive (and ack) ``expect`` messages, then check nothing else comes."""
+    got: list[trio_stomp.Message] = []
+    async with trio_stomp.connect(url) as client:
+        async with client.subscribe(destination, ack="client-individual") as sub:
+            with trio.move_on_after(10 if len(got) < expect else 0.3):
+                async for message in sub:
+                    await message.ack()
+                    got.append(message)
+                    if len(got) == expect:
+                        break
+            with trio.move_on_after(0.3):
+                async for message in sub:
+                    got.append(message)
+    return got
+
+
+@pytest.mark.parametrize("confirm", ["receipt", "transaction"])
+async def test_the_stomp_sink_sends_batches_with_ids_and_headers(
+    target: Target, unique: Callable[[str], str], confirm: Literal["receipt", "transaction"]
+) -> None:
+    destination = unique("queue")
+    config = StompSinkConfig(
+        url=target.url, destination=destination, confirm=confirm, headers={"via": "bridge"}
+    )
+    source = FakeSource(messages(25))
+    route = Route("s", source, StompSink(config, CTX), batch_count=10, batch_time=0)
+    await route.run()
+    assert source.acked == [f"m{i}" for i in range(25)]
+    got = await drain(target.url, destination, 25)
+    assert [m.body for m in got] == [f"m{i}".encode() for i in range(25)]
+    assert [m.headers["bridge-id"] for m in got] == [f"m{i}" for i in range(25)]
+    assert got[3].headers["n"] == "3" and got[3].headers["via"] == "bridge"
+
+
+async def test_the_stomp_source_hands_out_messages_and_acks_them_once_written(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    destination = unique("queue")
+    async with trio_stomp.connect(target.url) as client:
+        for i in range(15):
+            await client.send(destination, f"b{i}", headers={"k": str(i)})
+        await client.send(destination, b"tagged", headers={"bridge-id": "stable-7"}, receipt=True)
+    source = StompSource(StompSourceConfig(url=target.url, destination=destination), CTX)
+    sink = FakeSink()
+    route = Route("s", source, sink, batch_time=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(route.run)
+        await wait_until(lambda: route.stats.delivered >= 16)
+        route.stop()
+    written = [m for batch in sink.batches for m in batch]
+    assert [m.body for m in written[:15]] == [f"b{i}".encode() for i in range(15)]
+    first = written[0]
+    assert first.headers["k"] == "0" and first.headers["destination"] == destination
+    assert not {"ack", "subscription", "message-id", "content-length"} & set(first.headers)
+    assert first.id  # the broker's message-id when no bridge-id came with it
+    assert written[15].id == "stable-7" and "bridge-id" not in written[15].headers
+    assert await drain(target.url, destination, 0) == []  # everything was acked
+
+
+async def test_messages_in_flight_at_shutdown_go_back_to_the_broker(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    destination = unique("queue")
+    async with trio_stomp.connect(embedded.url) as client:
+        for i in range(5):
+            await client.send(destination, f"b{i}", receipt=i == 4)
+    source = StompSource(StompSourceConfig(url=embedded.url, destination=destination), CTX)
+    sink = FakeSink()
+    sink.gate = trio.Event()  # the sink never finishes
+    route = Route("s", source, sink, batch_time=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(route.run)
+        await wait_until(lambda: route.in_flight >= 5)
+        route.abort()
+    got = await drain(embedded.url, destination, 5)
+    assert sorted(m.body for m in got) == [f"b{i}".encode() for i in range(5)]
+
+
+async def test_the_stomp_sink_rejects_what_it_cannot_send(embedded: Target) -> None:
+    sink = StompSink(StompSinkConfig(url=embedded.url), CTX)
+    async with sink.open() as writer:
+        with pytest.raises(MessageRejected, match="no destination") as info:
+            await writer.write([Message(b"x", {}, "1", "/queue/ok"), Message(b"y", {}, "2")])
+        assert info.value.indices == (1,)
+        with pytest.raises(MessageRejected, match="NUL"):
+            await writer.write([Message(b"x", {"bad": "a\0b"}, "3", "/queue/ok")])
+
+
+def test_stomp_settings_that_cannot_work_are_refused() -> None:
+    with pytest.raises(ValueError, match="destination: missing"):
+        StompSource(StompSourceConfig(), CTX)
+    with pytest.raises(ValueError, match="url: expected a stomp:// URL"):
+        StompSink(StompSinkConfig(url="http://x"), CTX)
+    with pytest.raises(ValueError, match=r"headers\.receipt: this header cannot be set here"):
+        StompSink(StompSinkConfig(headers={"receipt": "x"}), CTX)
+    sink = StompSink(StompSinkConfig(url="stomp://u:secret@127.0.0.1:1", destination="/q/a"), CTX)
+    assert "secret" not in sink.describe()
