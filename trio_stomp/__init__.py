@@ -14,8 +14,8 @@ broker in :mod:`trio_stomp.broker`.
 """
 
 from ._client import Client as Client
-from ._client import connect as connect
-from ._client import wrap_stream as wrap_stream
+from ._connect import connect as connect
+from ._connect import wrap_stream as wrap_stream
 from ._errors import ClientClosed as ClientClosed
 from ._errors import ConnectFailed as ConnectFailed
 from ._errors import ConnectionLost as ConnectionLost

@@ -11,7 +11,7 @@ import attrs
 import trio
 
 from . import _cli_common as common
-from ._client import connect
+from ._connect import connect
 from ._errors import ConnectionLost
 from ._url import Endpoint
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 import trio
 
 from . import _cli_common as common
-from ._client import connect
+from ._connect import connect
 from ._errors import SubscriptionOverflow
 from ._message import Message
 from ._subscription import WINDOW_HEADERS

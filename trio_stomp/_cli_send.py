@@ -11,7 +11,7 @@ from typing import Any, Final
 import trio
 
 from . import _cli_common as common
-from ._client import connect
+from ._connect import connect
 
 #: Headers the command sets itself; -H may not give them.
 _RESERVED: Final = {

@@ -19,9 +19,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
-import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -30,7 +28,6 @@ import trio
 from ._connection import Connection
 from ._errors import (
     ClientClosed,
-    ConnectFailed,
     ConnectionLost,
     LocalProtocolError,
     RemoteProtocolError,
@@ -39,12 +36,11 @@ from ._errors import (
     TransactionError,
 )
 from ._message import Message, ack_headers
+from ._opening import Options, Target, open_any
 from ._reconnect import ConnectionEvent, Reconnect
 from ._subscription import Subscription
 from ._transaction import Transaction
-from ._transport import open_stream
-from ._url import Endpoint
-from .frame import VERSIONS, Frame, Headers, encode
+from .frame import Frame, Headers, encode
 from .frame._escaping import escape
 from .frame._frame import trusted_frame
 
@@ -100,75 +96,6 @@ def _user_headers(headers: HeaderArg, reserved: frozenset[str]) -> list[tuple[st
     return pairs
 
 
-@attrs.frozen
-class _Options:
-    """How to open and greet a connection (all of connect()'s connection arguments)."""
-
-    login: str | None = None
-    passcode: str | None = None
-    vhost: str = "/"
-    heartbeat: tuple[int, int] = (10_000, 10_000)
-    versions: Sequence[str] = VERSIONS
-    heartbeat_tolerance: float = 2.0
-    connect_timeout: float = 10.0
-    disconnect_timeout: float = 5.0
-    lenient: bool = False
-    max_frame_size: int | None = None
-    ssl_context: ssl.SSLContext | None = None
-
-    async def greet(
-        self,
-        stream: trio.abc.Stream,
-        url: str,
-        login: str | None = None,
-        passcode: str | None = None,
-    ) -> Connection:
-        """CONNECT over ``stream``; close it on any failure.
-
-        Raises:
-          ConnectFailed: with the reason (the stream is closed).
-        """
-        conn = Connection(
-            stream,
-            url,
-            heartbeat_tolerance=self.heartbeat_tolerance,
-            lenient=self.lenient,
-            max_frame_size=self.max_frame_size,
-        )
-        try:
-            with trio.fail_after(self.connect_timeout):
-                await conn.handshake(
-                    login=login if login is not None else self.login,
-                    passcode=passcode if passcode is not None else self.passcode,
-                    host=self.vhost,
-                    heartbeat=self.heartbeat,
-                    versions=self.versions,
-                )
-        except trio.TooSlowError:
-            await conn.aclose()
-            raise ConnectFailed(
-                f"no CONNECTED from {url} within {self.connect_timeout} s"
-            ) from None
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            await conn.aclose()
-            raise ConnectFailed(f"the connection to {url} failed during CONNECT: {exc!r}") from exc
-        except RemoteProtocolError as exc:
-            await conn.aclose()
-            raise ConnectFailed(f"the reply of {url} to CONNECT is not valid STOMP: {exc}") from exc
-        except BaseException:
-            await conn.aclose()
-            raise
-        return conn
-
-
-@attrs.frozen
-class _Target:
-    """One broker address of a failover list."""
-
-    url: str
-    endpoint: Endpoint
-
-
 class Client:
     """A STOMP session. Get one from :func:`connect` or :func:`wrap_stream`.
 
@@ -184,9 +111,9 @@ class Client:
     def __init__(
         self,
         conn: Connection,
-        options: _Options,
+        options: Options,
         *,
-        targets: Sequence[_Target] = (),
+        targets: Sequence[Target] = (),
         reconnect: Reconnect | None = None,
         on_event: EventCallback | None = None,
     ) -> None:
@@ -680,7 +607,7 @@ class Client:
                 lost_at = trio.current_time()
                 self._connection_lost(error)
                 try:
-                    conn, attempts = await _open_any(
+                    conn, attempts = await open_any(
                         self._targets,
                         self._options,
                         self._reconnect,
@@ -791,241 +718,3 @@ class Client:
             self._restored.set()
             self._tasks_scope.cancel()
             await conn.aclose()
-
-
-async def _open_any(
-    targets: Sequence[_Target],
-    options: _Options,
-    policy: Reconnect | None,
-    rng: random.Random,
-    *,
-    start: int = 0,
-    initial: bool,
-) -> tuple[Connection, int]:
-    """Connect to the first target that answers; return it and the attempts it took.
-
-    Without a policy each target is tried once. With one, targets are tried
-    in turn with backoff until one answers or ``max_attempts`` is reached.
-    On the first connect, a broker that refuses (ERROR to CONNECT, no common
-    version) ends the attempts at once: retrying would not change its mind.
-
-    Raises:
-      ConnectFailed: every attempt failed (the message lists why).
-    """
-    failures: list[str] = []
-    count = len(targets)
-    order = list(range(count))
-    attempt = 0
-    while True:
-        if policy is not None and policy.shuffle and attempt % count == 0:
-            rng.shuffle(order)
-        target = targets[order[(start + attempt) % count]]
-        attempt += 1
-        try:
-            with trio.fail_after(options.connect_timeout):
-                stream = await open_stream(target.endpoint, ssl_context=options.ssl_context)
-            # The connection is named by its credential-free URL (errors and logs).
-            conn = await options.greet(
-                stream, target.endpoint.url, target.endpoint.login, target.endpoint.passcode
-            )
-            return conn, attempt
-        except trio.TooSlowError:
-            failures.append(f"{target.endpoint.url}: timed out after {options.connect_timeout} s")
-        except ConnectFailed as exc:
-            if initial and exc.frame is not None:
-                raise
-            failures.append(f"{target.endpoint.url}: {exc}")
-        if policy is None:
-            if attempt >= count:
-                break
-        elif policy.max_attempts is not None and attempt >= policy.max_attempts:
-            break
-        elif attempt % count == 0:
-            # Every URL failed this round: back off before the next one.
-            await trio.sleep(policy.delay(attempt // count, rng))
-    if len(failures) == 1:
-        raise ConnectFailed(failures[0].split(": ", 1)[1])
-    shown = "; ".join(failures[-count:])
-    raise ConnectFailed(f"no broker answered after {attempt} attempts: {shown}")
-
-
-def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one leaf exception of a (nested) group, or None if it holds several."""
-    while len(group.exceptions) == 1:
-        inner = group.exceptions[0]
-        if not isinstance(inner, BaseExceptionGroup):
-            return inner
-        group = inner
-    return None
-
-
-@asynccontextmanager
-async def _session(client: Client) -> AsyncIterator[Client]:
-    """Run ``client``'s tasks around the caller's block; shut down after it."""
-    sole: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._supervise)
-            try:
-                with trio.CancelScope() as client._body_scope:
-                    yield client
-            finally:
-                await client._shutdown()
-    except BaseExceptionGroup as group:
-        sole = _sole_exception(group)
-        if sole is None:
-            raise
-    if sole is not None:
-        raise sole
-    if client._error is not None and not client._disconnected:
-        raise client._error
-
-
-@asynccontextmanager
-async def wrap_stream(
-    stream: trio.abc.Stream,
-    *,
-    login: str | None = None,
-    passcode: str | None = None,
-    host: str = "/",
-    heartbeat: tuple[int, int] = (10_000, 10_000),
-    versions: Sequence[str] = VERSIONS,
-    heartbeat_tolerance: float = 2.0,
-    connect_timeout: float = 10.0,
-    disconnect_timeout: float = 5.0,
-    lenient: bool = False,
-    max_frame_size: int | None = None,
-) -> AsyncIterator[Client]:
-    """Speak STOMP over any Trio stream (TLS, WebSocket, memory): see :func:`connect`.
-
-    There is no reconnecting here (there is only the one stream). The stream
-    is closed when the block is left, whatever happens.
-    """
-    options = _Options(
-        login=login,
-        passcode=passcode,
-        vhost=host,
-        heartbeat=heartbeat,
-        versions=versions,
-        heartbeat_tolerance=heartbeat_tolerance,
-        connect_timeout=connect_timeout,
-        disconnect_timeout=disconnect_timeout,
-        lenient=lenient,
-        max_frame_size=max_frame_size,
-    )
-    conn = await options.greet(stream, "the stream")
-    async with _session(Client(conn, options)) as client:
-        yield client
-
-
-@asynccontextmanager
-async def connect(
-    url: str | Sequence[str] | None = None,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    login: str | None = None,
-    passcode: str | None = None,
-    vhost: str | None = None,
-    heartbeat: tuple[int, int] = (10_000, 10_000),
-    versions: Sequence[str] = VERSIONS,
-    heartbeat_tolerance: float = 2.0,
-    connect_timeout: float = 10.0,
-    disconnect_timeout: float = 5.0,
-    lenient: bool = False,
-    ssl_context: ssl.SSLContext | None = None,
-    reconnect: Reconnect | None = None,
-    on_event: EventCallback | None = None,
-) -> AsyncIterator[Client]:
-    """Connect to a STOMP broker for the duration of an ``async with`` block.
-
-    ::
-
-        async with trio_stomp.connect("stomp://guest:guest@127.0.0.1:61613/?vhost=/") as c:
-            await c.send("/queue/a", b"hello", receipt=True)
-
-    Keyword arguments override what the URL says.
-
-    Args:
-      url: ``stomp://[login[:passcode]@]host[:port][/?vhost=NAME]``, or a list
-        of such URLs for failover: they are tried in order. Schemes:
-        ``stomp://`` (TCP, port 61613), ``stomp+ssl://`` (TLS, port 61614),
-        ``ws://`` and ``wss://`` (STOMP over WebSocket, e.g.
-        ``ws://127.0.0.1:15674/ws`` for RabbitMQ Web-STOMP; needs the
-        ``trio-stomp[websocket]`` extra).
-      host, port: the broker's address (default 127.0.0.1:61613), for a
-        single broker.
-      login, passcode: credentials for CONNECT (a URL's own win for it).
-      vhost: the CONNECT ``host`` header; RabbitMQ takes it as the virtual
-        host ("/"). Defaults to "/".
-      heartbeat: ``(cx, cy)`` in ms: how often we can send heart-beats and
-        how often we want them; 0 turns a direction off.
-      versions: the STOMP versions we accept.
-      heartbeat_tolerance: the broker is declared dead when nothing arrives
-        for this many of its heart-beat intervals.
-      connect_timeout: bound on TCP connect plus the CONNECT handshake, s.
-      disconnect_timeout: bound on each cleanup on the wire (UNSUBSCRIBE,
-        ABORT, DISCONNECT and its receipt), s.
-      lenient: accept undefined escapes and raw colons in 1.2 headers.
-      ssl_context: the TLS settings for ``stomp+ssl://`` and ``wss://``.
-      reconnect: a :class:`Reconnect` policy, or None (the default) to fail
-        fast: any connection failure is raised at the ``async with``.
-      on_event: called with a :class:`ConnectionEvent` each time the
-        connection drops ("lost") and comes back ("restored").
-
-    With a reconnect policy, when the connection drops (socket error, peer
-    closed, missed heart-beats, an ERROR frame) the client connects again
-    (the next URL first), re-subscribes every open subscription and waits for
-    the broker to confirm each, then sends what was queued. Meanwhile:
-    ``async for`` over a subscription just waits; messages received on the
-    lost connection refuse ``ack()``/``nack()`` (the broker redelivers them);
-    a ``send(receipt=True)`` still waiting is sent again (at least once); an
-    open transaction fails with :class:`TransactionError` (the broker rolled
-    it back) rather than being replayed.
-
-    Leaving the block sends DISCONNECT and waits (bounded) for its receipt, so
-    everything sent before has reached the broker; then the socket is closed.
-    Every task of the connection ends within the block.
-
-    Raises:
-      ConnectFailed: refused, timed out, bad credentials, no common version.
-      ServerError: the broker sent ERROR during the session (fail-fast).
-      ConnectionLost: the connection broke (including missed heart-beats), the
-        reconnect attempts ran out, or the DISCONNECT receipt did not come.
-    """
-    urls = [url] if isinstance(url, str) or url is None else list(url)
-    if not urls:
-        raise ValueError("connect() needs at least one URL")
-    targets = []
-    for item in urls:
-        endpoint = Endpoint.from_url(item) if item is not None else Endpoint()
-        if len(urls) == 1:
-            endpoint = attrs.evolve(
-                endpoint,
-                host=host if host is not None else endpoint.host,
-                port=port if port is not None else endpoint.port,
-            )
-        targets.append(_Target(item or f"stomp://{endpoint.host}:{endpoint.port}", endpoint))
-    first = targets[0].endpoint
-    options = _Options(
-        login=login if login is not None else first.login,
-        passcode=passcode if passcode is not None else first.passcode,
-        vhost=vhost if vhost is not None else (first.vhost or "/"),
-        heartbeat=heartbeat,
-        versions=versions,
-        heartbeat_tolerance=heartbeat_tolerance,
-        connect_timeout=connect_timeout,
-        disconnect_timeout=disconnect_timeout,
-        lenient=lenient,
-        ssl_context=ssl_context,
-    )
-    if login is not None or passcode is not None:
-        targets = [
-            _Target(t.url, attrs.evolve(t.endpoint, login=options.login, passcode=options.passcode))
-            for t in targets
-        ]
-    rng = random.Random()
-    conn, _ = await _open_any(targets, options, reconnect, rng, initial=True)
-    client = Client(conn, options, targets=targets, reconnect=reconnect, on_event=on_event)
-    async with _session(client) as session:
-        yield session

@@ -1,0 +1,205 @@
+"""The ways in: :func:`connect` (a broker URL, or several) and :func:`wrap_stream`.
+
+Each is an async context manager that opens a nursery around the caller's
+block, runs the :class:`Client`'s tasks in it, and shuts the session down
+(DISCONNECT with receipt, shielded and bounded) when the block is left. No
+task outlives the block; no single-exception group escapes it.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from ._client import Client, EventCallback
+from ._opening import Options, Target, open_any
+from ._reconnect import Reconnect
+from ._url import Endpoint
+from .frame import VERSIONS
+
+
+def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one leaf exception of a (nested) group, or None if it holds several."""
+    while len(group.exceptions) == 1:
+        inner = group.exceptions[0]
+        if not isinstance(inner, BaseExceptionGroup):
+            return inner
+        group = inner
+    return None
+
+
+@asynccontextmanager
+async def _session(client: Client) -> AsyncIterator[Client]:
+    """Run ``client``'s tasks around the caller's block; shut down after it."""
+    sole: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._supervise)
+            try:
+                with trio.CancelScope() as client._body_scope:
+                    yield client
+            finally:
+                await client._shutdown()
+    except BaseExceptionGroup as group:
+        sole = _sole_exception(group)
+        if sole is None:
+            raise
+    if sole is not None:
+        raise sole
+    if client._error is not None and not client._disconnected:
+        raise client._error
+
+
+@asynccontextmanager
+async def wrap_stream(
+    stream: trio.abc.Stream,
+    *,
+    login: str | None = None,
+    passcode: str | None = None,
+    host: str = "/",
+    heartbeat: tuple[int, int] = (10_000, 10_000),
+    versions: Sequence[str] = VERSIONS,
+    heartbeat_tolerance: float = 2.0,
+    connect_timeout: float = 10.0,
+    disconnect_timeout: float = 5.0,
+    lenient: bool = False,
+    max_frame_size: int | None = None,
+) -> AsyncIterator[Client]:
+    """Speak STOMP over any Trio stream (TLS, WebSocket, memory): see :func:`connect`.
+
+    There is no reconnecting here (there is only the one stream). The stream
+    is closed when the block is left, whatever happens.
+    """
+    options = Options(
+        login=login,
+        passcode=passcode,
+        vhost=host,
+        heartbeat=heartbeat,
+        versions=versions,
+        heartbeat_tolerance=heartbeat_tolerance,
+        connect_timeout=connect_timeout,
+        disconnect_timeout=disconnect_timeout,
+        lenient=lenient,
+        max_frame_size=max_frame_size,
+    )
+    conn = await options.greet(stream, "the stream")
+    async with _session(Client(conn, options)) as client:
+        yield client
+
+
+@asynccontextmanager
+async def connect(
+    url: str | Sequence[str] | None = None,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    login: str | None = None,
+    passcode: str | None = None,
+    vhost: str | None = None,
+    heartbeat: tuple[int, int] = (10_000, 10_000),
+    versions: Sequence[str] = VERSIONS,
+    heartbeat_tolerance: float = 2.0,
+    connect_timeout: float = 10.0,
+    disconnect_timeout: float = 5.0,
+    lenient: bool = False,
+    ssl_context: ssl.SSLContext | None = None,
+    reconnect: Reconnect | None = None,
+    on_event: EventCallback | None = None,
+) -> AsyncIterator[Client]:
+    """Connect to a STOMP broker for the duration of an ``async with`` block.
+
+    ::
+
+        async with trio_stomp.connect("stomp://guest:guest@127.0.0.1:61613/?vhost=/") as c:
+            await c.send("/queue/a", b"hello", receipt=True)
+
+    Keyword arguments override what the URL says.
+
+    Args:
+      url: ``stomp://[login[:passcode]@]host[:port][/?vhost=NAME]``, or a list
+        of such URLs for failover: they are tried in order. Schemes:
+        ``stomp://`` (TCP, port 61613), ``stomp+ssl://`` (TLS, port 61614),
+        ``ws://`` and ``wss://`` (STOMP over WebSocket, e.g.
+        ``ws://127.0.0.1:15674/ws`` for RabbitMQ Web-STOMP; needs the
+        ``trio-stomp[websocket]`` extra).
+      host, port: the broker's address (default 127.0.0.1:61613), for a
+        single broker.
+      login, passcode: credentials for CONNECT (a URL's own win for it).
+      vhost: the CONNECT ``host`` header; RabbitMQ takes it as the virtual
+        host ("/"). Defaults to "/".
+      heartbeat: ``(cx, cy)`` in ms: how often we can send heart-beats and
+        how often we want them; 0 turns a direction off.
+      versions: the STOMP versions we accept.
+      heartbeat_tolerance: the broker is declared dead when nothing arrives
+        for this many of its heart-beat intervals.
+      connect_timeout: bound on TCP connect plus the CONNECT handshake, s.
+      disconnect_timeout: bound on each cleanup on the wire (UNSUBSCRIBE,
+        ABORT, DISCONNECT and its receipt), s.
+      lenient: accept undefined escapes and raw colons in 1.2 headers.
+      ssl_context: the TLS settings for ``stomp+ssl://`` and ``wss://``.
+      reconnect: a :class:`Reconnect` policy, or None (the default) to fail
+        fast: any connection failure is raised at the ``async with``.
+      on_event: called with a :class:`ConnectionEvent` each time the
+        connection drops ("lost") and comes back ("restored").
+
+    With a reconnect policy, when the connection drops (socket error, peer
+    closed, missed heart-beats, an ERROR frame) the client connects again
+    (the next URL first), re-subscribes every open subscription and waits for
+    the broker to confirm each, then sends what was queued. Meanwhile:
+    ``async for`` over a subscription just waits; messages received on the
+    lost connection refuse ``ack()``/``nack()`` (the broker redelivers them);
+    a ``send(receipt=True)`` still waiting is sent again (at least once); an
+    open transaction fails with :class:`TransactionError` (the broker rolled
+    it back) rather than being replayed.
+
+    Leaving the block sends DISCONNECT and waits (bounded) for its receipt, so
+    everything sent before has reached the broker; then the socket is closed.
+    Every task of the connection ends within the block.
+
+    Raises:
+      ConnectFailed: refused, timed out, bad credentials, no common version.
+      ServerError: the broker sent ERROR during the session (fail-fast).
+      ConnectionLost: the connection broke (including missed heart-beats), the
+        reconnect attempts ran out, or the DISCONNECT receipt did not come.
+    """
+    urls = [url] if isinstance(url, str) or url is None else list(url)
+    if not urls:
+        raise ValueError("connect() needs at least one URL")
+    targets = []
+    for item in urls:
+        endpoint = Endpoint.from_url(item) if item is not None else Endpoint()
+        if len(urls) == 1:
+            endpoint = attrs.evolve(
+                endpoint,
+                host=host if host is not None else endpoint.host,
+                port=port if port is not None else endpoint.port,
+            )
+        targets.append(Target(item or f"stomp://{endpoint.host}:{endpoint.port}", endpoint))
+    first = targets[0].endpoint
+    options = Options(
+        login=login if login is not None else first.login,
+        passcode=passcode if passcode is not None else first.passcode,
+        vhost=vhost if vhost is not None else (first.vhost or "/"),
+        heartbeat=heartbeat,
+        versions=versions,
+        heartbeat_tolerance=heartbeat_tolerance,
+        connect_timeout=connect_timeout,
+        disconnect_timeout=disconnect_timeout,
+        lenient=lenient,
+        ssl_context=ssl_context,
+    )
+    if login is not None or passcode is not None:
+        targets = [
+            Target(t.url, attrs.evolve(t.endpoint, login=options.login, passcode=options.passcode))
+            for t in targets
+        ]
+    rng = random.Random()
+    conn, _ = await open_any(targets, options, reconnect, rng, initial=True)
+    client = Client(conn, options, targets=targets, reconnect=reconnect, on_event=on_event)
+    async with _session(client) as session:
+        yield session
