@@ -65,7 +65,7 @@ async def open_stream(
     try:
         stream: trio.abc.Stream = await trio.open_tcp_stream(endpoint.host, endpoint.port)
     except OSError as exc:
-        raise ConnectFailed(f"cannot connect to {endpoint.url}: {exc.strerror or exc}") from exc
+        raise ConnectFailed(f"cannot connect to {endpoint.url}: {_why(exc)}") from exc
     try:
         if endpoint.tls:
             stream = await _start_tls(stream, endpoint, ssl_context)
@@ -142,3 +142,14 @@ def _tls_failure(endpoint: Endpoint, cause: BaseException | None) -> str:
         hint = " (is that port speaking TLS?)" if "WRONG_VERSION" in reason else ""
         return f"the TLS handshake with {where} failed: {reason}{hint}"
     return f"the TLS handshake with {where} failed: {cause!r}"
+
+
+def _why(exc: OSError) -> str:
+    """The reason a TCP connect failed, e.g. "Connection refused".
+
+    Trio raises one OSError for all addresses tried, with the per-address
+    errors in an ExceptionGroup as its cause; their strerror says why.
+    """
+    causes = exc.__cause__.exceptions if isinstance(exc.__cause__, BaseExceptionGroup) else ()
+    reasons = sorted({c.strerror for c in causes if isinstance(c, OSError) and c.strerror})
+    return ", ".join(reasons) or exc.strerror or str(exc)
