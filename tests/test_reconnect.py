@@ -197,3 +197,42 @@ async def test_rabbitmq_restart_mid_stream_loses_nothing(unique: Callable[[str],
     assert restarts
     assert tally.missing == 0
     assert tally.lost_events >= 2 and tally.restored_events >= 2
+
+
+async def test_error_frame_leads_to_the_same_reconnect_path(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    events: list[ConnectionEvent] = []
+    dest = unique("queue")
+    async with trio_stomp.connect(embedded.url, reconnect=FAST, on_event=events.append) as c:
+        async with c.subscribe(dest, receipt=True) as sub:
+            # COMMIT of a transaction never begun: the broker sends ERROR and closes.
+            with pytest.raises(trio_stomp.ConnectionLost):
+                await c._send_frame("COMMIT", [("transaction", "never-begun")], receipt=True)
+            await c.send(dest, b"after the error", receipt=True)
+            assert (await anext(aiter(sub))).body == b"after the error"
+    assert [e.kind for e in events] == ["lost", "restored"]
+    assert events[0].error == "unknown transaction"  # the ERROR frame's message
+
+
+async def test_fragmented_and_delayed_streams_work(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    """Every write split into 7-byte pieces, each chunk delayed: frames still parse."""
+    port = int(embedded.url.rsplit(":", 1)[1])
+    dest = unique("queue")
+    body = bytes(range(256)) * 8
+    async with fault_proxy(port) as proxy:
+        proxy.split = 7
+        proxy.delay = 0.001
+        async with (
+            trio_stomp.connect(proxy.url()) as client,
+            client.subscribe(dest, ack="client-individual", receipt=True) as sub,
+        ):
+            for i in range(20):
+                await client.send(dest, body + b"%d" % i, headers={"n": str(i)})
+            for i in range(20):
+                message = await anext(aiter(sub))
+                assert message.body == body + b"%d" % i
+                assert message.headers["n"] == str(i)
+                await message.ack()
