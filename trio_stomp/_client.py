@@ -141,6 +141,9 @@ class Client:
         self._rng = random.Random()
         self._replay_queue: list[_Replay] = []
         self._pending_event: ConnectionEvent | None = None
+        self._lost_conn: Connection | None = None
+        self._lost_at = 0.0
+        conn.on_fail = self._lost
 
     @property
     def version(self) -> str:
@@ -276,6 +279,7 @@ class Client:
             pairs.append(("receipt", receipt_id))
         frame = trusted_frame(command, Headers._trusted(tuple(pairs)), body)
         while True:
+            self._check_open()
             if not self._connected:
                 await self._wait_connected()
             conn = self._conn
@@ -290,7 +294,7 @@ class Client:
                 await conn.outbox.put(data, None if receipt else replay)
             except StompError:
                 self._forget_receipt(receipt_id)
-                if self._reconnect is None or self._error is not None:
+                if self._lost_conn is not conn or self._error is not None:
                     raise
                 # The connection dropped under us, and another is on its way.
                 if replay is not None:
@@ -393,7 +397,7 @@ class Client:
         try:
             await conn.outbox.put(data, replay)
         except StompError:
-            if self._reconnect is None or self._error is not None:
+            if self._lost_conn is not conn or self._error is not None:
                 raise
             return False
         return True
@@ -604,8 +608,7 @@ class Client:
                 if self._reconnect is None or conn.closing:
                     self._fail(error)
                     return
-                lost_at = trio.current_time()
-                self._connection_lost(error)
+                self._lost(conn, error)  # done already, unless fail() came another way
                 try:
                     conn, attempts = await open_any(
                         self._targets,
@@ -618,29 +621,46 @@ class Client:
                 except StompError as exc:
                     self._fail(exc)
                     return
+                conn.on_fail = self._lost
                 self._conn = conn
                 self._pending_event = ConnectionEvent(
                     "restored",
                     conn.url,
                     attempts=attempts,
-                    downtime=trio.current_time() - lost_at,
+                    downtime=trio.current_time() - self._lost_at,
                 )
                 restoring = True
 
     def _targets_index(self, url: str) -> int:
         return next((i for i, t in enumerate(self._targets) if t.endpoint.url == url), -1)
 
-    def _connection_lost(self, error: StompError) -> None:
-        """Bookkeeping when a connection drops and a new one is on its way."""
-        old = self._conn
+    def _lost(self, old: Connection, error: StompError) -> None:
+        """Bookkeeping when a connection drops and a new one is on its way.
+
+        Runs synchronously from ``Connection.fail`` (its ``on_fail``), so that
+        from that moment every caller waits for the next connection instead
+        of retrying on the dead one. Does nothing without a reconnect policy,
+        when closing, or when already done for ``old``.
+        """
+        if (
+            old is not self._conn
+            or old is self._lost_conn
+            or self._reconnect is None
+            or old.closing
+            or self._error is not None
+            or self._closed
+        ):
+            return
+        self._lost_conn = old
+        self._lost_at = trio.current_time()
         self._connected = False
-        self._restored = trio.Event()
+        if self._restored.is_set():  # else callers already wait on it (a failed restore)
+            self._restored = trio.Event()
         self._generation += 1
-        unwritten = old.outbox.unwritten()
-        self._replay_queue = sorted(
-            {r.seq: r for r in [*self._replays.values(), *unwritten]}.values(),
-            key=lambda r: r.seq,
-        )
+        # What the dead connection never wrote, what still awaits a receipt,
+        # and what a failed restore had not replayed yet, once each, in order.
+        pending = [*self._replay_queue, *self._replays.values(), *old.outbox.unwritten()]
+        self._replay_queue = sorted({r.seq: r for r in pending}.values(), key=lambda r: r.seq)
         lost = ConnectionLost(f"the connection to {old.url} was lost: {error}")
         for receipt_id, waiter in list(self._receipts.items()):
             if receipt_id not in self._replays:

@@ -55,6 +55,9 @@ class Connection:
         self.closing = False
         #: The broker closed a WebSocket with 1000 after our DISCONNECT (see _read_loop).
         self.closed_after_disconnect = False
+        #: Called once, synchronously, when the connection fails (the client's
+        #: bookkeeping must not wait for a task switch: see Client._lost).
+        self.on_fail: Callable[[Connection, StompError], None] | None = None
         self._tolerance = heartbeat_tolerance
         self._last_read = trio.current_time()
         self._early: list[Frame] = []
@@ -136,6 +139,8 @@ class Connection:
         if self.error is None:
             self.error = error
             self.outbox.close(error)
+            if self.on_fail is not None:
+                self.on_fail(self, error)
         self._scope.cancel()
 
     def stop(self) -> None:
