@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from typing import Final, Literal
-from urllib.parse import urlsplit
 
 import attrs
 from attrs.validators import ge, optional
 
 import trio_stomp
+from trio_stomp._url import Endpoint
 
 from ._endpoint import Context, InvalidSetting, MessageRejected
 from ._message import Envelope, Message
@@ -90,66 +90,68 @@ class StompSinkConfig(StompConnection):
     headers: dict[str, str] = attrs.field(factory=dict)
 
 
-def _one_url(config: StompConnection, context: Context) -> str:
+def _urls(config: StompConnection, context: Context) -> tuple[str, ...]:
+    """The broker URLs, checked with the client's own parser.
+
+    Several URLs make a failover list: each (re)start of the endpoint
+    connects to the first that answers, in order.
+    """
     urls = (config.url,) if isinstance(config.url, str) else config.url
-    if len(urls) != 1:
-        raise InvalidSetting(
-            "url", f"give one URL (failover over {len(urls)} URLs is not supported yet)"
-        )
-    url = urls[0]
-    if url == EMBEDDED:
+    if not urls:
+        raise InvalidSetting("url", "give at least one URL")
+    if EMBEDDED in urls:
+        if len(urls) != 1:
+            raise InvalidSetting("url", '"embedded" cannot be part of a failover list')
         if not context.embedded:
             raise InvalidSetting("url", '"embedded" needs [broker] embedded = true')
-        return url
-    try:
-        urlsplit(url).port  # noqa: B018 - validates the port
-    except ValueError:
-        raise InvalidSetting("url", f"bad port in {url!r}") from None
-    if urlsplit(url).scheme not in ("stomp", "tcp", "stomp+ssl", "ssl", "ws", "wss"):
-        raise InvalidSetting("url", f"expected a stomp:// URL, got {url!r}")
-    return url
+        return urls
+    for url in urls:
+        try:
+            Endpoint.from_url(url)
+        except ValueError as exc:
+            raise InvalidSetting("url", str(exc)) from None
+    return urls
 
 
 def _public(url: str) -> str:
     """The URL without credentials, for logs."""
-    parts = urlsplit(url)
-    if parts.hostname is None:
-        return url
-    return f"{parts.scheme}://{parts.hostname}:{parts.port or 61613}"
+    return Endpoint.from_url(url).url
 
 
 class _Connector:
     def __init__(self, config: StompConnection, context: Context) -> None:
         self._config = config
         self._context = context
-        self._url = _one_url(config, context)
+        self._urls = _urls(config, context)
 
     @property
     def where(self) -> str:
-        return "embedded broker" if self._url == EMBEDDED else _public(self._url)
+        if self._urls == (EMBEDDED,):
+            return "embedded broker"
+        return " or ".join(_public(url) for url in self._urls)
 
     @property
     def embedded(self) -> bool:
         """True when this connects to the config's embedded broker (by name or address)."""
         broker = self._context.broker
-        if self._url == EMBEDDED:
+        if self._urls == (EMBEDDED,):
             return True
-        if broker is None:
+        if broker is None or len(self._urls) != 1:
             return False
-        parts = urlsplit(self._url)
+        endpoint = Endpoint.from_url(self._urls[0])
         local = {broker.host, "localhost", "127.0.0.1"} if broker.host else {"localhost"}
-        return parts.port == broker.port and parts.hostname in local
+        return endpoint.port == broker.port and endpoint.host in local
 
     def connect(self) -> AbstractAsyncContextManager[trio_stomp.Client]:
-        url = self._url
-        if url == EMBEDDED:
+        urls: list[str] = list(self._urls)
+        if urls == [EMBEDDED]:
             if self._context.broker is None:
                 raise RuntimeError("the embedded broker is not running")
-            url = self._context.broker.url
+            urls = [self._context.broker.url]
         config = self._config
         send_ms, expect_ms = config.heartbeat
         return trio_stomp.connect(
-            url,
+            urls,
             login=config.login,
             passcode=config.passcode,
             vhost=config.vhost,

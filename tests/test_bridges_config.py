@@ -115,8 +115,8 @@ def test_a_good_config_becomes_typed_routes(tmp_path: Path) -> None:
             "bridge.toml: route 'in': sink.url: \"embedded\" needs [broker] embedded = true",
         ),
         (
-            ('url = "stomp://127.0.0.1:61613"', 'url = ["stomp://a:1", "stomp://b:2"]'),
-            "bridge.toml: route 'in': sink.url: give one URL (failover over 2 URLs",
+            ('url = "stomp://127.0.0.1:61613"', 'url = ["stomp://a:1", "http://b:2"]'),
+            "bridge.toml: route 'in': sink.url: unsupported URL scheme 'http'",
         ),
         (
             ("shutdown_timeout = 3", "shutdown_timeout = 3\nverbose = true"),

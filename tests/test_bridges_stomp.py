@@ -110,9 +110,24 @@ async def test_the_stomp_sink_rejects_what_it_cannot_send(embedded: Target) -> N
 def test_stomp_settings_that_cannot_work_are_refused() -> None:
     with pytest.raises(ValueError, match="destination: missing"):
         StompSource(StompSourceConfig(), CTX)
-    with pytest.raises(ValueError, match="url: expected a stomp:// URL"):
+    with pytest.raises(ValueError, match=r"url: unsupported URL scheme 'http'"):
         StompSink(StompSinkConfig(url="http://x"), CTX)
     with pytest.raises(ValueError, match=r"headers\.receipt: this header cannot be set here"):
         StompSink(StompSinkConfig(headers={"receipt": "x"}), CTX)
     sink = StompSink(StompSinkConfig(url="stomp://u:secret@127.0.0.1:1", destination="/q/a"), CTX)
     assert "secret" not in sink.describe()
+
+
+async def test_stomp_endpoint_fails_over_to_the_next_url(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    """A list of URLs is a failover list: the dead first broker is skipped."""
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    dead = f"stomp://127.0.0.1:{listener.socket.getsockname()[1]}"
+    await listener.aclose()
+    dest = unique("queue")
+    sink = StompSink(StompSinkConfig(url=(dead, embedded.url), destination=dest), CTX)
+    async with sink.open() as writer:
+        await writer.write([Message(b"via failover", {}, "id-1")])
+    async with trio_stomp.connect(embedded.url) as client, client.subscribe(dest) as sub:
+        assert (await anext(aiter(sub))).body == b"via failover"
