@@ -51,7 +51,6 @@ class Outbox(Generic[R]):
         self._writer_idle = True
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._room_lot = trio.lowlevel.ParkingLot()
-        self._flushed_lot = trio.lowlevel.ParkingLot()
         self._error: StompError | None = None
         #: trio.current_time() of the last write, for heart-beats.
         self.last_write = trio.current_time()
@@ -109,20 +108,11 @@ class Outbox(Generic[R]):
         if self._writer_idle:
             self._writer_lot.unpark()
 
-    async def flush(self) -> None:
-        """Wait until everything queued so far has been handed to the stream."""
-        while not self.empty:
-            if self._error is not None:
-                raise self._error
-            await self._flushed_lot.park()
-        await trio.lowlevel.checkpoint()
-
     def close(self, error: StompError) -> None:
         """Refuse further frames with ``error`` and wake everyone waiting."""
         if self._error is None:
             self._error = error
         self._room_lot.unpark_all()
-        self._flushed_lot.unpark_all()
 
     async def run(self) -> None:
         """The writer task: send what is queued, in batches, until cancelled.
@@ -133,7 +123,6 @@ class Outbox(Generic[R]):
         while True:
             while not self._queue:
                 self._writer_idle = True
-                self._flushed_lot.unpark_all()
                 await self._writer_lot.park()
             self._writer_idle = False
             queue = self._queue
