@@ -41,6 +41,8 @@ class Peer:
     def output(self) -> list[Frame]:
         data = self.session.take_output()
         self.session.output_sent(len(data))
+        if not data:  # feed(b"") would end the stream
+            return []
         return [e for e in self.parser.feed(data) if isinstance(e, Frame)]
 
     def connect(self) -> None:

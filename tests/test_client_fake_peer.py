@@ -197,3 +197,24 @@ async def test_peer_closing_mid_session_raises_connection_lost() -> None:
                 await server_end.aclose()
                 async for _ in sub:
                     pytest.fail("no message was sent")
+
+
+async def test_frames_in_the_same_chunk_as_connected_parse_by_its_version() -> None:
+    """A broker that writes CONNECTED and the next frame together: the next
+    frame is parsed under the version CONNECTED chose, not the default 1.2
+    (which would unescape ``\\c`` in a 1.0 header)."""
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end, version="1.0")
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            await peer.receive()
+            await server_end.send_all(b"CONNECTED\nversion:1.0\n\n\0ERROR\nmessage:a\\cb\n\n\0")
+
+        nursery.start_soon(serve)
+        with pytest.raises(trio_stomp.ServerError) as info:
+            async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
+                assert client.version == "1.0"
+                await trio.sleep_forever()
+        assert info.value.message == "a\\cb"
+        nursery.cancel_scope.cancel()

@@ -118,6 +118,47 @@ def test_version_is_settable_after_negotiation() -> None:
         parser.version = "2.0"
 
 
+CONNECTED_THEN_MESSAGE = b"CONNECTED\nversion:1.0\n\n\0\nMESSAGE\na: x\\c\n\n\0"
+
+
+@pytest.mark.parametrize("cut", range(1, len(CONNECTED_THEN_MESSAGE) + 1))
+def test_pause_after_frame_parses_the_rest_under_the_negotiated_version(cut: int) -> None:
+    """CONNECTED and the frames behind it in one chunk (or split anywhere):
+    pausing after CONNECTED lets the rest parse by the version it names."""
+    parser = FrameParser()
+    events = parser.feed(CONNECTED_THEN_MESSAGE[:cut], pause_after_frame=True)
+    if not events:
+        events = parser.feed(CONNECTED_THEN_MESSAGE[cut:], pause_after_frame=True)
+        rest = b""
+    else:
+        rest = CONNECTED_THEN_MESSAGE[cut:]
+    assert events == [Frame("CONNECTED", {"version": "1.0"})]
+    fed = len(CONNECTED_THEN_MESSAGE) - len(rest)
+    assert parser.in_frame == (fed > 25)  # what came of the MESSAGE is held, unparsed
+    parser.version = "1.0"
+    events = parser.resume() + (parser.feed(rest) if rest else [])
+    assert events == [HEARTBEAT, Frame("MESSAGE", {"a": "x\\c"})]
+    assert parser.resume() == []
+    assert parser.feed(b"") == []
+
+
+def test_end_of_stream_parses_held_bytes_first() -> None:
+    parser = FrameParser()
+    parser.feed(b"SEND\n\n\0SEND\na:1\n\n\0", pause_after_frame=True)
+    assert parser.feed(b"") == [Frame("SEND", {"a": "1"})]
+    parser = FrameParser()
+    parser.feed(b"SEND\n\n\0SEND\n", pause_after_frame=True)
+    with pytest.raises(RemoteProtocolError, match="ended in the middle of a frame"):
+        parser.feed(b"")
+
+
+def test_feed_after_end_of_stream_is_a_usage_error() -> None:
+    parser = FrameParser()
+    assert parser.feed(b"") == []
+    with pytest.raises(RuntimeError, match="after the end of the stream"):
+        parser.feed(b"SEND\n\n\0")
+
+
 def test_unknown_version_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="unknown STOMP version"):
         FrameParser("1.3")

@@ -240,7 +240,8 @@ def run(parser: FrameParser, pieces: Sequence[bytes]) -> tuple[list[Event], bool
     events: list[Event] = []
     try:
         for piece in pieces:
-            events += parser.feed(piece)
+            if piece:  # feed(b"") ends the stream
+                events += parser.feed(piece)
             check_buffers(parser)
         events += parser.feed(b"")
     except RemoteProtocolError:

@@ -68,7 +68,7 @@ def test_spec_example_with_trailing_data(example: Example, version: str) -> None
     assert FrameParser(version).feed(example.wire + trailer) == expected
     # The example twice in a row, and split at every point of the pair.
     double = example.wire + example.wire
-    for cut in range(len(double) + 1):
+    for cut in range(1, len(double) + 1):  # feed(b"") first would end the stream
         parser = FrameParser(version)
         events = parser.feed(double[:cut]) + parser.feed(double[cut:])
         assert events == [*example.frames, *example.frames]

@@ -92,11 +92,12 @@ class Connection:
         frames: list[Frame] = []
         while not frames:
             data = await self.stream.receive_some(RECEIVE_SIZE)
-            events = self.parser.feed(data)
             if not data:
                 raise ConnectFailed("the broker closed the connection before answering CONNECT")
+            # Paused after the reply: what follows it parses by its version.
+            events = self.parser.feed(data, pause_after_frame=True)
             frames = [event for event in events if isinstance(event, Frame)]
-        reply, self._early = frames[0], frames[1:]
+        reply = frames[0]
         if reply.command == "ERROR":
             message = reply.headers.get("message") or reply.body.decode("utf-8", "replace")
             raise ConnectFailed(f"the broker refused the connection: {message.strip()}", reply)
@@ -110,6 +111,7 @@ class Connection:
             )
         self.version = version
         self.parser.version = version
+        self._early = [event for event in self.parser.resume() if isinstance(event, Frame)]
         self.server = reply.headers.get("server")
         self.session = reply.headers.get("session")
         if version != "1.0":

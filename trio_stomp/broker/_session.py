@@ -124,18 +124,20 @@ class Session:
         Bytes that are not valid STOMP end the session with an ERROR.
         Nothing here raises because of what the client sent.
         """
+        if not data:
+            return
         if not isinstance(data, bytes):
             data = bytes(data)
-        while data and not self.closing:
-            if self.version is None:
-                # Parse the CONNECT alone: what follows it must be parsed under
-                # the rules of the version it negotiates.
-                end = data.find(b"\0") + 1
-                chunk, data = (data[:end], data[end:]) if end else (data, b"")
-            else:
-                chunk, data = data, b""
+        resume = False
+        while not self.closing:
+            # Until CONNECT negotiates a version, parse one frame at a time:
+            # what follows it parses under the rules of that version.
+            pause = self.version is None
             try:
-                events = self.parser.feed(chunk)
+                if resume:
+                    events = self.parser.resume(pause_after_frame=pause)
+                else:
+                    events = self.parser.feed(data, pause_after_frame=pause)
             except RemoteProtocolError as exc:
                 self._error("malformed frame", str(exc))
                 return
@@ -145,6 +147,9 @@ class Session:
                 if event is not HEARTBEAT:
                     assert isinstance(event, Frame)
                     self.handle_frame(event)
+            if not (pause and events):
+                return
+            resume = True
 
     def receive_eof(self) -> None:
         """The client closed its side: the session ends without output."""

@@ -56,8 +56,10 @@ class FrameParser:
         CONNECT, STOMP and CONNECTED headers are never unescaped, in any
         version, so a server or client can start at the default and set
         :attr:`version` once the version is negotiated. The version in force
-        when :meth:`feed` is called applies to every frame that call returns,
-        including any that came in the same chunk as CONNECTED.
+        when :meth:`feed` is called applies to every frame that call returns;
+        ``feed(data, pause_after_frame=True)`` stops after the first frame,
+        so the frames that arrive in the same chunk as CONNECTED are parsed
+        (by :meth:`resume`) under the version it negotiated.
       max_frame_size: the largest frame accepted, in bytes: from the first
         byte of the command to the last byte of the body (the NUL that ends
         the frame, and any end-of-lines after it, do not count).
@@ -115,6 +117,10 @@ class FrameParser:
         self._budget = 0  # body bytes allowed by max_frame_size
         self._command = ""
         self._headers = Headers()
+        # Bytes after a frame that ended a pause_after_frame feed, unparsed.
+        self._held = b""
+        self._pause = False
+        self._ended = False
 
     @property
     def version(self) -> Version:
@@ -125,11 +131,20 @@ class FrameParser:
     def version(self, version: str) -> None:
         self._version = check_version(version)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Event]:
+    def feed(
+        self, data: bytes | bytearray | memoryview, *, pause_after_frame: bool = False
+    ) -> list[Event]:
         """Add ``data`` and return every event completed by it, in order.
 
         ``feed(b"")`` says the stream has ended: a partial frame then is a
-        :class:`RemoteProtocolError`.
+        :class:`RemoteProtocolError`, and feeding more data after it is a
+        :class:`RuntimeError`.
+
+        Args:
+          pause_after_frame: return as soon as one frame is complete, keeping
+            the bytes after it unparsed until :meth:`resume` or the next
+            :meth:`feed`: for a reply whose content (CONNECTED's version)
+            decides how the rest of the stream parses.
 
         Raises:
           RemoteProtocolError: the bytes are not valid STOMP, or break a limit.
@@ -137,10 +152,18 @@ class FrameParser:
         """
         if self._failed is not None:
             raise RemoteProtocolError(f"parser failed earlier: {self._failed}")
+        if self._ended:
+            raise RuntimeError("feed() after the end of the stream (feed(b''))")
+        end = not data
+        self._pause = pause_after_frame and not end
         try:
-            if not data:
+            if self._held:
+                data, self._held = self._held + data, b""
+            if end:
+                self._ended = True
+                events = self._feed(bytes(data)) if data else []
                 self._end_of_stream()
-                return []
+                return events
             # bytes() of bytes is free; anything mutable is copied, since
             # the parser may keep a view of it until the frame completes.
             return self._feed(bytes(data))
@@ -148,10 +171,25 @@ class FrameParser:
             self._failed = str(exc)
             raise
 
+    def resume(self, *, pause_after_frame: bool = False) -> list[Event]:
+        """Parse what a paused :meth:`feed` kept, under the current :attr:`version`.
+
+        Returns the events in it (none if nothing was kept); does not end
+        the stream.
+        """
+        if not self._held:
+            return []
+        held, self._held = self._held, b""
+        return self.feed(held, pause_after_frame=pause_after_frame)
+
     @property
     def in_frame(self) -> bool:
         """True when part of a frame is buffered (EOF now would be an error)."""
-        return self._need != _NO_BODY or bool(self._buf.strip(b"\r\n"))
+        return (
+            self._need != _NO_BODY
+            or bool(self._buf.strip(b"\r\n"))
+            or bool(self._held.strip(b"\r\n"))
+        )
 
     def _end_of_stream(self) -> None:
         if self.in_frame or self._buf:
@@ -163,6 +201,9 @@ class FrameParser:
         if self._need != _NO_BODY:
             pos = self._continue_body(data, events)
             if pos < 0:
+                return events
+            if self._pause:
+                self._held = data[pos:]
                 return events
         elif self._buf:
             merged = self._continue_head(data)
@@ -253,6 +294,9 @@ class FrameParser:
                     raise RemoteProtocolError(f"a {command} frame may not have a body")
             append(trusted_frame(command, headers, buf[body_start:stop]))
             pos = stop + 1
+            if self._pause:
+                self._held = buf[pos:]
+                return
         if pos < size:
             self._buffer_head(buf, pos)
 
