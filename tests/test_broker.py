@@ -6,7 +6,9 @@ alone, so a broker bug cannot hide behind a client bug (or the reverse).
 
 from __future__ import annotations
 
+import functools
 import resource
+import socket
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -761,6 +763,52 @@ async def test_serve_broker_with_nursery_start() -> None:
             async with raw_client(broker) as client:
                 await client.sync()
             nursery.cancel_scope.cancel()
+
+
+async def test_cancelling_serve_broker_still_tells_every_client() -> None:
+    """A cancelled serve_broker (the CLI on SIGTERM, a host app's nursery) stops
+    as leaving open_broker does: ERROR, then close, without waiting for the client."""
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            broker = await nursery.start(serve_broker)
+            client = RawClient(await trio.open_tcp_stream("127.0.0.1", broker.port))
+            await client.connect()
+            await client.subscribe("/queue/x")
+            start = trio.current_time()
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() - start < 0.5
+        frames = await client.expect_closed()
+        assert [f.headers["message"] for f in frames] == ["broker shutting down"]
+        await client.aclose()
+
+
+async def test_cancelled_shutdown_is_bounded_with_a_client_that_never_reads() -> None:
+    """The broker's writes to the client block: cancelling still ends within
+    close_timeout, though the connections finish under a shield."""
+    limits = Limits(close_timeout=0.3, outbound_high_water=64 * 1024)
+    with trio.fail_after(1.5):
+        async with trio.open_nursery() as nursery:
+            broker = await nursery.start(functools.partial(serve_broker, limits=limits))
+            sock = trio.socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            await sock.connect(("127.0.0.1", broker.port))
+            stuck = RawClient(trio.SocketStream(sock))
+            await stuck.connect()
+            await stuck.subscribe("/queue/flood")
+            async with raw_client(broker) as producer:
+                # Deliveries pause (messages wait in the queue) while the
+                # broker's writer to the stuck client is blocked.
+                while True:
+                    await producer.publish("/queue/flood", b"x" * 65536)
+                    await producer.sync()
+                    if broker.queue_depth("/queue/flood"):
+                        await trio.sleep(0.05)  # time to drain, if it could
+                        if broker.queue_depth("/queue/flood"):
+                            break
+            start = trio.current_time()
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() - start < 0.3 + 0.3
+        await stuck.aclose()
 
 
 async def test_port_in_use_raises_oserror(broker: Broker) -> None:

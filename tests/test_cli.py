@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -19,8 +20,10 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+import trustme
 
 import trio_stomp
+from trio_stomp._cli import main
 from trio_stomp.broker import Broker, open_broker
 
 from conftest import REAL_BROKERS, require_real_broker
@@ -286,6 +289,151 @@ async def test_bad_credentials_are_refused_with_status_1() -> None:
         assert "refused" in result.assert_clean_error(1)
         good = broker.url.replace("stomp://", "stomp://u:p@")
         assert (await cli("send", "-u", good, "/queue/a", "-b", "x", "-q")).status == 0
+
+
+# -- TLS trust: --cafile, --insecure --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def ca_file(ca: trustme.CA, tmp_path: Path) -> str:
+    """The test CA's certificate as a PEM file, for --cafile."""
+    path = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return str(path)
+
+
+def _server_context(ca: trustme.CA, *names: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(*names).configure_cert(context)
+    return context
+
+
+@pytest.fixture
+async def tls_broker(ca: trustme.CA) -> AsyncIterator[Broker]:
+    """Plain and TLS listeners, with a certificate for 127.0.0.1 from the test CA."""
+    async with open_broker(tls_port=0, ssl_context=_server_context(ca, "127.0.0.1")) as running:
+        yield running
+
+
+_INSECURE_WARNING = (
+    "trio-stomp: {}: warning: --insecure: the broker's TLS certificate and host name "
+    "are not verified"
+)
+
+
+async def test_send_and_listen_over_tls_with_cafile(tls_broker: Broker, ca_file: str) -> None:
+    url = tls_broker.tls_url
+    sent = await cli("send", "-u", url, "--cafile", ca_file, "/queue/tls", "-b", "secret")
+    assert (sent.status, sent.err) == (0, "trio-stomp: send: sent 1 message to /queue/tls "
+                                          "(each confirmed by a receipt)\n")  # fmt: skip
+    assert tls_broker.queue_depth("/queue/tls") == 1
+    heard = await cli("listen", "/queue/tls", "-n", "1", "-u", url, "--cafile", ca_file)
+    assert (heard.status, heard.out, heard.err) == (0, b"secret\n", "")
+    assert tls_broker.queue_depth("/queue/tls") == 0
+
+
+async def test_bench_over_tls_with_cafile(tls_broker: Broker, ca_file: str) -> None:
+    result = await cli(
+        "bench", "-u", tls_broker.tls_url, "--cafile", ca_file, "--count", "20", "--size", "5"
+    )
+    assert result.status == 0, result.err
+    assert result.out.decode().splitlines()[2].split()[:2] == ["received", "20"]
+
+
+@pytest.mark.parametrize("command", [["send", "-b", "x"], ["listen"]])
+async def test_tls_without_trust_is_a_certificate_error(
+    tls_broker: Broker, command: list[str]
+) -> None:
+    result = await cli(command[0], "-u", tls_broker.tls_url, "/queue/tls", *command[1:])
+    line = result.assert_clean_error(1)
+    assert line.startswith(
+        f"trio-stomp: {command[0]}: error: TLS certificate verification failed for "
+        f"{tls_broker.tls_url}: unable to get local issuer certificate"
+    )
+    # The hint names the option, not the library's ssl_context= argument.
+    assert line.endswith("(give --cafile with the CA that signed the broker's certificate)")
+    assert tls_broker.queue_depth("/queue/tls") == 0
+
+
+async def test_cafile_replaces_the_trusted_cas(tls_broker: Broker, tmp_path: Path) -> None:
+    other = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other))
+    result = await cli("send", "-u", tls_broker.tls_url, "--cafile", str(other), "/q/a", "-b", "x")
+    assert "TLS certificate verification failed" in result.assert_clean_error(1)
+
+
+async def test_cafile_still_checks_the_host_name(ca: trustme.CA, ca_file: str) -> None:
+    context = _server_context(ca, "stomp.example.test")
+    async with open_broker(tls_port=0, ssl_context=context) as broker:
+        result = await cli("send", "-u", broker.tls_url, "--cafile", ca_file, "/q/a", "-b", "x")
+        line = result.assert_clean_error(1)
+        assert "TLS certificate verification failed" in line
+        assert "the certificate does not name '127.0.0.1'" in line
+        # --insecure does not check it either.
+        insecure = await cli("send", "-u", broker.tls_url, "--insecure", "-q", "/q/a", "-b", "x")
+        assert (insecure.status, insecure.err) == (0, _INSECURE_WARNING.format("send") + "\n")
+        assert broker.queue_depth("/q/a") == 1
+
+
+async def test_insecure_connects_without_verifying_and_warns(tls_broker: Broker) -> None:
+    url = tls_broker.tls_url
+    sent = await cli("send", "-u", url, "--insecure", "-q", "/queue/tls", "-b", "unchecked")
+    assert (sent.status, sent.err) == (0, _INSECURE_WARNING.format("send") + "\n")
+    heard = await cli("listen", "-u", url, "--insecure", "/queue/tls", "-n", "1")
+    assert heard.status == 0, heard.err
+    assert heard.out == b"unchecked\n"
+    assert heard.err.splitlines() == [_INSECURE_WARNING.format("listen")]
+
+
+async def test_tls_options_with_a_plain_url_are_harmless(tls_broker: Broker, ca_file: str) -> None:
+    url = tls_broker.url
+    assert url.startswith("stomp://")
+    with_ca = await cli("send", "-u", url, "--cafile", ca_file, "-q", "/queue/p", "-b", "one")
+    assert (with_ca.status, with_ca.err) == (0, "")
+    insecure = await cli("send", "-u", url, "--insecure", "-q", "/queue/p", "-b", "two")
+    assert (insecure.status, insecure.err) == (0, _INSECURE_WARNING.format("send") + "\n")
+    assert [m.body for m in await receive(url, "/queue/p", 2)] == [b"one", b"two"]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "No such file or directory"),
+        (b"not a certificate\n", "not a PEM CA bundle (NO_CERTIFICATE_OR_CRL_FOUND)"),
+    ],
+    ids=["missing", "not-pem"],
+)
+@pytest.mark.parametrize("command", [["send", "-b", "x"], ["listen"], ["bench"]])
+async def test_bad_cafile_is_a_usage_error(
+    tls_broker: Broker, tmp_path: Path, command: list[str], content: bytes | None, expected: str
+) -> None:
+    path = tmp_path / "ca.pem"
+    if content is not None:
+        path.write_bytes(content)
+    url = tls_broker.tls_url
+    args = [command[0], "-u", url, "--cafile", str(path)]
+    if command[0] != "bench":
+        args += ["/queue/a", *command[1:]]
+    line = (await cli(*args)).assert_clean_error(2)
+    assert line == f"trio-stomp: {command[0]}: error: cannot load --cafile {path}: {expected}"
+    assert tls_broker.connection_count == 0
+
+
+@pytest.mark.parametrize("command", [["send", "/q/a", "-b", "x"], ["listen", "/q/a"], ["bench"]])
+def test_cafile_and_insecure_are_mutually_exclusive(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--cafile", "ca.pem", "--insecure"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "[--cafile PATH | --insecure]" in err  # the usage line
+    assert err.endswith("error: argument --insecure: not allowed with argument --cafile\n")
 
 
 # -- bench --------------------------------------------------------------------

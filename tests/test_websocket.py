@@ -3,9 +3,12 @@ listener, and interop with trio-websocket and RabbitMQ Web-STOMP."""
 
 from __future__ import annotations
 
+import functools
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Literal
 
 import pytest
 import trio
@@ -24,7 +27,7 @@ from trio_stomp._websocket import (
     accept_websocket,
     connect_websocket,
 )
-from trio_stomp.broker import open_broker
+from trio_stomp.broker import Broker, Limits, open_broker, serve_broker
 from trio_stomp.frame import Frame, FrameParser, encode
 
 from conftest import REAL_BROKERS, all_tasks, require_real_broker
@@ -299,6 +302,149 @@ async def test_ws_url_to_a_plain_stomp_port_fails_clearly(
     with pytest.raises(trio_stomp.ConnectFailed, match="WebSocket upgrade"):
         async with trio_stomp.connect(url, connect_timeout=5):
             pass
+
+
+# -- the broker shutting down ---------------------------------------------------------
+
+Stop = Literal["exit", "cancel"]
+
+
+def _is_shutdown_error(data: bytes | str) -> bool:
+    """Whether ``data`` is one frame, the ERROR of a broker that stops."""
+    [frame] = FrameParser().feed(data if isinstance(data, bytes) else data.encode())
+    assert isinstance(frame, Frame)
+    return frame.command == "ERROR" and frame.headers["message"] == "broker shutting down"
+
+
+@asynccontextmanager
+async def _broker_stopped_by(
+    stop: Stop, stopped: list[float], limits: Limits | None = None
+) -> AsyncIterator[Broker]:
+    """A broker with a WebSocket listener, stopped at the end of the block by leaving
+    ``open_broker`` or by cancelling ``serve_broker``; appends how long stopping took."""
+    if stop == "exit":
+        async with open_broker(ws_port=0, limits=limits) as broker:
+            yield broker
+            start = trio.current_time()
+    else:
+        async with trio.open_nursery() as nursery:
+            serve = functools.partial(serve_broker, ws_port=0, limits=limits)
+            broker = await nursery.start(serve)
+            yield broker
+            start = trio.current_time()
+            nursery.cancel_scope.cancel()
+    stopped.append(trio.current_time() - start)
+
+
+def _ws_port(broker: Broker) -> int:
+    return Endpoint.from_url(broker.ws_url).port
+
+
+@pytest.mark.parametrize("stop", ["exit", "cancel"])
+async def test_broker_shutdown_sends_error_then_close_going_away(stop: Stop) -> None:
+    """trio-websocket sees the ERROR, then a Close 1001 (1006 if the TCP
+    connection were dropped without one)."""
+    stopped: list[float] = []
+    with trio.fail_after(1.5):
+        async with trio.open_nursery() as nursery:
+            async with _broker_stopped_by(stop, stopped) as broker:
+                ws = await trio_websocket.connect_websocket_url(
+                    nursery, broker.ws_url, subprotocols=["v12.stomp"]
+                )
+                await ws.send_message(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
+                connected = await ws.get_message()
+                assert isinstance(connected, bytes) and connected.startswith(b"CONNECTED\n")
+            assert stopped[0] < 0.5  # the client answered the Close at once
+            assert _is_shutdown_error(await ws.get_message())
+            with pytest.raises(trio_websocket.ConnectionClosed):
+                await ws.get_message()
+            assert ws.closed is not None
+            assert (ws.closed.code, ws.closed.reason) == (1001, "broker shutting down")
+
+
+@pytest.mark.parametrize("stop", ["exit", "cancel"])
+@pytest.mark.parametrize("scheme", ["stomp", "ws"])
+async def test_client_sees_the_same_end_over_tcp_and_websocket(stop: Stop, scheme: str) -> None:
+    stopped: list[float] = []
+    failure: list[BaseException] = []
+
+    async def client(url: str, task_status: trio.TaskStatus[None]) -> None:
+        try:
+            async with trio_stomp.connect(url, heartbeat=(0, 0)):
+                task_status.started()
+                await trio.sleep_forever()
+        except trio_stomp.StompError as exc:
+            failure.append(exc)
+
+    with trio.fail_after(1.5):
+        async with trio.open_nursery() as nursery:
+            async with _broker_stopped_by(stop, stopped) as broker:
+                url = broker.ws_url if scheme == "ws" else broker.url
+                await nursery.start(client, url)
+    assert stopped[0] < 0.5
+    [exc] = failure
+    assert isinstance(exc, trio_stomp.ServerError), exc
+    assert str(exc) == "broker shutting down"
+
+
+async def _raw_ws_client(broker: Broker, receive_buffer: int | None = None) -> WebSocketStream:
+    """A WebSocket client on the broker; ``receive_buffer`` shrinks its socket's."""
+    port = _ws_port(broker)
+    sock = trio.socket.socket()
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    await sock.connect(("127.0.0.1", port))
+    return await connect_websocket(trio.SocketStream(sock), host="127.0.0.1", port=port)
+
+
+async def _read_until(stream: WebSocketStream, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = await stream.receive_some()
+        assert chunk, data
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("stop", ["exit", "cancel"])
+async def test_broker_shutdown_with_an_idle_client_that_never_reads(stop: Stop) -> None:
+    """Nobody answers the Close: the broker waits close_timeout at most. The
+    ERROR and the Close were sent all the same."""
+    stopped: list[float] = []
+    with trio.fail_after(1.5):
+        async with _broker_stopped_by(stop, stopped, limits=Limits(close_timeout=0.3)) as broker:
+            client = await _raw_ws_client(broker)
+            await client.send_all(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
+            await _read_until(client, b"\0")
+        assert stopped[0] < 0.3 + 0.3
+        async with client:
+            assert _is_shutdown_error(await _read_until(client, b"\0"))
+            assert await client.receive_some() == b""
+            assert client.close_code == 1001
+
+
+@pytest.mark.parametrize("stop", ["exit", "cancel"])
+async def test_broker_shutdown_with_a_stuck_client_that_never_reads(stop: Stop) -> None:
+    """The broker's writes to the client block: stopping still takes close_timeout at most."""
+    limits = Limits(close_timeout=0.3, outbound_high_water=64 * 1024)
+    stopped: list[float] = []
+    with trio.fail_after(1.5):
+        async with _broker_stopped_by(stop, stopped, limits=limits) as broker:
+            stuck = await _raw_ws_client(broker, receive_buffer=4096)
+            await stuck.send_all(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
+            await stuck.send_all(b"SUBSCRIBE\nid:0\ndestination:/queue/flood\nreceipt:r\n\n\0")
+            await _read_until(stuck, b"RECEIPT")
+            async with trio_stomp.connect(broker.url) as producer:
+                # Deliveries pause (and messages wait in the queue) while the
+                # broker's writer to the stuck client is blocked.
+                while True:
+                    await producer.send("/queue/flood", b"x" * 65536, receipt=True)
+                    if broker.queue_depth("/queue/flood"):
+                        await trio.sleep(0.05)  # time to drain, if it could
+                        if broker.queue_depth("/queue/flood"):
+                            break
+        assert stopped[0] < 0.3 + 0.3
+        await trio.aclose_forcefully(stuck)
 
 
 # -- trio-websocket as the independent peer -----------------------------------------

@@ -198,7 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="STOMP tools for Trio: send and receive messages, measure a broker,\n"
         "run a broker. `trio-stomp COMMAND --help` tells more about each.",
         epilog=f"The client commands connect to -u/--url, else ${URL_ENV}, else\n"
-        f"stomp://127.0.0.1:61613.\n\n{EXIT_STATUS_HELP}",
+        "stomp://127.0.0.1:61613. Over TLS (stomp+ssl://, wss://) they trust the\n"
+        "system's CAs; --cafile PATH trusts the CAs in PATH (PEM) instead, and\n"
+        "--insecure verifies nothing.\n\n"
+        f"{EXIT_STATUS_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subcommands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import ssl
 import sys
 from typing import Any, Final, TextIO
 
@@ -68,7 +69,7 @@ def add_bench(subcommands: Any) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    common.add_url_option(parser)
+    common.add_broker_options(parser)
     parser.add_argument(
         "-n",
         "--count",
@@ -116,12 +117,13 @@ class _Counts:
 
 async def _bench(args: argparse.Namespace) -> int:
     common.check_url(args.url)
+    ssl_context = common.tls_context("bench", args)
     endpoint = Endpoint.from_url(args.url)
     destination = args.dest or f"/queue/trio-stomp-bench-{secrets.token_hex(4)}"
     counts = _Counts(args.count)
     progress = _Progress(counts, sys.stderr)
     try:
-        await _run(args, destination, endpoint, counts, progress)
+        await _run(args, destination, endpoint, ssl_context, counts, progress)
     finally:
         progress.finish()
     print(_table(counts, args.size), flush=True)
@@ -132,11 +134,15 @@ async def _run(
     args: argparse.Namespace,
     destination: str,
     endpoint: Endpoint,
+    ssl_context: ssl.SSLContext | None,
     counts: _Counts,
     progress: _Progress,
 ) -> None:
     body = b"x" * args.size
-    async with connect(args.url) as consumer, connect(args.url) as producer:
+    async with (
+        connect(args.url, ssl_context=ssl_context) as consumer,
+        connect(args.url, ssl_context=ssl_context) as producer,
+    ):
         server = consumer.server or "unknown server"
         headers: tuple[tuple[str, str], ...] = ()
         if server.startswith("RabbitMQ/") and destination.startswith("/queue/"):

@@ -3,6 +3,8 @@
 - The broker address: ``-u/--url``, else ``$STOMP_URL``, else
   ``stomp://127.0.0.1:61613``. The environment variable keeps a passcode out
   of the shell history and of ``ps``.
+- TLS trust for ``stomp+ssl://`` and ``wss://``: the system's CAs, or
+  ``--cafile PATH``, or ``--insecure`` (:func:`tls_context`).
 - ``-H NAME:VALUE`` headers.
 - :func:`run`: runs a command under ``trio.run`` and turns every expected
   failure into one line on stderr and an exit status (:data:`EXIT_USAGE`,
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -79,13 +82,32 @@ def say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
-def add_url_option(parser: argparse.ArgumentParser) -> None:
-    """``-u/--url``, defaulting to ``$STOMP_URL`` (checked by :func:`check_url`)."""
+def add_broker_options(parser: argparse.ArgumentParser) -> None:
+    """Where and how to connect: ``-u/--url``, defaulting to ``$STOMP_URL``
+    (checked by :func:`check_url`), and ``--cafile``/``--insecure`` (see
+    :func:`tls_context`)."""
     parser.add_argument(
         "-u",
         "--url",
         default=os.environ.get(URL_ENV) or DEFAULT_URL,
         help=URL_HELP,
+    )
+    tls = parser.add_argument_group(
+        "TLS (stomp+ssl:// and wss:// URLs)",
+        "By default the broker's certificate must be signed by a CA that the\n"
+        "system trusts, and must name the URL's host.",
+    ).add_mutually_exclusive_group()
+    tls.add_argument(
+        "--cafile",
+        metavar="PATH",
+        help="trust the CA certificates in PATH (PEM) instead of the system's; the "
+        "certificate must still name the URL's host",
+    )
+    tls.add_argument(
+        "--insecure",
+        action="store_true",
+        help="verify neither the broker's certificate nor its host name (for tests only: "
+        "anyone on the path could read and change the traffic)",
     )
 
 
@@ -104,6 +126,39 @@ def check_url(url: str) -> str:
     except ValueError as exc:
         raise UsageError(f"bad URL: {exc}") from None
     return url
+
+
+def tls_context(command: str, args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The ``ssl_context=`` for :func:`trio_stomp.connect`, from --cafile or --insecure.
+
+    None without either (``connect`` then trusts the system's CAs), and for a
+    URL without TLS, which takes no context (``connect`` would refuse one).
+    --cafile is loaded even then, so a bad path is reported whatever the URL;
+    --insecure always prints a warning on stderr. Call after :func:`check_url`.
+
+    Raises:
+      UsageError: the --cafile file is missing, unreadable or holds no PEM
+        certificate.
+    """
+    context: ssl.SSLContext | None = None
+    if args.cafile is not None:
+        try:
+            context = ssl.create_default_context(cafile=args.cafile)
+        except ssl.SSLError as exc:  # before OSError: SSLError is one
+            raise UsageError(
+                f"cannot load --cafile {args.cafile}: not a PEM CA bundle ({exc.reason or exc})"
+            ) from None
+        except OSError as exc:
+            raise UsageError(f"cannot load --cafile {args.cafile}: {exc.strerror or exc}") from None
+    elif args.insecure:
+        say(
+            f"{command}: warning: --insecure: the broker's TLS certificate and host name "
+            "are not verified"
+        )
+        context = ssl.create_default_context()
+        context.check_hostname = False  # before verify_mode: CERT_NONE needs it off
+        context.verify_mode = ssl.CERT_NONE
+    return context if Endpoint.from_url(args.url).tls else None
 
 
 def header(text: str) -> tuple[str, str]:
@@ -209,6 +264,10 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
+_LIBRARY_CA_HINT: Final = "pass ssl_context= with the CA"
+_CLI_CA_HINT: Final = "give --cafile with the CA"
+
+
 def _connect_failed(exc: ConnectFailed) -> str:
     """The message of ``exc``, with the socket error or the ERROR body it leaves out.
 
@@ -216,7 +275,8 @@ def _connect_failed(exc: ConnectFailed) -> str:
     the reasons in the exception's cause); RabbitMQ's ERROR says "Bad
     CONNECT" in its header and the reason in its body.
     """
-    message = str(exc)
+    # The library's hint names its argument; the command line's is an option.
+    message = str(exc).replace(_LIBRARY_CA_HINT, _CLI_CA_HINT)
     reason = _socket_error(exc)
     if reason and reason.lower() not in message.lower():
         message += f" ({reason})"

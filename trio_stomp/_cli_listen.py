@@ -70,6 +70,7 @@ examples:
   trio-stomp listen /topic/news --json | jq -r .body
   trio-stomp listen /queue/a -H prefetch-count:10          (RabbitMQ)
   trio-stomp listen /queue/a -H "selector:kind = 'urgent'" (ActiveMQ)
+  trio-stomp listen /queue/a -u stomp+ssl://broker.example:61614 --cafile ca.pem
 
 {common.EXIT_STATUS_HELP}"""
 
@@ -84,7 +85,7 @@ def add_listen(subcommands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("destination", metavar="DEST", help="what to subscribe to, e.g. /queue/a")
-    common.add_url_option(parser)
+    common.add_broker_options(parser)
     parser.add_argument(
         "--ack",
         choices=("client-individual", "client", "auto"),
@@ -139,8 +140,9 @@ def _subscription(args: argparse.Namespace) -> list[tuple[str, str]]:
 async def _listen(args: argparse.Namespace) -> int:
     common.check_url(args.url)
     headers = _subscription(args)
+    ssl_context = common.tls_context("listen", args)
     formatter = _json if args.json else _verbose if args.verbose else _plain
-    async with connect(args.url) as client:
+    async with connect(args.url, ssl_context=ssl_context) as client:
         async with client.subscribe(args.destination, ack=args.ack, headers=headers) as messages:
             send, receive = trio.open_memory_channel[tuple[bytes, Message]](_MAX_WINDOW)
             async with trio.open_nursery() as nursery:

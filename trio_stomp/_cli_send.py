@@ -86,7 +86,7 @@ def add_send(subcommands: Any) -> None:
         nargs="*",
         help='a file to send as one message; "-" is standard input (the default)',
     )
-    common.add_url_option(parser)
+    common.add_broker_options(parser)
     parser.add_argument(
         "-b",
         "--body",
@@ -155,8 +155,9 @@ def _check(args: argparse.Namespace) -> None:
 
 async def _send(args: argparse.Namespace) -> int:
     _check(args)
+    ssl_context = common.tls_context("send", args)
     sent = 0
-    async with connect(args.url) as client:
+    async with connect(args.url, ssl_context=ssl_context) as client:
 
         async def send_one(body: bytes) -> None:
             nonlocal sent

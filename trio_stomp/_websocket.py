@@ -280,8 +280,12 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
             async with self._send_lock:
                 await self.transport.wait_send_all_might_not_block()
 
-    async def send_eof(self) -> None:
-        """Send our Close frame (code 1000): a half-close, see the class documentation.
+    async def send_eof(self, *, code: int = 1000, reason: str | None = None) -> None:
+        """Send our Close frame: a half-close, see the class documentation.
+
+        Args:
+          code, reason: what the Close says; 1000 (normal closure) unless
+            told otherwise (a server going away sends 1001).
 
         Raises:
           trio.ClosedResourceError: the stream is closed.
@@ -297,7 +301,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
             async with self._send_lock:
                 if self._ws.state is _OPEN:
                     try:
-                        await self._transmit(self._ws.send(ws_events.CloseConnection(1000)))
+                        await self._transmit(self._ws.send(ws_events.CloseConnection(code, reason)))
                     except trio.BrokenResourceError:
                         pass  # the peer is gone: it is closed either way
 

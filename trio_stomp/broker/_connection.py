@@ -15,7 +15,11 @@ connection:
 
 Once the session closes (ERROR sent, DISCONNECT, broker shutdown), the
 connection gets ``close_timeout`` seconds to flush and say goodbye, then it
-is cancelled whatever the client does.
+is cancelled whatever the client does. On a broker shutdown the goodbye is
+the ERROR "broker shutting down", then, on a WebSocket, a Close 1001 that the
+client answers; a TCP or TLS socket is closed right after the ERROR (a client
+that has not closed its side would otherwise hold the shutdown for
+``close_timeout``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Final
 import trio
 
 from ._config import Limits
+from ._listeners import Goodbye
 from ._session import Session
 
 RECEIVE_SIZE: Final = 256 * 1024
@@ -40,13 +45,23 @@ class Connection:
     Args:
       stream: the client's byte stream; the connection closes it.
       limits: timeouts come from here.
+      goodbye: sent after the shutdown ERROR when the broker stops, before
+        waiting for the client to close (a WebSocket Close 1001); None to
+        close the stream right after the ERROR.
     """
 
     session: Session
 
-    def __init__(self, stream: trio.abc.HalfCloseableStream, limits: Limits) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.HalfCloseableStream,
+        limits: Limits,
+        *,
+        goodbye: Goodbye | None = None,
+    ) -> None:
         self.stream = stream
         self.limits = limits
+        self._goodbye = goodbye
         self._scope: trio.CancelScope | None = None
         self._wakeup = trio.Event()
         self._connected = trio.Event()
@@ -74,7 +89,10 @@ class Connection:
     # -- lifecycle -------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """The broker stops: tell the client (ERROR), flush, close."""
+        """The broker stops: tell the client (ERROR, and the goodbye), flush, close.
+
+        Everything is over ``close_timeout`` seconds from now at the latest.
+        """
         self._shutting_down = True
         self.session.shutdown()
         self._start_close_deadline()
@@ -95,13 +113,21 @@ class Connection:
                         nursery.cancel_scope.cancel()
                 nursery.start_soon(self._read_loop)
                 nursery.start_soon(self._timers)
-                if await self._write_loop() and not self._shutting_down:
-                    # Half-close and let the client read our last frame before
-                    # it sees the connection end: closing with unread input
-                    # would reset the connection and could destroy that frame.
-                    with suppress(*_STREAM_ERRORS):
-                        await self.stream.send_eof()
-                    await self._client_eof.wait()
+                if await self._write_loop():
+                    if not self._shutting_down:
+                        # Half-close and let the client read our last frame before
+                        # it sees the connection end: closing with unread input
+                        # would reset the connection and could destroy that frame.
+                        with suppress(*_STREAM_ERRORS):
+                            await self.stream.send_eof()
+                        await self._client_eof.wait()
+                    elif self._goodbye is not None:
+                        # The broker stops: a WebSocket's closing handshake. The
+                        # client answers at once; the close deadline bounds a
+                        # client that does not.
+                        with suppress(*_STREAM_ERRORS):
+                            await self._goodbye()
+                        await self._client_eof.wait()
                 nursery.cancel_scope.cancel()
         finally:
             session.connection_lost()

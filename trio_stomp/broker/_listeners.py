@@ -13,9 +13,11 @@ for both ends, and no extra task per connection.
 
 from __future__ import annotations
 
+import functools
 import math
 import ssl
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final, cast
 
 import attrs
 import trio
@@ -23,7 +25,10 @@ import trio
 from .._transport import load_websocket
 from ._config import Limits
 
-__all__ = ["Address", "Listener", "open_listeners"]
+if TYPE_CHECKING:
+    from .._websocket import WebSocketStream
+
+__all__ = ["Address", "Goodbye", "Listener", "open_listeners"]
 
 #: A port on the broker's host, or ``(host, port)``; port 0 picks a free one.
 Address = int | tuple[str, int]
@@ -34,6 +39,11 @@ WS: Final = "ws"
 WSS: Final = "wss"
 #: The path the broker advertises in ``ws_url``; any path is accepted.
 WS_PATH: Final = "/ws"
+#: The WebSocket Close code of a server that stops (RFC 6455 "going away").
+GOING_AWAY: Final = 1001
+
+#: Sends a stream's last word when the broker stops (see :meth:`Listener.goodbye`).
+Goodbye = Callable[[], Awaitable[None]]
 
 
 class HandshakeFailed(Exception):
@@ -82,6 +92,19 @@ class Listener:
                 raise HandshakeFailed(f"{self.scheme} handshake failed: {cause or exc}") from exc
         assert scope.cancelled_caught
         raise HandshakeFailed(f"{self.scheme} handshake took more than {timeout} s")
+
+    def goodbye(self, stream: trio.abc.HalfCloseableStream) -> Goodbye | None:
+        """What ends ``stream`` (from :meth:`wrap`) when the broker stops.
+
+        It is sent after the shutdown ERROR, and the client is given the
+        rest of ``close_timeout`` to answer it. A WebSocket gets a Close 1001
+        ("going away"), which every WebSocket client answers at once; TCP and
+        TLS have nothing to add (None): closing the socket is their end.
+        """
+        if self.scheme not in (WS, WSS):
+            return None
+        websocket = cast("WebSocketStream", stream)  # what _handshake made
+        return functools.partial(websocket.send_eof, code=GOING_AWAY, reason="broker shutting down")
 
     async def _handshake(
         self, stream: trio.SocketStream, limits: Limits

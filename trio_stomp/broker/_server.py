@@ -15,7 +15,17 @@ import trio
 from ._config import Limits, freeze_users
 from ._connection import Connection
 from ._destinations import Router
-from ._listeners import PLAIN, TLS, WS, WSS, Address, HandshakeFailed, Listener, open_listeners
+from ._listeners import (
+    PLAIN,
+    TLS,
+    WS,
+    WSS,
+    Address,
+    Goodbye,
+    HandshakeFailed,
+    Listener,
+    open_listeners,
+)
 from ._session import Session
 
 __all__ = ["Broker", "open_broker", "serve_broker"]
@@ -50,6 +60,10 @@ class Broker:
         self._closing = False
         self._all_closed = trio.Event()
         self._accept_scope = trio.CancelScope()
+        # Shielded: cancelling whoever runs the broker (serve_broker's nursery,
+        # a signal) must not cut the connections before they are told. The
+        # broker cancels it itself once shutdown is over or out of time.
+        self._connections_scope = trio.CancelScope(shield=True)
 
     @property
     def host(self) -> str:
@@ -118,20 +132,22 @@ class Broker:
         """How many messages wait, undelivered, in the queue ``destination``."""
         return self._router.depth(destination)
 
-    async def _accept(self, connections: trio.Nursery) -> None:
-        # Connections run in the broker's nursery, not under the accept scope:
+    async def _run(self) -> None:
+        # Connections run in their own nursery, not under the accept scope:
         # shutdown stops accepting first, then says goodbye to each client.
-        with self._accept_scope:
-            async with trio.open_nursery() as nursery:
-                for listener in self._listeners:
-                    nursery.start_soon(
-                        functools.partial(
-                            trio.serve_listeners,
-                            functools.partial(self._handle, listener),
-                            listener.sockets,
-                            handler_nursery=connections,
-                        )
-                    )
+        with self._connections_scope:
+            async with trio.open_nursery() as connections:
+                with self._accept_scope:
+                    async with trio.open_nursery() as nursery:
+                        for listener in self._listeners:
+                            nursery.start_soon(
+                                functools.partial(
+                                    trio.serve_listeners,
+                                    functools.partial(self._handle, listener),
+                                    listener.sockets,
+                                    handler_nursery=connections,
+                                )
+                            )
 
     async def _handle(self, listener: Listener, stream: trio.SocketStream) -> None:
         if self._closing:
@@ -151,12 +167,14 @@ class Broker:
             if self._closing:
                 await trio.aclose_forcefully(wrapped)
                 return
-            await self._serve(wrapped, f"{listener.scheme} {peer}")
+            await self._serve(wrapped, f"{listener.scheme} {peer}", listener.goodbye(wrapped))
         else:
-            await self._serve(stream, peer)
+            await self._serve(stream, peer, None)
 
-    async def _serve(self, stream: trio.abc.HalfCloseableStream, peer: str) -> None:
-        connection = Connection(stream, self._limits)
+    async def _serve(
+        self, stream: trio.abc.HalfCloseableStream, peer: str, goodbye: Goodbye | None
+    ) -> None:
+        connection = Connection(stream, self._limits, goodbye=goodbye)
         session_id = f"{self._session_prefix}-{next(self._session_ids)}"
         connection.session = Session(
             self._router,
@@ -180,7 +198,12 @@ class Broker:
             log.debug("connection %s ended: %s", session_id, reason)
 
     async def _shutdown(self) -> None:
-        """Stop accepting, tell every client, and wait for them to go."""
+        """Stop accepting, tell every client, and wait for them to go.
+
+        Each connection ends within ``close_timeout`` (see
+        :meth:`Connection.shutdown`); the caller bounds this too, then
+        cancels whatever is left (:meth:`_stop`).
+        """
         self._closing = True
         self._accept_scope.cancel()
         for listener in self._listeners:
@@ -190,6 +213,10 @@ class Broker:
             connection.shutdown()
         if self._connections:
             await self._all_closed.wait()
+
+    def _stop(self) -> None:
+        """End every task of the broker now (handshakes still running, say)."""
+        self._connections_scope.cancel()
 
 
 def _peer(stream: trio.SocketStream) -> str:
@@ -214,11 +241,13 @@ async def open_broker(
     """Run a STOMP broker for the duration of an ``async with`` block.
 
     The broker listens as soon as the block is entered, so a client can
-    connect to ``broker.url`` right away. Leaving the block stops it: the
-    listener closes, every client gets an ERROR ("broker shutting down") and
-    is disconnected, at most ``limits.close_timeout`` seconds later every
-    task has ended, and nothing of the broker outlives the block. Messages
-    still in queues are lost (the broker keeps everything in memory)::
+    connect to ``broker.url`` right away. Leaving the block stops it, also
+    when the block is left by an exception or a cancellation: the listeners
+    close, every client gets an ERROR ("broker shutting down") and is
+    disconnected (a WebSocket client after a Close with code 1001, "going
+    away"), at most ``limits.close_timeout`` seconds later every task has
+    ended, and nothing of the broker outlives the block. Messages still in
+    queues are lost (the broker keeps everything in memory)::
 
         async with open_broker() as broker:
             async with trio_stomp.connect(broker.url) as client:
@@ -269,7 +298,7 @@ async def open_broker(
     broker = Broker(listeners, host, frozen_users, limits)
     error: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(broker._accept, nursery)
+        nursery.start_soon(broker._run)
         try:
             yield broker
         except BaseException as exc:
@@ -277,10 +306,14 @@ async def open_broker(
             # exception it raised rather than an exception group around it.
             error = exc
         finally:
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + limits.close_timeout + 1.0
-                await broker._shutdown()
-            nursery.cancel_scope.cancel()
+            try:
+                # Shielded (and the connections are): a cancelled caller still
+                # says goodbye to every client, within the deadline.
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + limits.close_timeout + 1.0
+                    await broker._shutdown()
+            finally:
+                broker._stop()
     if error is not None:
         try:
             raise error
@@ -304,7 +337,9 @@ async def serve_broker(
 
     ``await nursery.start(serve_broker)`` returns the :class:`Broker` once it
     listens. Cancelling the nursery stops it as leaving :func:`open_broker`
-    does. Arguments are those of :func:`open_broker`.
+    does: every client is told, and the cancellation takes up to
+    ``limits.close_timeout`` seconds to complete. Arguments are those of
+    :func:`open_broker`.
 
     Raises:
       OSError, ValueError, ImportError: as :func:`open_broker`.
