@@ -221,6 +221,19 @@ async def test_pipelined_connect_then_1_0_frames_parse_as_1_0(broker: Broker) ->
             assert message.body == b"hi"
 
 
+async def test_frames_before_a_malformed_one_in_the_same_chunk_are_acted_on(
+    broker: Broker,
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with raw_client(broker) as client:
+            await client.send("SUBSCRIBE", {"destination": "/queue/m", "id": "0"})
+            await client.send_raw(b"SEND\ndestination:/queue/m\n\nkept\0BOGUS\n\n\0")
+            frames = await client.expect_closed()
+            assert [f.command for f in frames] == ["MESSAGE", "ERROR"]
+            assert frames[0].body == b"kept"
+            assert "unknown command" in frames[1].headers["message"] + frames[1].body.decode()
+
+
 async def test_auth_accepts_a_known_user() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(users={"guest": "secret"}) as broker:

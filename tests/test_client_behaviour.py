@@ -151,6 +151,23 @@ async def test_auto_subscription_overflow_raises_after_buffered_messages(
             assert got == ["0", "1", "2", "3", "4"]
 
 
+async def test_a_frame_over_max_frame_size_fails_the_connection(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    dest = unique("queue")
+    async with trio_stomp.connect(embedded.url) as sender:
+        await sender.send(dest, b"small", receipt=True)
+        await sender.send(dest, b"x" * 5000, receipt=True)
+    got = []
+    with pytest.raises(trio_stomp.RemoteProtocolError, match="max_frame_size=1000"):
+        async with trio_stomp.connect(embedded.url, max_frame_size=1000) as client:
+            async with client.subscribe(dest, ack="client-individual") as sub:
+                async for message in sub:
+                    got.append(message.body)
+                    await message.ack()
+    assert got == [b"small"]
+
+
 async def test_ack_after_the_connection_is_gone_is_refused(
     embedded: Target, unique: Callable[[str], str]
 ) -> None:

@@ -106,6 +106,16 @@ def test_parser_stays_failed_after_an_error() -> None:
         parser.feed(b"")
 
 
+def test_an_error_carries_the_events_completed_before_it() -> None:
+    parser = FrameParser()
+    with pytest.raises(RemoteProtocolError, match="unknown command") as info:
+        parser.feed(b"SEND\na:1\n\n\0\nBOGUS\n\n\0SEND\n\n\0")
+    assert info.value.events == (Frame("SEND", {"a": "1"}), HEARTBEAT)
+    with pytest.raises(RemoteProtocolError, match="failed earlier") as info:
+        parser.feed(b"SEND\n\n\0")
+    assert info.value.events == ()
+
+
 def test_version_is_settable_after_negotiation() -> None:
     parser = FrameParser()
     assert parser.version == "1.2"

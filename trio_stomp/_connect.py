@@ -107,6 +107,7 @@ async def connect(
     connect_timeout: float = 10.0,
     disconnect_timeout: float = 5.0,
     lenient: bool = False,
+    max_frame_size: int | None = None,
     ssl_context: ssl.SSLContext | None = None,
     reconnect: Reconnect | None = None,
     on_event: EventCallback | None = None,
@@ -141,6 +142,9 @@ async def connect(
       disconnect_timeout: bound on each cleanup on the wire (UNSUBSCRIBE,
         ABORT, DISCONNECT and its receipt), s.
       lenient: accept undefined escapes and raw colons in 1.2 headers.
+      max_frame_size: the largest frame accepted from the broker, in bytes
+        (None: the parser's default, 64 MiB); a larger one fails the
+        connection with :class:`RemoteProtocolError`.
       ssl_context: the TLS settings for ``stomp+ssl://`` and ``wss://``.
       reconnect: a :class:`Reconnect` policy, or None (the default) to fail
         fast: any connection failure is raised at the ``async with``.
@@ -166,6 +170,9 @@ async def connect(
       ServerError: the broker sent ERROR during the session (fail-fast).
       ConnectionLost: the connection broke (including missed heart-beats), the
         reconnect attempts ran out, or the DISCONNECT receipt did not come.
+      RemoteProtocolError: the broker sent bytes that are not valid STOMP, or
+        a frame over a limit (fail-fast; with a reconnect policy it is one
+        more reason to reconnect).
     """
     urls = [url] if isinstance(url, str) or url is None else list(url)
     if not urls:
@@ -191,6 +198,7 @@ async def connect(
         connect_timeout=connect_timeout,
         disconnect_timeout=disconnect_timeout,
         lenient=lenient,
+        max_frame_size=max_frame_size,
         ssl_context=ssl_context,
     )
     if login is not None or passcode is not None:

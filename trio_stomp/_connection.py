@@ -12,7 +12,13 @@ from typing import Any, Final
 
 import trio
 
-from ._errors import ClientClosed, ConnectFailed, ConnectionLost, StompError
+from ._errors import (
+    ClientClosed,
+    ConnectFailed,
+    ConnectionLost,
+    RemoteProtocolError,
+    StompError,
+)
 from ._heartbeat import format_heartbeat, negotiate, parse_heartbeat
 from ._outbox import Outbox
 from .frame import HEARTBEAT, VERSIONS, Frame, FrameParser, encode
@@ -176,8 +182,20 @@ class Connection:
                     return
                 raise ClientClosed("the connection was closed") from exc
             self._last_read = trio.current_time()
+            events: Sequence[object]
+            error: RemoteProtocolError | None = None
+            try:
+                events = feed(data)  # b"": the end of the stream
+            except RemoteProtocolError as exc:
+                # The frames completed before the bad bytes are valid: act on
+                # them (an auto-acked MESSAGE would be lost otherwise).
+                events, error = exc.events, exc
+            for event in events:
+                if event is not HEARTBEAT:
+                    dispatch(event)  # type: ignore[arg-type]
+            if error is not None:
+                raise error
             if not data:
-                feed(b"")
                 if self.closing:
                     # A WebSocket Close 1000 is sent on purpose (a crash cannot send
                     # one): the broker acted on DISCONNECT, so on every frame before
@@ -187,9 +205,6 @@ class Connection:
                         raise ClientClosed(f"{self.url} closed the WebSocket after DISCONNECT")
                     return
                 raise ConnectionLost(f"{self.url} closed the connection")
-            for event in feed(data):
-                if event is not HEARTBEAT:
-                    dispatch(event)  # type: ignore[arg-type]
 
     async def _send_heartbeats(self) -> None:
         every = self.heartbeat[0]

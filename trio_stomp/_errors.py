@@ -32,7 +32,14 @@ class RemoteProtocolError(ProtocolError):
 
     The only exception that :meth:`trio_stomp.FrameParser.feed` ever raises,
     whatever bytes arrive. The parser is unusable afterwards.
+
+    Attributes:
+      events: from ``feed``, the frames and heart-beats (``Frame`` and
+        ``Heartbeat``) completed in the same call before the bad bytes, in
+        order; empty otherwise.
     """
+
+    events: tuple[object, ...] = ()
 
 
 class ConnectFailed(StompError):

@@ -13,7 +13,7 @@ must be dropped at once (its client stopped reading).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
 from .._errors import LocalProtocolError, RemoteProtocolError
@@ -133,20 +133,26 @@ class Session:
             # Until CONNECT negotiates a version, parse one frame at a time:
             # what follows it parses under the rules of that version.
             pause = self.version is None
+            events: Sequence[object]
+            error = None
             try:
                 if resume:
                     events = self.parser.resume(pause_after_frame=pause)
                 else:
                     events = self.parser.feed(data, pause_after_frame=pause)
             except RemoteProtocolError as exc:
-                self._error("malformed frame", str(exc))
-                return
+                # The frames before the bad bytes are valid: act on them first.
+                events, error = exc.events, exc
             for event in events:
                 if self.closing:
                     return
                 if event is not HEARTBEAT:
                     assert isinstance(event, Frame)
                     self.handle_frame(event)
+            if error is not None:
+                if not self.closing:
+                    self._error("malformed frame", str(error))
+                return
             if not (pause and events):
                 return
             resume = True

@@ -148,7 +148,10 @@ class FrameParser:
 
         Raises:
           RemoteProtocolError: the bytes are not valid STOMP, or break a limit.
-            The parser stays failed: every later call raises again.
+            Its ``events`` are those this call completed before the bad
+            bytes: valid, in order, for the caller to act on before failing
+            (a message the broker counts as delivered is not lost). The
+            parser stays failed: every later call raises again.
         """
         if self._failed is not None:
             raise RemoteProtocolError(f"parser failed earlier: {self._failed}")
@@ -156,19 +159,23 @@ class FrameParser:
             raise RuntimeError("feed() after the end of the stream (feed(b''))")
         end = not data
         self._pause = pause_after_frame and not end
+        events: list[Event] = []
         try:
             if self._held:
                 data, self._held = self._held + data, b""
             if end:
                 self._ended = True
-                events = self._feed(bytes(data)) if data else []
+                if data:
+                    self._feed(bytes(data), events)
                 self._end_of_stream()
                 return events
             # bytes() of bytes is free; anything mutable is copied, since
             # the parser may keep a view of it until the frame completes.
-            return self._feed(bytes(data))
+            self._feed(bytes(data), events)
+            return events
         except RemoteProtocolError as exc:
             self._failed = str(exc)
+            exc.events = tuple(events)
             raise
 
     def resume(self, *, pause_after_frame: bool = False) -> list[Event]:
@@ -195,23 +202,21 @@ class FrameParser:
         if self.in_frame or self._buf:
             raise RemoteProtocolError("the stream ended in the middle of a frame")
 
-    def _feed(self, data: bytes) -> list[Event]:
-        events: list[Event] = []
+    def _feed(self, data: bytes, events: list[Event]) -> None:
         pos = 0
         if self._need != _NO_BODY:
             pos = self._continue_body(data, events)
             if pos < 0:
-                return events
+                return
             if self._pause:
                 self._held = data[pos:]
-                return events
+                return
         elif self._buf:
             merged = self._continue_head(data)
             if merged is None:
-                return events
+                return
             data = merged
         self._parse_frames(data, pos, events)
-        return events
 
     def _parse_frames(self, buf: bytes, pos: int, events: list[Event]) -> None:
         """Parse every complete event in ``buf[pos:]``; keep what remains.
