@@ -468,3 +468,50 @@ async def test_send_and_listen_on_rabbitmq(unique: Callable[[str], str]) -> None
     records = [json.loads(line) for line in heard.out.decode().splitlines()]
     assert [r["body"] for r in records] == ["one", "two"]
     assert all(r["headers"]["x-k"] == "v" for r in records)
+
+
+@pytest.mark.parametrize("ack", ["client-individual", "auto"])
+async def test_listen_with_a_selector_on_activemq(unique: Callable[[str], str], ack: str) -> None:
+    """The STOMP ``priority`` header is JMSPriority to ActiveMQ's selectors (so
+    ``priority > 5`` is about a property nobody set, and matches nothing)."""
+    require_real_broker("activemq")
+    url = REAL_BROKERS["activemq"]
+    queue = unique("queue")
+    for priority in ("1", "9"):
+        sent = await cli(
+            "send", "-u", url, queue, "-b", f"p{priority}", "-H", f"priority:{priority}"
+        )
+        assert sent.status == 0, sent.err
+    heard = await cli(
+        "listen", "-u", url, queue, "-n", "1", "--ack", ack, "-H", "selector:JMSPriority > 5"
+    )
+    assert (heard.status, heard.out, heard.err) == (0, b"p9\n", "")
+    async with trio_stomp.connect(url) as client:
+        async with client.subscribe(
+            queue, headers={"selector": "priority > 5"}, receipt=True
+        ) as sub:
+            with trio.move_on_after(0.3):
+                async for message in sub:
+                    pytest.fail(f"priority > 5 matched {message.body!r}")
+    assert [m.body for m in await receive(url, queue, 1)] == [b"p1"]  # left for others
+
+
+@pytest.mark.parametrize(
+    ("selector", "shown"),
+    [
+        ("priority >>> 5", "javax.jms.InvalidSelectorException: priority >>> 5"),
+        # An empty ERROR message: all there is is the body, a Java stack trace.
+        ("", "javax.jms.InvalidSelectorException:"),
+    ],
+)
+async def test_listen_with_a_bad_selector_says_so_on_one_line(
+    unique: Callable[[str], str], selector: str, shown: str
+) -> None:
+    """ActiveMQ refuses the SUBSCRIBE with ERROR (message: the selector alone) and
+    keeps the connection; the line shows the exception from the body's first line."""
+    require_real_broker("activemq")
+    result = await cli(
+        "listen", "-u", REAL_BROKERS["activemq"], unique("queue"), "-H", f"selector:{selector}"
+    )
+    line = result.assert_clean_error(1)
+    assert line == f"trio-stomp: listen: error: the broker sent ERROR: {shown}"

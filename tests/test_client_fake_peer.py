@@ -7,6 +7,7 @@ import trio
 import trio.testing
 
 import trio_stomp
+from trio_stomp._connection import WRITE_FAILURE_GRACE
 
 from fake_peer import FakePeer, stream_pair
 
@@ -217,4 +218,74 @@ async def test_frames_in_the_same_chunk_as_connected_parse_by_its_version() -> N
                 assert client.version == "1.0"
                 await trio.sleep_forever()
         assert info.value.message == "a\\cb"
+        nursery.cancel_scope.cancel()
+
+
+class _ReadsLagWrites(trio.abc.Stream):
+    """The client's end, where data that arrives is handed to the reader only
+    once a write has broken: what a busy client sees when the broker sends
+    ERROR and closes while our frames are still going out."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.write_broke = trio.Event()
+        self.lag = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            await self.inner.send_all(data)
+        except trio.BrokenResourceError:
+            self.write_broke.set()
+            raise
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.inner.receive_some(max_bytes)
+        if self.lag:
+            await self.write_broke.wait()
+        return data
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_error_then_close_is_a_server_error_even_when_a_write_breaks_first() -> None:
+    client_end, server_end = stream_pair()
+    stream = _ReadsLagWrites(client_end)
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        with pytest.raises(trio_stomp.ServerError, match="Invalid selector") as info:
+            async with trio_stomp.wrap_stream(stream, heartbeat=(0, 0)) as client:
+                stream.lag = True
+                await peer.send("ERROR", {"message": "Invalid selector"}, b"priority >>> 5")
+                await server_end.aclose()
+                await client.send("/queue/a", b"x")  # its write breaks before the ERROR is read
+                await trio.sleep_forever()
+        assert stream.write_broke.is_set()
+        assert isinstance(info.value.frame, trio_stomp.Frame)
+        assert info.value.frame.body == b"priority >>> 5"
+
+
+async def test_a_write_that_breaks_alone_is_connection_lost_after_a_grace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The peer stopped reading but says nothing: the reader cannot explain the
+    broken write, so after a short wait the write's own failure is the error."""
+    client_end, server_end = stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        with pytest.raises(trio_stomp.ConnectionLost, match="writing to the broker failed"):
+            async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
+                await server_end.receive_stream.aclose()  # type: ignore[attr-defined]
+                start = trio.current_time()
+                await client.send("/queue/a", b"x")
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    waited = trio.current_time() - start
+        assert waited == pytest.approx(WRITE_FAILURE_GRACE)
         nursery.cancel_scope.cancel()

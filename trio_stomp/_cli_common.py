@@ -252,7 +252,7 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, UsageError | LocalProtocolError):
         return str(exc), EXIT_USAGE
     if isinstance(exc, ServerError):
-        return f"the broker sent ERROR: {exc.message}", EXIT_FAILED
+        return f"the broker sent ERROR: {_server_error(exc)}", EXIT_FAILED
     if isinstance(exc, ConnectionLost):
         return f"connection lost: {exc}", EXIT_FAILED
     if isinstance(exc, ConnectFailed):
@@ -262,6 +262,25 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, ImportError) and WEBSOCKET_EXTRA_HINT in str(exc):
         return str(exc), EXIT_FAILED  # ws:// without trio-websocket installed
     return None
+
+
+def _server_error(exc: ServerError) -> str:
+    """One line: the ERROR's message, or the first line of its body when that says more.
+
+    ActiveMQ's message for a bad selector is the selector alone ("priority >>> 5");
+    its body starts "javax.jms.InvalidSelectorException: priority >>> 5", then a
+    Java stack trace, which is all there is when the message is empty.
+    """
+    lines = exc.message.strip().splitlines()
+    message = lines[0].strip() if lines else ""
+    if isinstance(exc.frame, Frame):
+        lines = exc.frame.body.decode("utf-8", "replace").strip().splitlines()
+        first = lines[0].strip()[:200] if lines else ""
+        if message in first:
+            message = first
+        elif first not in message:
+            message += f": {first}"
+    return message or "ERROR frame without a message"
 
 
 _LIBRARY_CA_HINT: Final = "pass ssl_context= with the CA"

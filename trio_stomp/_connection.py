@@ -24,6 +24,8 @@ from ._outbox import Outbox
 from .frame import HEARTBEAT, VERSIONS, Frame, FrameParser, encode
 
 RECEIVE_SIZE: Final = 64 * 1024
+#: How long a failed write waits for the reader to find out why (see _write_loop).
+WRITE_FAILURE_GRACE: Final = 1.0
 
 
 class Connection:
@@ -68,6 +70,7 @@ class Connection:
         self._last_read = trio.current_time()
         self._early: list[Frame] = []
         self._scope = trio.CancelScope()
+        self._reader_done = trio.Event()
 
     async def handshake(
         self,
@@ -135,7 +138,7 @@ class Connection:
         with self._scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._guard, self._read_loop, dispatch)
-                nursery.start_soon(self._guard, self.outbox.run)
+                nursery.start_soon(self._guard, self._write_loop)
                 if self.heartbeat[0]:
                     nursery.start_soon(self._guard, self._send_heartbeats)
                 if self.heartbeat[1]:
@@ -166,7 +169,27 @@ class Connection:
         except StompError as exc:
             self.fail(exc)
 
+    async def _write_loop(self) -> None:
+        try:
+            await self.outbox.run()
+        except ConnectionLost:
+            # A broker that refuses a frame sends ERROR and closes at once (RabbitMQ
+            # always, ActiveMQ sometimes). A write in flight then breaks (EPIPE,
+            # ECONNRESET) while the ERROR still waits in our receive buffer: let the
+            # reader get to it, so that the broker's reason is what the caller sees
+            # (fail() keeps the first error and cancels us). Bounded, in case the
+            # stream broke one way only and the reader hears nothing.
+            with trio.move_on_after(WRITE_FAILURE_GRACE):
+                await self._reader_done.wait()
+            raise
+
     async def _read_loop(self, dispatch: Callable[[Frame], None]) -> None:
+        try:
+            await self._read_frames(dispatch)
+        finally:
+            self._reader_done.set()
+
+    async def _read_frames(self, dispatch: Callable[[Frame], None]) -> None:
         stream = self.stream
         feed = self.parser.feed
         for frame in self._early:
