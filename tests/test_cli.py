@@ -204,7 +204,13 @@ async def _wait_for(condition: Callable[[], bool]) -> None:
         await trio.sleep(0.01)
 
 
-async def test_listen_stops_on_sigint_with_status_130(broker: Broker) -> None:
+@pytest.mark.parametrize(
+    ("signum", "status", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+async def test_listen_stops_cleanly_on_sigint_and_sigterm(
+    broker: Broker, signum: int, status: int, said: str
+) -> None:
     process = await trio.lowlevel.open_process(
         [*_command(), "listen", "-u", broker.url, "/queue/sig"],
         stdout=subprocess.DEVNULL,
@@ -216,11 +222,11 @@ async def test_listen_stops_on_sigint_with_status_130(broker: Broker) -> None:
             await _wait_for(lambda: broker.connection_count == 1)
             await put(broker.url, "/queue/sig", b"x")  # it is subscribed once this is taken
             await _wait_for(lambda: broker.queue_depth("/queue/sig") == 0)
-            process.send_signal(signal.SIGINT)
-            assert await process.wait() == 130
+            process.send_signal(signum)
+            assert await process.wait() == status
         assert process.stderr is not None
         err = (await process.stderr.receive_some(4096)).decode()
-        assert err == "trio-stomp: listen: interrupted\n"
+        assert err == f"trio-stomp: listen: {said}\n"
     finally:
         if process.returncode is None:
             process.kill()

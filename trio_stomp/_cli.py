@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
       The exit status: 0 on success, 1 when the command failed, 2 for bad
       usage or input (argparse exits with 2 itself on bad arguments), 130
-      when interrupted by SIGINT (Ctrl-C).
+      when interrupted by SIGINT (Ctrl-C), 143 when stopped by SIGTERM.
     """
     args = build_parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run

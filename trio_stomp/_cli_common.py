@@ -56,6 +56,8 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 #: Stopped by SIGINT (Ctrl-C): 128 + SIGINT, as shells report it.
 EXIT_INTERRUPTED: Final = 130
+#: Stopped by SIGTERM (kill, systemd, timeout): 128 + SIGTERM.
+EXIT_TERMINATED: Final = 143
 
 URL_HELP: Final = (
     "the broker: SCHEME://[LOGIN[:PASSCODE]@]HOST[:PORT][/PATH][?vhost=NAME], where "
@@ -345,22 +347,22 @@ def _redact(message: str, url: str) -> str:
 def run(command: str, url: str, main: Callable[[], Awaitable[int]]) -> int:
     """Run ``main`` under Trio; return its status or the status of its failure.
 
-    SIGINT cancels ``main`` (so the client still sends DISCONNECT on the
-    way out) and gives :data:`EXIT_INTERRUPTED`, whatever the cancelled
-    code raised while it stopped. Error messages never show the passcode
-    of ``url``.
+    SIGINT and SIGTERM cancel ``main`` (so the client still sends
+    DISCONNECT on the way out) and give :data:`EXIT_INTERRUPTED` or
+    :data:`EXIT_TERMINATED`, whatever the cancelled code raised while it
+    stopped. Error messages never show the passcode of ``url``.
     """
-    interrupted = False
+    stopped_by: int | None = None  # the signal that stopped main
 
     async def supervise() -> int:
         status = EXIT_OK
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
 
-                async def on_sigint() -> None:
-                    nonlocal interrupted
-                    async for _ in signals:
-                        interrupted = True
+                async def on_signal() -> None:
+                    nonlocal stopped_by
+                    async for signum in signals:
+                        stopped_by = signum
                         nursery.cancel_scope.cancel()
                         return
 
@@ -369,7 +371,7 @@ def run(command: str, url: str, main: Callable[[], Awaitable[int]]) -> int:
                     status = await main()
                     nursery.cancel_scope.cancel()
 
-                nursery.start_soon(on_sigint)
+                nursery.start_soon(on_signal)
                 nursery.start_soon(body)
         return status
 
@@ -378,8 +380,8 @@ def run(command: str, url: str, main: Callable[[], Awaitable[int]]) -> int:
     except BaseException as exc:
         leaf = _sole(exc)
         if isinstance(leaf, KeyboardInterrupt):  # SIGINT before the receiver was installed
-            interrupted = True
-        elif interrupted:
+            stopped_by = signal.SIGINT
+        elif stopped_by is not None:
             pass  # whatever the cancelled command raised on its way out
         elif isinstance(leaf, StdoutClosed):
             return EXIT_OK
@@ -390,7 +392,10 @@ def run(command: str, url: str, main: Callable[[], Awaitable[int]]) -> int:
             message, status = described
             say(f"{command}: error: {_redact(message, url)}")
             return status
-    if interrupted:
+    if stopped_by == signal.SIGTERM:
+        say(f"{command}: terminated")
+        return EXIT_TERMINATED
+    if stopped_by is not None:
         say(f"{command}: interrupted")
         return EXIT_INTERRUPTED
     return status
