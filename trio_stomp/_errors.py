@@ -59,9 +59,13 @@ class ConnectFailed(StompError):
 class ServerError(StompError):
     """The broker sent an ERROR frame during the session.
 
-    The broker closes the connection after an ERROR, so the client is unusable
-    afterwards. ``frame`` is the ERROR frame, ``message`` its ``message``
-    header (or the start of its body when the header is absent).
+    The spec has the broker close the connection right after an ERROR (some,
+    such as ActiveMQ for a bad selector, keep it open); either way the client
+    ends the session there: it is unusable afterwards, or, with a reconnect
+    policy, it connects again. ``frame`` is the ERROR frame, ``message`` its
+    ``message`` header (or the start of its body when the header is absent).
+    RabbitMQ's "Subscription not found" ERROR for a message that was in
+    flight when the client unsubscribed is the one exception: it is ignored.
     """
 
     def __init__(self, message: str, frame: object | None = None) -> None:
