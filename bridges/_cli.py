@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._config import load_config
     from ._convert import ConfigError
     from ._registry import default_registry
-    from ._service import build_routes, run_bridge
+    from ._service import build_routes, freeze_heap, run_bridge
 
     args = build_parser().parse_args(argv)
     registry = default_registry()
@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             datefmt="%H:%M:%S",
         )
+        freeze_heap()
         trio.run(partial(run_bridge, config, registry, say=_say))
     except ConfigError as exc:
         for problem in exc.problems:

@@ -29,11 +29,12 @@ opened again, and the batch retried.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Final
 
 import trio
@@ -66,10 +67,28 @@ DEAD_LETTER_HEADERS: Final = (
 #: The taker yields to other tasks at least this often, even when it never waits.
 _YIELD_EVERY: Final = 64
 
-_Item = tuple[Envelope, Message | BaseException]  # a transform's error instead of a message
-_Good = tuple[Envelope, Message]
+#: What the transforms made of each taken envelope, in order: a message, or their error.
+_Results = collections.deque[Message | BaseException]
 #: (envelopes, None to ack or the nack's error, the RouteStats counter to add to)
 _Settle = tuple[list[Envelope], BaseException | None, str]
+
+
+class _Batch:
+    """Envelopes and the messages to write for them (transformed), side by side."""
+
+    __slots__ = ("envelopes", "messages")
+
+    def __init__(self, envelopes: list[Envelope], messages: list[Message]) -> None:
+        self.envelopes = envelopes
+        self.messages = messages
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+    def pick(self, indices: Collection[int]) -> _Batch:
+        """The items at ``indices`` (a set or range), in batch order."""
+        chosen = [i for i in range(len(self.envelopes)) if i in indices]
+        return _Batch([self.envelopes[i] for i in chosen], [self.messages[i] for i in chosen])
 
 
 class Route:
@@ -129,7 +148,8 @@ class Route:
         self._take_scope: trio.CancelScope | None = None
         self._inflight: set[Envelope] = set()
         self._slots = Window(in_flight)
-        self._taken: Queue[_Item] = Queue()
+        self._taken: Queue[Envelope] = Queue()
+        self._results: _Results | None = collections.deque() if transforms else None
         self._to_settle: Queue[_Settle] = Queue()
         self._pauses = 0
 
@@ -195,6 +215,8 @@ class Route:
     async def _run_once(self) -> None:
         self._slots = Window(self._window)
         self._taken = Queue()
+        if self._results is not None:
+            self._results = collections.deque()
         self._to_settle = Queue()
         async with self.source.open() as receiver, self._open_dead_letter() as dead_letter:
             take_scope = self._take_scope = trio.CancelScope()
@@ -239,6 +261,7 @@ class Route:
         inflight = self._inflight
         stats = self.stats
         taken = self._taken
+        results = self._results
         count = 0
         try:
             with scope:
@@ -262,19 +285,21 @@ class Route:
                     if count % _YIELD_EVERY == 0:
                         # (a source that never waits would otherwise never let go)
                         await trio.lowlevel.checkpoint()
-                    if not self._transforms:
-                        taken.put((envelope, envelope.message))
+                    if results is None:
+                        taken.put(envelope)
                         continue
                     try:
                         message = await self._transform(envelope.message)
                     except Exception as exc:
-                        taken.put((envelope, exc))
+                        results.append(exc)
+                        taken.put(envelope)
                         continue
                     if message is None:
                         stats.filtered += 1
                         await self._ack(envelope)
                     else:
-                        taken.put((envelope, message))
+                        results.append(message)
+                        taken.put(envelope)
         finally:
             taken.close()
 
@@ -305,7 +330,7 @@ class Route:
             self._to_settle.close()
 
     async def _write_batches(self, dead_letter: Writer | None) -> None:
-        batch: list[_Good] | None = None
+        batch: _Batch | None = None
         attempt = 0
         open_failures = 0
         while True:
@@ -321,12 +346,12 @@ class Route:
                             attempt = 0
                         attempt += 1
                         try:
-                            await writer.write([message for _, message in batch])
+                            await writer.write(batch.messages.copy())
                         except MessageRejected as exc:
                             batch = await self._rejected(batch, exc, dead_letter)
                             attempt -= 1
                             continue
-                        self._queue_settle(batch, None, "delivered")
+                        self._queue_settle(batch.envelopes, None, "delivered")
                         batch = None
                         self._pauses = 0
                         await trio.lowlevel.checkpoint()  # a sink that never waits
@@ -365,57 +390,65 @@ class Route:
                     )
                     await trio.sleep(delay)
 
-    async def _gather(self, dead_letter: Writer | None) -> list[_Good] | None:
+    async def _gather(self, dead_letter: Writer | None) -> _Batch | None:
         """The next batch, in order; None once the taker has finished and all is written.
 
         Messages whose transforms failed are given up here, in their turn.
         """
         taken = self._taken
-        items = taken.items
+        results = self._results
         count = self._batch_count
         wait = self._batch_time
         while True:
-            item = await taken.get()
-            if item is None:
+            if not await taken.wait():
                 return None
-            batch: list[_Good] = []
+            envelopes: list[Envelope] = []
+            messages: list[Message] = []
             failed: list[tuple[Envelope, BaseException]] = []
             deadline = trio.current_time() + wait
-            while item is not None:
-                envelope, result = item
-                if isinstance(result, Message):
-                    batch.append((envelope, result))
-                    if len(batch) >= count:
-                        break
+            while True:
+                chunk = taken.take(count - len(envelopes))
+                if results is None:
+                    envelopes += chunk
+                    messages += [envelope.message for envelope in chunk]
                 else:
-                    failed.append((envelope, result))
-                if items:
-                    item = items.popleft()
-                elif wait > 0 and batch and not taken.closed:
-                    item = await taken.get_until(deadline)
-                else:
-                    item = None
+                    for envelope in chunk:
+                        result = results.popleft()
+                        if isinstance(result, Message):
+                            envelopes.append(envelope)
+                            messages.append(result)
+                        else:
+                            failed.append((envelope, result))
+                if len(envelopes) >= count:
+                    break
+                if taken.items:  # (failed transforms took some of the places)
+                    continue
+                if not (wait > 0 and envelopes and not taken.closed):
+                    break
+                if trio.current_time() >= deadline:
+                    break
+                await taken.wait_for(count - len(envelopes), deadline)
             for envelope, error in failed:
-                original = (envelope, envelope.message)
-                await self._give_up([original], error, 1, "transform", dead_letter)
-            if batch:
-                return batch
+                original = _Batch([envelope], [envelope.message])
+                await self._give_up(original, error, 1, "transform", dead_letter)
+            if envelopes:
+                return _Batch(envelopes, messages)
 
     async def _rejected(
-        self, batch: list[_Good], exc: MessageRejected, dead_letter: Writer | None
-    ) -> list[_Good] | None:
+        self, batch: _Batch, exc: MessageRejected, dead_letter: Writer | None
+    ) -> _Batch | None:
         everything = range(len(batch))
         indices = set(everything if exc.indices is None else exc.indices) & set(everything)
-        bad = [item for i, item in enumerate(batch) if i in indices]
-        rest = [item for i, item in enumerate(batch) if i not in indices]
-        if not bad:  # a sink bug: nothing named; treat it as all
-            bad, rest = batch, []
+        if not indices:  # a sink bug: nothing named; treat it as all
+            indices = set(everything)
+        bad = batch.pick(indices)
+        rest = batch.pick(set(everything) - indices)
         await self._give_up(bad, exc, 1, "sink", dead_letter)
-        return rest or None
+        return rest if rest.envelopes else None
 
     async def _give_up(
         self,
-        items: list[_Good],
+        items: _Batch,
         error: BaseException,
         attempts: int,
         stage: str,
@@ -424,11 +457,11 @@ class Route:
         """After the last attempt: dead-letter the messages, or nack them and pause."""
         reason = one_line(error)
         if dead_letter is not None:
-            letters = [self._dead_letter(env, reason, attempts, stage) for env, _ in items]
+            letters = [self._dead_letter(env, reason, attempts, stage) for env in items.envelopes]
             try:
                 await dead_letter.write(letters)
             except Exception as exc:
-                for envelope, _ in items:
+                for envelope in items.envelopes:
                     await self._nack(envelope, error)
                 self.stats.nacked += len(items)
                 where = self.dead_letter.describe() if self.dead_letter else "?"
@@ -436,7 +469,7 @@ class Route:
                     f"the dead-letter sink {where} failed ({one_line(exc)}); "
                     f"{len(items)} message(s) nacked"
                 ) from exc
-            self._queue_settle(items, None, "dead_lettered")
+            self._queue_settle(items.envelopes, None, "dead_lettered")
             log.warning(
                 "route %r: %d message(s) dead-lettered after %d attempt(s) (%s): %s",
                 self.name,
@@ -446,7 +479,7 @@ class Route:
                 reason,
             )
             return
-        self._queue_settle(items, error, "nacked")
+        self._queue_settle(items.envelopes, error, "nacked")
         self._pauses += 1
         delay = self._retry.delay(self._pauses, self._rand)
         log.warning(
@@ -472,13 +505,17 @@ class Route:
 
     # -- settling -----------------------------------------------------------------
 
-    def _queue_settle(self, items: list[_Good], error: BaseException | None, counter: str) -> None:
-        self._to_settle.put(([envelope for envelope, _ in items], error, counter))
+    def _queue_settle(
+        self, envelopes: list[Envelope], error: BaseException | None, counter: str
+    ) -> None:
+        self._to_settle.put((envelopes, error, counter))
 
     async def _settle(self) -> None:
         """Ack (or nack) envelopes in the order the deliverer finished with them."""
         stats = self.stats
         queue = self._to_settle
+        inflight = self._inflight
+        slots = self._slots
         while (entry := await queue.get()) is not None:
             envelopes, error, counter = entry
             failures: list[BaseException] = []
@@ -490,8 +527,10 @@ class Route:
                         await envelope.nack(error)
                 except Exception as exc:
                     failures.append(exc)
-                finally:
-                    self._settled(envelope)
+                finally:  # (_settled, inline)
+                    if envelope in inflight:  # else already handed back
+                        inflight.remove(envelope)
+                        slots.release()
             setattr(stats, counter, getattr(stats, counter) + len(envelopes))
             if counter == "delivered":
                 stats.batches += 1

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -60,30 +60,51 @@ class FileSinkConfig:
     fsync: bool = True
 
 
-def record_text(message: Message, body: str = "auto") -> str:
-    """One JSON line (with its newline) for ``message``, as text.
+def record_lines(messages: Iterable[Message], body: str = "auto") -> list[str]:
+    """One JSON line (with its newline) per message, as text.
 
     Built by hand from the C string encoder: twice as fast as ``json.dumps``
-    of a dict, and this runs once per message. The result may hold lone
-    surrogates (a file name that is not UTF-8): :func:`encode_record` copes.
+    of a dict, and this runs for every message, so a batch per call. The
+    result may hold lone surrogates (a file name that is not UTF-8):
+    :func:`encode_record` copes.
+
+    Raises:
+      ValueError: ``body="text"`` and a body is not UTF-8.
+    """
+    string = _string
+    lines = []
+    for message in messages:
+        if body == "base64":
+            payload = f'"body_base64":"{base64.b64encode(message.body).decode("ascii")}"'
+        else:
+            try:
+                payload = '"body":' + string(message.body.decode("utf-8"))
+            except UnicodeDecodeError:
+                if body == "text":
+                    raise ValueError('the body is not UTF-8 text (body = "text")') from None
+                payload = f'"body_base64":"{base64.b64encode(message.body).decode("ascii")}"'
+        fields = []  # (a loop: a comprehension's own frame costs more than it saves here)
+        for name, value in message.headers.items():
+            fields.append(f"{string(name)}:{string(value)}")
+        headers = ",".join(fields)
+        if message.destination is None:
+            lines.append(f'{{"id":{string(message.id)},"headers":{{{headers}}},{payload}}}\n')
+        else:
+            destination = string(message.destination)
+            lines.append(
+                f'{{"id":{string(message.id)},"destination":{destination},'
+                f'"headers":{{{headers}}},{payload}}}\n'
+            )
+    return lines
+
+
+def record_text(message: Message, body: str = "auto") -> str:
+    """One JSON line (with its newline) for ``message``, as text: see :func:`record_lines`.
 
     Raises:
       ValueError: ``body="text"`` and the body is not UTF-8.
     """
-    if body == "base64":
-        payload = f'"body_base64":"{base64.b64encode(message.body).decode("ascii")}"'
-    else:
-        try:
-            payload = '"body":' + _string(message.body.decode("utf-8"))
-        except UnicodeDecodeError:
-            if body == "text":
-                raise ValueError('the body is not UTF-8 text (body = "text")') from None
-            payload = f'"body_base64":"{base64.b64encode(message.body).decode("ascii")}"'
-    headers = ",".join([_string(k) + ":" + _string(v) for k, v in message.headers.items()])
-    destination = (
-        "" if message.destination is None else f'"destination":{_string(message.destination)},'
-    )
-    return f'{{"id":{_string(message.id)},{destination}"headers":{{{headers}}},{payload}}}\n'
+    return record_lines((message,), body)[0]
 
 
 def encode_record(message: Message, body: str = "auto") -> bytes:
@@ -169,18 +190,19 @@ class _JsonlWriter:
         self._opened_at = 0.0
 
     async def write(self, batch: Sequence[Message]) -> None:
-        lines = []
-        bad: list[int] = []
-        reason = ""
         body = self._config.body
-        for index, message in enumerate(batch):
-            try:
-                lines.append(record_text(message, body))
-            except ValueError as exc:
-                bad.append(index)
-                reason = str(exc)
-        if bad:
-            raise MessageRejected(reason, bad)
+        try:
+            lines = record_lines(batch, body)
+        except ValueError:  # name every message that cannot be written
+            bad: list[int] = []
+            reason = ""
+            for index, message in enumerate(batch):
+                try:
+                    record_text(message, body)
+                except ValueError as exc:
+                    bad.append(index)
+                    reason = str(exc)
+            raise MessageRejected(reason, bad) from None
         try:
             data = "".join(lines).encode("utf-8")
         except UnicodeEncodeError:

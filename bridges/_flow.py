@@ -9,7 +9,6 @@ checkpoint on their own, at least once per batch.
 
 from __future__ import annotations
 
-import collections
 from typing import Generic, TypeVar
 
 import attrs
@@ -23,40 +22,54 @@ T = TypeVar("T")
 class Window:
     """The in-flight window: a counter that waits only when it is exhausted."""
 
-    __slots__ = ("_lot", "free")
+    __slots__ = ("_lot", "_waiting", "free")
 
     def __init__(self, size: int) -> None:
         self.free = size
         self._lot = trio.lowlevel.ParkingLot()
+        self._waiting = False  # the one acquirer is parked and nobody woke it yet
 
     async def acquire(self) -> None:
         while self.free <= 0:
-            await self._lot.park()
+            self._waiting = True
+            try:
+                await self._lot.park()
+            finally:
+                self._waiting = False
         self.free -= 1
 
     def release(self) -> None:
         self.free += 1
-        if self._lot:
+        if self._waiting:
+            self._waiting = False
             self._lot.unpark()
 
 
 class Queue(Generic[T]):
-    """One producer, one consumer, in order; unbounded (the window bounds it)."""
+    """One producer, one consumer, in order; unbounded (the window bounds it).
 
-    __slots__ = ("_lot", "closed", "items")
+    The consumer takes whatever is there at once (:meth:`take`), so a batch
+    costs one slice, not a call per item.
+    """
+
+    __slots__ = ("_lot", "_waiting", "_wanted", "closed", "items")
 
     def __init__(self) -> None:
-        self.items: collections.deque[T] = collections.deque()
+        self.items: list[T] = []
         self.closed = False
         self._lot = trio.lowlevel.ParkingLot()
+        self._waiting = False  # the consumer is parked and nobody woke it yet
+        self._wanted = 1  # how many items it waits for
 
     def put(self, item: T) -> None:
-        self.items.append(item)
-        if self._lot:
+        items = self.items
+        items.append(item)
+        if self._waiting and len(items) >= self._wanted:
+            self._waiting = False
             self._lot.unpark()
 
     def close(self) -> None:
-        """No more items: :meth:`get` returns None once the queue is empty."""
+        """No more items: :meth:`wait` returns False once the queue is empty."""
         self.closed = True
         self._lot.unpark_all()
 
@@ -65,20 +78,48 @@ class Queue(Generic[T]):
         """Closed and empty."""
         return self.closed and not self.items
 
+    async def wait(self) -> bool:
+        """Wait for an item: True once there is one, False when closed and empty."""
+        while not self.items:
+            if self.closed:
+                return False
+            self._waiting = True
+            try:
+                await self._lot.park()
+            finally:
+                self._waiting = False
+        return True
+
+    async def wait_for(self, count: int, deadline: float) -> None:
+        """Wait until ``count`` items are there, or the queue is closed, or ``deadline``.
+
+        The producer wakes the consumer once, not for every item.
+        """
+        with trio.move_on_at(deadline):
+            while len(self.items) < count and not self.closed:
+                self._wanted = count
+                self._waiting = True
+                try:
+                    await self._lot.park()
+                finally:
+                    self._waiting = False
+                    self._wanted = 1
+
+    def take(self, most: int) -> list[T]:
+        """Up to ``most`` items from the front (no waiting; empty if there are none)."""
+        items = self.items
+        if len(items) <= most:
+            self.items = []
+            return items
+        taken = items[:most]
+        del items[:most]
+        return taken
+
     async def get(self) -> T | None:
         """The next item, waiting for one; None when closed and empty."""
-        items = self.items
-        while not items:
-            if self.closed:
-                return None
-            await self._lot.park()
-        return items.popleft()
-
-    async def get_until(self, deadline: float) -> T | None:
-        """As :meth:`get`, but None also when ``deadline`` passes first."""
-        with trio.move_on_at(deadline):
-            return await self.get()
-        return None
+        if not await self.wait():
+            return None
+        return self.items.pop(0)
 
 
 @attrs.define

@@ -40,6 +40,27 @@ class Message:
     destination: str | None = None
 
 
+_new = object.__new__
+_set_body, _set_headers, _set_id, _set_destination = (
+    Message.__dict__[name].__set__ for name in ("body", "headers", "id", "destination")
+)
+
+
+def trusted_message(body: bytes, headers: Mapping[str, str], id: str) -> Message:
+    """``Message(body, headers, id)`` for a source's hot path: the same value, built faster.
+
+    It fills the slots directly instead of through the frozen class's
+    ``__setattr__`` guard, which costs half of ``Message()``. Message has no
+    validators, converters or other fields to skip (a test checks).
+    """
+    message: Message = _new(Message)
+    _set_body(message, body)
+    _set_headers(message, headers)
+    _set_id(message, id)
+    _set_destination(message, None)
+    return message
+
+
 class Envelope:
     """A message as a source handed it out, with the means to settle it.
 

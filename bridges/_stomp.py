@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from functools import partial
 from typing import Final, Literal
 
 import attrs
@@ -28,14 +27,15 @@ import trio_stomp
 from trio_stomp._url import Endpoint
 
 from ._endpoint import Context, InvalidSetting, MessageRejected
-from ._message import Envelope, Message
+from ._message import ACKED, NACKED, OPEN, Envelope, Message, trusted_message
 from ._template import Template, TemplateError
 
 #: The header that carries a message's stable id across brokers.
 ID_HEADER: Final = "bridge-id"
 EMBEDDED: Final = "embedded"
 #: MESSAGE headers about this delivery, not the message: not handed on.
-_DELIVERY_HEADERS: Final = frozenset({"subscription", "ack", "message-id", "content-length"})
+#: (``message-id`` is one too; it becomes the id unless ``bridge-id`` is there.)
+_DELIVERY_HEADERS: Final = ("subscription", "ack", "content-length")
 #: Headers a SEND must not copy from the message (the client or the broker sets them).
 _NOT_SENT: Final = frozenset(
     {
@@ -217,21 +217,40 @@ class _StompReceiver:
             headers = {}
             for name, value in pairs:
                 headers.setdefault(name, value)
+        message_id = headers.pop("message-id", "")
         for name in _DELIVERY_HEADERS:
             headers.pop(name, None)
-        message_id = headers.pop(ID_HEADER, None) or received.message_id
-        return Envelope(
-            Message(received.body, headers, message_id),
-            ack=received.ack,
-            nack=partial(_nack, received),
-            origin=self._origin,
-        )
+        message_id = headers.pop(ID_HEADER, "") or message_id
+        message = trusted_message(received.body, headers, message_id)
+        return _StompEnvelope(message, received, self._origin)
 
 
-async def _nack(received: trio_stomp.Message, error: BaseException | None) -> None:
-    if error is not None:
-        await received.nack()
-    # A release: the broker gets the message back when we unsubscribe.
+class _StompEnvelope(Envelope):
+    """An envelope settled through the MESSAGE it came in.
+
+    The same as ``Envelope(message, ack=received.ack, nack=...)``, without
+    the two callables per message that would only forward to ``received``.
+    """
+
+    __slots__ = ("_received",)
+
+    def __init__(self, message: Message, received: trio_stomp.Message, origin: str) -> None:
+        self.message = message
+        self.origin = origin
+        self.state = OPEN
+        self._received = received
+
+    async def ack(self) -> None:
+        if self.state is OPEN:
+            self.state = ACKED
+            await self._received.ack()
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state is OPEN:
+            self.state = NACKED
+            if error is not None:
+                await self._received.nack()
+            # A release: the broker gets the message back when we unsubscribe.
 
 
 # -- sink ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridges import Envelope, Message, MessageRejected, RetryPolicy, Route
+from bridges._message import trusted_message
 
 NO_JITTER = RetryPolicy(attempts=3, initial=1.0, max=8.0, multiplier=2.0, jitter=0.0)
 
@@ -54,6 +55,71 @@ async def test_batches_wait_for_more_by_time(autojump_clock: trio.testing.MockCl
         r.stop()
     sizes = [len(b) for b in sink.batches]
     assert sum(sizes) == 6 and max(sizes) > 1 and len(sizes) > 1
+
+
+async def test_a_full_batch_is_written_at_once_without_waiting_for_its_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = FakeSource(end=False)
+    sink = FakeSink()
+    r = route(source, sink, batch_count=3, batch_time=10.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        source.push(*messages(2))
+        await trio.sleep(1)
+        assert sink.batches == []  # two of three: waiting for a third, or for the time
+        source.push(*messages(2, "n"))
+        await trio.sleep(0.01)
+        assert [[m.id for m in b] for b in sink.batches] == [["m0", "m1", "n0"]]
+        await trio.sleep(10)
+        assert sink.written == ["m0", "m1", "n0", "n1"]  # the last one by time
+        r.stop()
+
+
+@pytest.mark.parametrize("batch_time", [0.0, 0.5])
+async def test_transform_errors_in_batches_by_count_and_time_keep_everything_in_order(
+    autojump_clock: trio.testing.MockClock, batch_time: float
+) -> None:
+    def every_third_fails(message: Message) -> Message:
+        if int(message.id[1:]) % 3 == 1:
+            raise ValueError("no")
+        return message
+
+    source = FakeSource(end=False)
+    sink, dead = FakeSink(source=source), FakeSink()
+    r = route(
+        source,
+        sink,
+        transforms=[every_third_fails],
+        dead_letter=dead,
+        batch_count=4,
+        batch_time=batch_time,
+    )
+    ids = [f"m{i}" for i in range(30)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        for start in range(0, 30, 5):  # in bursts, some more than a batch, some less
+            source.push(*[Message(i.encode(), {}, i) for i in ids[start : start + 5]])
+            await trio.sleep(0.3)
+        await wait_until(lambda: r.stats.delivered + r.stats.dead_lettered == 30)
+        r.stop()
+    failing = [i for i in ids if int(i[1:]) % 3 == 1]
+    assert sink.written == [i for i in ids if i not in failing]
+    assert all(len(b) <= 4 for b in sink.batches)
+    assert [m.id for b in dead.batches for m in b] == failing
+    assert sorted(source.acked) == sorted(ids) and sink.acked_before_write == []
+    assert r.in_flight == 0
+
+
+def test_trusted_message_is_the_same_value_as_message() -> None:
+    fields = attrs.fields(Message)
+    assert [f.name for f in fields] == ["body", "headers", "id", "destination"]
+    assert all(f.validator is None and f.converter is None for f in fields)
+    made = trusted_message(b"b", {"k": "v"}, "i")
+    assert type(made) is Message and made == Message(b"b", {"k": "v"}, "i")
+    assert made.destination is None and attrs.evolve(made, id="j").id == "j"
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.id = "x"  # type: ignore[misc]
 
 
 async def test_the_in_flight_window_bounds_what_the_source_hands_out(
