@@ -789,7 +789,7 @@ async def test_cancelling_serve_broker_still_tells_every_client() -> None:
             await client.subscribe("/queue/x")
             start = trio.current_time()
             nursery.cancel_scope.cancel()
-        assert trio.current_time() - start < 0.5
+        assert trio.current_time() - start < 1.0
         frames = await client.expect_closed()
         assert [f.headers["message"] for f in frames] == ["broker shutting down"]
         await client.aclose()
@@ -799,7 +799,7 @@ async def test_cancelled_shutdown_is_bounded_with_a_client_that_never_reads() ->
     """The broker's writes to the client block: cancelling still ends within
     close_timeout, though the connections finish under a shield."""
     limits = Limits(close_timeout=0.3, outbound_high_water=64 * 1024)
-    with trio.fail_after(1.5):
+    with trio.fail_after(3):
         async with trio.open_nursery() as nursery:
             broker = await nursery.start(functools.partial(serve_broker, limits=limits))
             sock = trio.socket.socket()
@@ -820,7 +820,7 @@ async def test_cancelled_shutdown_is_bounded_with_a_client_that_never_reads() ->
                             break
             start = trio.current_time()
             nursery.cancel_scope.cancel()
-        assert trio.current_time() - start < 0.3 + 0.3
+        assert trio.current_time() - start < 0.3 + 0.6  # fallback: close_timeout + 1 s
         await stuck.aclose()
 
 

@@ -345,7 +345,7 @@ async def test_broker_shutdown_sends_error_then_close_going_away(stop: Stop) -> 
     """trio-websocket sees the ERROR, then a Close 1001 (1006 if the TCP
     connection were dropped without one)."""
     stopped: list[float] = []
-    with trio.fail_after(1.5):
+    with trio.fail_after(3):
         async with trio.open_nursery() as nursery:
             async with _broker_stopped_by(stop, stopped) as broker:
                 ws = await trio_websocket.connect_websocket_url(
@@ -354,7 +354,7 @@ async def test_broker_shutdown_sends_error_then_close_going_away(stop: Stop) -> 
                 await ws.send_message(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
                 connected = await ws.get_message()
                 assert isinstance(connected, bytes) and connected.startswith(b"CONNECTED\n")
-            assert stopped[0] < 0.5  # the client answered the Close at once
+            assert stopped[0] < 1.0  # the client answered the Close at once
             assert _is_shutdown_error(await ws.get_message())
             with pytest.raises(trio_websocket.ConnectionClosed):
                 await ws.get_message()
@@ -376,12 +376,12 @@ async def test_client_sees_the_same_end_over_tcp_and_websocket(stop: Stop, schem
         except trio_stomp.StompError as exc:
             failure.append(exc)
 
-    with trio.fail_after(1.5):
+    with trio.fail_after(3):
         async with trio.open_nursery() as nursery:
             async with _broker_stopped_by(stop, stopped) as broker:
                 url = broker.ws_url if scheme == "ws" else broker.url
                 await nursery.start(client, url)
-    assert stopped[0] < 0.5
+    assert stopped[0] < 1.0
     [exc] = failure
     assert isinstance(exc, trio_stomp.ServerError), exc
     assert str(exc) == "broker shutting down"
@@ -411,12 +411,12 @@ async def test_broker_shutdown_with_an_idle_client_that_never_reads(stop: Stop) 
     """Nobody answers the Close: the broker waits close_timeout at most. The
     ERROR and the Close were sent all the same."""
     stopped: list[float] = []
-    with trio.fail_after(1.5):
+    with trio.fail_after(3):
         async with _broker_stopped_by(stop, stopped, limits=Limits(close_timeout=0.3)) as broker:
             client = await _raw_ws_client(broker)
             await client.send_all(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
             await _read_until(client, b"\0")
-        assert stopped[0] < 0.3 + 0.3
+        assert stopped[0] < 0.3 + 0.6  # fallback: close_timeout + 1 s
         async with client:
             assert _is_shutdown_error(await _read_until(client, b"\0"))
             assert await client.receive_some() == b""
@@ -428,7 +428,7 @@ async def test_broker_shutdown_with_a_stuck_client_that_never_reads(stop: Stop) 
     """The broker's writes to the client block: stopping still takes close_timeout at most."""
     limits = Limits(close_timeout=0.3, outbound_high_water=64 * 1024)
     stopped: list[float] = []
-    with trio.fail_after(1.5):
+    with trio.fail_after(3):
         async with _broker_stopped_by(stop, stopped, limits=limits) as broker:
             stuck = await _raw_ws_client(broker, receive_buffer=4096)
             await stuck.send_all(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
@@ -443,7 +443,7 @@ async def test_broker_shutdown_with_a_stuck_client_that_never_reads(stop: Stop) 
                         await trio.sleep(0.05)  # time to drain, if it could
                         if broker.queue_depth("/queue/flood"):
                             break
-        assert stopped[0] < 0.3 + 0.3
+        assert stopped[0] < 0.3 + 0.6  # fallback: close_timeout + 1 s
         await trio.aclose_forcefully(stuck)
 
 
