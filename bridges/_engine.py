@@ -73,6 +73,21 @@ _Results = collections.deque[Message | BaseException]
 _Settle = tuple[list[Envelope], BaseException | None, str]
 
 
+class _Gathering:
+    """A batch being gathered: kept on the route, not in a local, so that a sink
+    failing while it waits for more (its ``async with`` cancelled) leaves it to
+    be finished after the sink reopens instead of stranding its envelopes."""
+
+    __slots__ = ("deadline", "envelopes", "failed", "messages")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.envelopes: list[Envelope] = []
+        self.messages: list[Message] = []
+        #: Envelopes whose transforms failed, given up in their turn.
+        self.failed: list[tuple[Envelope, BaseException]] = []
+
+
 class _Batch:
     """Envelopes and the messages to write for them (transformed), side by side."""
 
@@ -151,6 +166,7 @@ class Route:
         self._taken: Queue[Envelope] = Queue()
         self._results: _Results | None = collections.deque() if transforms else None
         self._to_settle: Queue[_Settle] = Queue()
+        self._gathering: _Gathering | None = None
         self._pauses = 0
 
     def __repr__(self) -> str:
@@ -218,6 +234,7 @@ class Route:
         if self._results is not None:
             self._results = collections.deque()
         self._to_settle = Queue()
+        self._gathering = None
         async with self.source.open() as receiver, self._open_dead_letter() as dead_letter:
             take_scope = self._take_scope = trio.CancelScope()
             if self._stopping:
@@ -334,8 +351,10 @@ class Route:
         attempt = 0
         open_failures = 0
         while True:
+            opened = False
             try:
                 async with self.sink.open() as writer:
+                    opened = True
                     self.ready.set()
                     open_failures = 0
                     while True:
@@ -359,13 +378,14 @@ class Route:
                 if isinstance(sole(exc), DeadLetterFailed):
                     raise
                 if batch is None:
-                    if self._taken.finished:
+                    if self._taken.finished and self._gathering is None:
                         return
                     open_failures += 1
                     delay = self._retry.delay(open_failures, self._rand)
                     log.error(
-                        "route %r: opening %s failed: %s; again in %.2f s",
+                        "route %r: %s%s failed: %s; again in %.2f s",
                         self.name,
+                        "" if opened else "opening ",
                         self.sink.describe(),
                         one_line(exc),
                         delay,
@@ -400,12 +420,13 @@ class Route:
         count = self._batch_count
         wait = self._batch_time
         while True:
-            if not await taken.wait():
-                return None
-            envelopes: list[Envelope] = []
-            messages: list[Message] = []
-            failed: list[tuple[Envelope, BaseException]] = []
-            deadline = trio.current_time() + wait
+            gathering = self._gathering
+            if gathering is None:
+                if not await taken.wait():
+                    return None
+                gathering = self._gathering = _Gathering(trio.current_time() + wait)
+            envelopes, messages, failed = gathering.envelopes, gathering.messages, gathering.failed
+            deadline = gathering.deadline
             while True:
                 chunk = taken.take(count - len(envelopes))
                 if results is None:
@@ -428,9 +449,12 @@ class Route:
                 if trio.current_time() >= deadline:
                     break
                 await taken.wait_for(count - len(envelopes), deadline)
-            for envelope, error in failed:
+            while failed:
+                envelope, error = failed[0]
                 original = _Batch([envelope], [envelope.message])
                 await self._give_up(original, error, 1, "transform", dead_letter)
+                del failed[0]  # only once given up: a cancelled give-up is done again
+            self._gathering = None
             if envelopes:
                 return _Batch(envelopes, messages)
 

@@ -153,6 +153,48 @@ async def test_a_failed_write_is_retried_with_exponential_backoff_on_a_fresh_sin
     assert r.stats.retries == 2 and source.nacked == []
 
 
+class _ConnectionDiesOnceSink(FakeSink):
+    """A sink with a background connection (as STOMP's) that fails 0.5 s after
+    its first open, whatever the route is doing then."""
+
+    died = False
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[FakeSink]:
+        self.opens += 1
+        async with trio.open_nursery() as nursery:
+
+            async def connection() -> None:
+                if not self.died:
+                    await trio.sleep(0.5)
+                    self.died = True
+                    raise OSError("connection lost")
+
+            nursery.start_soon(connection)
+            yield self
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_sink_failing_while_a_batch_is_gathered_loses_none_of_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The batch being filled (2 of 10, waiting up to 2 s for more) survives the
+    sink's reopen: it is written first, and its window places come back."""
+    source = FakeSource(end=False)
+    sink = _ConnectionDiesOnceSink(source=source)
+    r = route(source, sink, in_flight=2, batch_count=10, batch_time=2.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        source.push(*messages(2))
+        await trio.sleep(5)  # the sink dies at 0.5 s and is opened again
+        source.push(*messages(6, "n"))
+        await wait_until(lambda: len(source.acked) == 8)
+        r.abort()
+    assert sink.written == ["m0", "m1", *(f"n{i}" for i in range(6))]
+    assert sink.opens == 2 and sink.died
+    assert r.in_flight == 0
+
+
 async def test_after_the_last_attempt_messages_go_to_the_dead_letter_sink_with_why(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
