@@ -182,8 +182,15 @@ class FrameParser:
         """Parse what a paused :meth:`feed` kept, under the current :attr:`version`.
 
         Returns the events in it (none if nothing was kept); does not end
-        the stream.
+        the stream. Call it before feeding more: the kept bytes are checked
+        against the limits only as they are parsed.
+
+        Raises:
+          RemoteProtocolError: as :meth:`feed`, also when the parser failed
+            earlier.
         """
+        if self._failed is not None:
+            raise RemoteProtocolError(f"parser failed earlier: {self._failed}")
         if not self._held:
             return []
         held, self._held = self._held, b""
@@ -191,7 +198,8 @@ class FrameParser:
 
     @property
     def in_frame(self) -> bool:
-        """True when part of a frame is buffered (EOF now would be an error)."""
+        """True when part of a frame is buffered (EOF now would be an error), or
+        bytes that a paused :meth:`feed` kept hold more than end-of-lines."""
         return (
             self._need != _NO_BODY
             or bool(self._buf.strip(b"\r\n"))
