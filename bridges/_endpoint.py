@@ -22,6 +22,8 @@ from ._message import Envelope, Message
 if TYPE_CHECKING:
     from trio_stomp.broker import Broker
 
+    from ._shared import Shared
+
 
 class Receiver(Protocol):
     """An open source."""
@@ -130,6 +132,9 @@ class Context:
       checking: True under ``bridges check``: build, validate, create nothing.
       in_flight: the route's in-flight window (a STOMP source's prefetch
         follows it unless set).
+      shared: the process's shared resources (one asyncio loop, one HTTP
+        server per address); None outside ``bridges run``. Endpoints use
+        :func:`bridges.shared_resource`, which handles both cases.
     """
 
     route: str = "-"
@@ -139,6 +144,7 @@ class Context:
     broker: Broker | None = None
     checking: bool = False
     in_flight: int = 1000
+    shared: Shared | None = None
 
     def path(self, value: str) -> Path:
         """``value`` (``~`` expanded) resolved against :attr:`base_dir`."""
