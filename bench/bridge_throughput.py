@@ -92,9 +92,9 @@ def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
 
     import trio_stomp
     from bridges import Context, Route
-    from bridges._file_sink import FileSink, FileSinkConfig
-    from bridges._service import freeze_heap
-    from bridges._stomp import StompSource, StompSourceConfig
+    from bridges.endpoints.file import FileSink, FileSinkConfig
+    from bridges.endpoints.stomp import StompSource, StompSourceConfig
+    from bridges.service import freeze_heap
 
     target = Target(**spec["target"])
     count = spec["count"]

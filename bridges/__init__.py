@@ -38,13 +38,14 @@ from ._message import Message as Message
 from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._registry import Plugin as Plugin
 from ._registry import Registry as Registry
+from ._registry import Unavailable as Unavailable
 from ._registry import default_registry as default_registry
 from ._retry import RetryPolicy as RetryPolicy
-from ._service import build_routes as build_routes
 from ._shared import Shared as Shared
 from ._shared import open_shared as open_shared
 from ._shared import shared_resource as shared_resource
-from ._service import run_bridge as run_bridge
 from ._template import Template as Template
 from ._template import TemplateError as TemplateError
 from ._transforms import Transform as Transform
+from .service import build_routes as build_routes
+from .service import run_bridge as run_bridge

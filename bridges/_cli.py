@@ -48,13 +48,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._config import load_config
     from ._convert import ConfigError
     from ._registry import default_registry
-    from ._service import build_routes, freeze_heap, run_bridge
+    from .service import build_routes, freeze_heap, run_bridge
 
     args = build_parser().parse_args(argv)
     registry = default_registry()
     if args.command == "plugins":
         for plugin in registry.plugins():
             print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
+        for missing in registry.unavailable():
+            print(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}")
         return 0
     try:
         config = load_config(args.config, registry)

@@ -20,8 +20,6 @@ import attrs
 from ._message import Envelope, Message
 
 if TYPE_CHECKING:
-    from trio_stomp.broker import Broker
-
     from ._shared import Shared
 
 
@@ -126,9 +124,8 @@ class Context:
       base_dir: relative paths in the config are resolved against this
         directory (the working directory of ``bridges``).
       embedded: True when the config starts an embedded broker, so a
-        ``stomp`` endpoint may say ``url = "embedded"``.
-      broker: the running embedded broker; None before it starts (during
-        ``bridges check``) and when there is none.
+        ``stomp`` endpoint may say ``url = "embedded"`` (the running broker
+        itself is a shared resource: the stomp family looks it up).
       checking: True under ``bridges check``: build, validate, create nothing.
       in_flight: the route's in-flight window (a STOMP source's prefetch
         follows it unless set).
@@ -141,7 +138,6 @@ class Context:
     role: str = "source"
     base_dir: Path = attrs.field(factory=Path.cwd)
     embedded: bool = False
-    broker: Broker | None = None
     checking: bool = False
     in_flight: int = 1000
     shared: Shared | None = None

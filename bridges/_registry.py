@@ -6,6 +6,12 @@ constructor ``build(config, context)`` makes the source, sink or transform.
 Constructors must not connect or create anything: ``bridges check`` calls
 them too.
 
+The built-in endpoint families (``file``, ``stomp``, ``http``, ``mqtt``,
+``redis``, ``nats``, ``amqp``) are packages under ``bridges.endpoints``,
+each with a ``register(registry)``; :meth:`Registry.load_family` imports
+one, and records it as *unavailable* (with the extra to install) when its
+client library is missing, instead of failing.
+
 Third-party plugins come from the entry-point group
 :data:`ENTRY_POINT_GROUP`: each entry point names a function
 ``register(registry)`` that calls :meth:`Registry.register`::
@@ -20,6 +26,7 @@ A :class:`Registry` starts empty, so tests see only what they register;
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -48,11 +55,30 @@ class Plugin:
     doc: str = ""
 
 
+@attrs.frozen
+class Unavailable:
+    """An endpoint family that could not be loaded, and what to do about it.
+
+    Attributes:
+      family: its name, which is also the ``type`` its endpoints are used by.
+      reason: one line, e.g. ``needs paho (pip install 'trio-stomp[mqtt]')``.
+    """
+
+    family: str
+    reason: str
+
+
+def install_hint(extra: str | None) -> str:
+    """How to get a family's dependencies: ``pip install 'trio-stomp[EXTRA]'``."""
+    return "" if extra is None else f"pip install 'trio-stomp[{extra}]'"
+
+
 class Registry:
     """Name -> :class:`Plugin`, per kind. Starts empty."""
 
     def __init__(self) -> None:
         self._plugins: dict[tuple[str, str], Plugin] = {}
+        self._unavailable: dict[str, Unavailable] = {}
 
     def register(
         self,
@@ -100,6 +126,9 @@ class Registry:
         try:
             return self._plugins[(kind, name)]
         except KeyError:
+            missing = self._unavailable.get(name)
+            if missing is not None:
+                raise KeyError(f"{kind} type {name!r} is not available: {missing.reason}") from None
             known = ", ".join(self.names(kind)) or "none registered"
             raise KeyError(f"unknown {kind} type {name!r} (known: {known})") from None
 
@@ -111,11 +140,62 @@ class Registry:
         """Every registration, by kind then name."""
         return [self._plugins[key] for key in sorted(self._plugins)]
 
+    def unavailable(self) -> list[Unavailable]:
+        """The families that could not be loaded, by name."""
+        return [self._unavailable[name] for name in sorted(self._unavailable)]
+
+    def mark_unavailable(self, family: str, reason: str) -> None:
+        """Record that ``family`` cannot be used here, and why (see :meth:`get`)."""
+        self._unavailable[family] = Unavailable(family, reason)
+
     def copy(self) -> Registry:
         """An independent registry with the same registrations."""
         clone = Registry()
         clone._plugins = dict(self._plugins)
+        clone._unavailable = dict(self._unavailable)
         return clone
+
+    def load_family(self, family: str, module: str, extra: str | None = None) -> bool:
+        """Import ``module`` and call its ``register(registry)``.
+
+        All or nothing: the family's registrations land only if its
+        ``register`` completes. An ImportError (its client library, or the
+        package itself, is not installed) records the family as unavailable
+        with ``pip install 'trio-stomp[EXTRA]'``, for ``bridges plugins`` and
+        for a config that names it.
+
+        A package without ``register`` (one being written) or whose
+        ``register`` raises is recorded as unavailable too, with the reason.
+
+        Returns:
+          True when the family was registered.
+
+        Raises:
+          ValueError: the family registers a name already taken.
+        """
+        staging = Registry()
+        try:
+            package = importlib.import_module(module)
+        except ImportError as exc:
+            needs = f"needs {exc.name}" if exc.name and exc.name != module else "not installed"
+            hint = install_hint(extra)
+            self.mark_unavailable(family, f"{needs} ({hint})" if hint else f"{needs}: {exc}")
+            return False
+        register: Callable[[Registry], None] | None = getattr(package, "register", None)
+        if register is None:
+            self.mark_unavailable(family, f"{module} defines no register(registry)")
+            return False
+        try:
+            register(staging)
+        except Exception as exc:
+            # One broken family must not stop every bridge on the machine.
+            log.exception("endpoint family %r failed to register; skipped", family)
+            self.mark_unavailable(family, f"failed to register: {exc!r}")
+            return False
+        for plugin in staging.plugins():
+            self.register(plugin.kind, plugin.name, plugin.config, plugin.build, doc=plugin.doc)
+        self._unavailable.pop(family, None)
+        return True
 
     def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> list[str]:
         """Call every ``register(registry)`` of the entry-point ``group``.
@@ -139,11 +219,18 @@ class Registry:
 
 
 def default_registry(*, plugins: bool = True) -> Registry:
-    """The built-in endpoints and transforms, plus installed plugins when ``plugins``."""
-    from ._builtin import register_builtins
+    """The built-in transforms and endpoint families, plus installed plugins when ``plugins``.
+
+    A family whose dependencies are missing is listed by
+    :meth:`Registry.unavailable` instead of registered.
+    """
+    from ._transforms import register_transforms
+    from .endpoints import FAMILIES
 
     registry = Registry()
-    register_builtins(registry)
+    register_transforms(registry)
+    for family, (module, extra) in FAMILIES.items():
+        registry.load_family(family, module, extra)
     if plugins:
         registry.load_entry_points()
     return registry

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import trio
-from bridges_fakes import wait_until
 
 from bridges import ConfigError, default_registry, load_config, run_bridge
+from bridges.testing import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "examples" / "quickstart.toml"
 
 
@@ -99,7 +99,8 @@ async def test_sigterm_stops_taking_and_drains_the_embedded_broker_first(
     out = sorted(p.name for p in (tmp_path / "outbox").iterdir())
     assert out == done  # whatever left the inbox reached the outbox: the queue was drained
     assert len(done) >= 100
-    assert feeder.stats.released == 0 and drainer.stats.released == 0
+    assert feeder.stats.released == 0
+    assert drainer.stats.released == 0
 
 
 async def test_a_port_in_use_is_a_config_error(tmp_path: Path) -> None:

@@ -43,7 +43,8 @@ def test_templates_fill_in_id_destination_and_headers() -> None:
     message = Message(b"", {"region": "eu"}, "42", destination="/queue/old")
     assert template.render(message) == "/queue/eu.42{x}gold"
     assert Template.parse("{destination}").render(message) == "/queue/old"
-    assert Template.parse("plain").constant and not template.constant
+    assert Template.parse("plain").constant
+    assert not template.constant
     with pytest.raises(TemplateError, match="no 'region' header"):
         Template.parse("{header:region}").render(msg())
     for bad in ("{nope}", "{header:}", "a}b", "{", "{id|x}"):
@@ -60,7 +61,10 @@ def test_a_template_without_braces_renders_as_itself(text: str) -> None:
 @given(st.text(max_size=300))
 def test_safe_filenames_are_one_plain_name(name: str) -> None:
     safe = safe_filename(name)
-    assert safe and "/" not in safe and "\0" not in safe and not safe.startswith(".")
+    assert safe
+    assert "/" not in safe
+    assert "\0" not in safe
+    assert not safe.startswith(".")
     assert len(safe) <= 200
 
 

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 import trio
-from bridges_fakes import FakeSource, messages
 
 from bridges import Context, Envelope, Message, MessageRejected, RetryPolicy, Route
-from bridges._file_sink import FileSink, FileSinkConfig, encode_record
-from bridges._file_source import FileSource, FileSourceConfig, _DirectoryReceiver
+from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
+from bridges.endpoints.file._records import encode_record
+from bridges.endpoints.file.source import _DirectoryReceiver
+from bridges.testing import FakeSource, messages
 
 
 def ctx(tmp_path: Path) -> Context:
@@ -107,7 +108,8 @@ async def test_a_read_error_is_logged_and_the_file_left_in_place(
         monkeypatch.setattr(receiver, "_read", read)
         assert (await receiver.receive()).message.body == b"ok"
     assert (tmp_path / "in" / "locked").exists()
-    assert "cannot read" in caplog.text and "locked (Permission denied)" in caplog.text
+    assert "cannot read" in caplog.text
+    assert "locked (Permission denied)" in caplog.text
 
 
 # -- JSON-lines source ----------------------------------------------------------------
@@ -181,7 +183,8 @@ async def test_jsonl_sink_writes_fsynced_lines_then_renames_on_close(tmp_path: P
             {"id": "b", "headers": {}, "body_base64": base64.b64encode(b"\xff").decode()},
         ]
     [final] = (tmp_path / "out").iterdir()
-    assert final.name.startswith("messages-") and final.name.endswith(".jsonl")
+    assert final.name.startswith("messages-")
+    assert final.name.endswith(".jsonl")
 
 
 async def test_jsonl_sink_rotates_by_size_and_by_age(tmp_path: Path) -> None:
@@ -239,14 +242,15 @@ async def test_enospc_loses_nothing_and_leaves_no_half_line(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr("bridges._file_sink.os.write", write)
+    monkeypatch.setattr("bridges.endpoints.file._fs.os.write", write)
     source = FakeSource(messages(40))
     sink = FileSink(FileSinkConfig("out"), ctx(tmp_path))
     retry = RetryPolicy(attempts=5, initial=0.01, jitter=0)
     route = Route("r", source, sink, batch_count=7, batch_time=0, retry=retry)
     await route.run()
     assert [line["id"] for line in lines(tmp_path / "out")] == [f"m{i}" for i in range(40)]
-    assert route.stats.retries == 2 and source.nacked == []
+    assert route.stats.retries == 2
+    assert source.nacked == []
 
 
 async def test_files_sink_writes_one_file_per_message_atomically(
@@ -267,7 +271,7 @@ async def test_files_sink_writes_one_file_per_message_atomically(
         def fail(fd: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("bridges._file_sink.os.fsync", fail)
+        monkeypatch.setattr("bridges.endpoints.file._fs.os.fsync", fail)
         with pytest.raises(OSError, match="No space"):
             await writer.write([Message(b"5", {"file-name": "b.txt"}, "w")])
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_.._evil", "a.txt"]

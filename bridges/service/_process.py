@@ -20,79 +20,22 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
-from trio_stomp.broker import Broker, open_broker
-
-from ._config import Config, build_endpoint
-from ._convert import ConfigError, Problem
-from ._endpoint import Context
-from ._engine import Route, run_routes
-from ._registry import Registry
+from .._config import Config
+from .._convert import ConfigError
+from .._engine import Route, run_routes
+from .._registry import Registry
+from .._shared import open_shared
+from ..endpoints.stomp import EMBEDDED_BROKER
+from ._embedded import open_embedded
+from ._routes import build_routes
 
 log = logging.getLogger("bridges")
 
 Say = Callable[[str], None]
-
-
-def build_routes(
-    config: Config, registry: Registry, *, broker: Broker | None = None, checking: bool = False
-) -> list[Route]:
-    """Construct every route of ``config`` (nothing connects yet).
-
-    Raises:
-      ConfigError: an endpoint or transform refused its settings.
-    """
-    problems: list[Problem] = []
-    routes = []
-    for spec in config.routes:
-
-        def context(role: str, name: str = spec.name, in_flight: int = spec.in_flight) -> Context:
-            return Context(
-                route=name,
-                role=role,
-                base_dir=config.base_dir,
-                embedded=config.broker.embedded,
-                broker=broker,
-                checking=checking,
-                in_flight=in_flight,
-            )
-
-        before = len(problems)
-        source = build_endpoint(spec.source, registry, context("source"), problems, config.file)
-        sink = build_endpoint(spec.sink, registry, context("sink"), problems, config.file)
-        dead_letter = (
-            None
-            if spec.dead_letter is None
-            else build_endpoint(
-                spec.dead_letter, registry, context("dead_letter"), problems, config.file
-            )
-        )
-        transforms = [
-            build_endpoint(t, registry, context("transform"), problems, config.file)
-            for t in spec.transforms
-        ]
-        if len(problems) > before:
-            continue
-        routes.append(
-            Route(
-                spec.name,
-                source,
-                sink,
-                transforms=transforms,
-                dead_letter=dead_letter,
-                in_flight=spec.in_flight,
-                batch_count=spec.batch.count,
-                batch_time=spec.batch.time,
-                retry=spec.retry,
-            )
-        )
-    if problems:
-        raise ConfigError(problems)
-    return routes
 
 
 def freeze_heap() -> None:
@@ -113,29 +56,6 @@ def volatile_backlog(route: Route) -> int | None:
     """What the route's source holds in the embedded broker, or None if it reads elsewhere."""
     probe: Any = getattr(route.source, "volatile_backlog", None)
     return None if probe is None else probe()
-
-
-@asynccontextmanager
-async def _embedded(config: Config) -> AsyncIterator[Broker | None]:
-    if not config.broker.embedded:
-        yield None
-        return
-    host, port = config.broker.address
-    listening = False
-    try:
-        async with open_broker(host, port) as broker:
-            listening = True
-            yield broker
-    except OSError as exc:
-        if listening:
-            raise
-        problem = Problem(
-            config.file,
-            None,
-            "broker.listen",
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-        )
-        raise ConfigError([problem]) from None
 
 
 def _busy(route: Route) -> bool:
@@ -185,16 +105,26 @@ async def run_bridge(
       ConfigError: the embedded broker cannot listen, or an endpoint refused its settings.
     """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with _embedded(config) as broker:
+        # The embedded broker outside the shared resources: it stops last.
+        async with open_embedded(config) as broker:
             if broker is not None:
                 say(f"embedded broker listening on {broker.url}")
-            routes = build_routes(config, registry, broker=broker)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_announce, routes, config, say)
-                nursery.start_soon(_watch_signals, signals, routes, config, say, nursery)
-                task_status.started(routes)
-                await run_routes(routes)
-                nursery.cancel_scope.cancel()
+            try:
+                async with open_shared() as shared:
+                    if broker is not None:
+                        shared.provide(EMBEDDED_BROKER, broker)
+                    routes = build_routes(config, registry, shared=shared)
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_announce, routes, config, say)
+                        nursery.start_soon(_watch_signals, signals, routes, config, say, nursery)
+                        task_status.started(routes)
+                        await run_routes(routes)
+                        nursery.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                # A config problem found while building is one line for the user, not a group.
+                if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ConfigError):
+                    raise group.exceptions[0] from None
+                raise
     say("stopped")
 
 

@@ -1,4 +1,4 @@
-"""Fake endpoints for the engine tests: an in-memory source and sink that record everything."""
+"""In-memory endpoints that record everything: the engine's tests, and yours."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from functools import partial
 
 import trio
 
-from bridges import Envelope, Message
+from .._message import Envelope, Message
 
 
 async def wait_until(condition: Callable[[], bool], interval: float = 0.01) -> None:

@@ -10,12 +10,12 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from bridges_fakes import FakeSink, FakeSource, messages, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridges import Envelope, Message, MessageRejected, RetryPolicy, Route
 from bridges._message import trusted_message
+from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
 NO_JITTER = RetryPolicy(attempts=3, initial=1.0, max=8.0, multiplier=2.0, jitter=0.0)
 
@@ -54,7 +54,9 @@ async def test_batches_wait_for_more_by_time(autojump_clock: trio.testing.MockCl
         await trio.sleep(2)
         r.stop()
     sizes = [len(b) for b in sink.batches]
-    assert sum(sizes) == 6 and max(sizes) > 1 and len(sizes) > 1
+    assert sum(sizes) == 6
+    assert max(sizes) > 1
+    assert len(sizes) > 1
 
 
 async def test_a_full_batch_is_written_at_once_without_waiting_for_its_time(
@@ -107,7 +109,8 @@ async def test_transform_errors_in_batches_by_count_and_time_keep_everything_in_
     assert sink.written == [i for i in ids if i not in failing]
     assert all(len(b) <= 4 for b in sink.batches)
     assert [m.id for b in dead.batches for m in b] == failing
-    assert sorted(source.acked) == sorted(ids) and sink.acked_before_write == []
+    assert sorted(source.acked) == sorted(ids)
+    assert sink.acked_before_write == []
     assert r.in_flight == 0
 
 
@@ -116,8 +119,10 @@ def test_trusted_message_is_the_same_value_as_message() -> None:
     assert [f.name for f in fields] == ["body", "headers", "id", "destination"]
     assert all(f.validator is None and f.converter is None for f in fields)
     made = trusted_message(b"b", {"k": "v"}, "i")
-    assert type(made) is Message and made == Message(b"b", {"k": "v"}, "i")
-    assert made.destination is None and attrs.evolve(made, id="j").id == "j"
+    assert type(made) is Message
+    assert made == Message(b"b", {"k": "v"}, "i")
+    assert made.destination is None
+    assert attrs.evolve(made, id="j").id == "j"
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         made.id = "x"  # type: ignore[misc]
 
@@ -150,7 +155,8 @@ async def test_a_failed_write_is_retried_with_exponential_backoff_on_a_fresh_sin
     assert trio.current_time() - start == pytest.approx(3.0)
     assert sink.written == [f"m{i}" for i in range(5)]
     assert sink.opens == 3
-    assert r.stats.retries == 2 and source.nacked == []
+    assert r.stats.retries == 2
+    assert source.nacked == []
 
 
 class _ConnectionDiesOnceSink(FakeSink):
@@ -191,7 +197,8 @@ async def test_a_sink_failing_while_a_batch_is_gathered_loses_none_of_it(
         await wait_until(lambda: len(source.acked) == 8)
         r.abort()
     assert sink.written == ["m0", "m1", *(f"n{i}" for i in range(6))]
-    assert sink.opens == 2 and sink.died
+    assert sink.opens == 2
+    assert sink.died
     assert r.in_flight == 0
 
 
@@ -214,7 +221,8 @@ async def test_after_the_last_attempt_messages_go_to_the_dead_letter_sink_with_w
     assert headers["n"] == "0"  # the original headers are kept
     assert letters[0].body == b"m0"
     assert source.acked == ["m0", "m1", "m2"]
-    assert r.stats.dead_lettered == 3 and r.stats.delivered == 0
+    assert r.stats.dead_lettered == 3
+    assert r.stats.delivered == 0
 
 
 async def test_without_a_dead_letter_sink_the_batch_is_nacked_and_the_route_pauses(
@@ -328,7 +336,8 @@ async def test_abort_hands_in_flight_messages_back_without_an_error(
         r.abort()
     assert len(source.nacked) == 20
     assert all(error is None for _, error in source.nacked)
-    assert source.acked == [] and r.stats.released == 20
+    assert source.acked == []
+    assert r.stats.released == 20
 
 
 async def test_cancelling_the_run_releases_in_flight_messages() -> None:
@@ -338,7 +347,8 @@ async def test_cancelling_the_run_releases_in_flight_messages() -> None:
     r = route(source, sink, batch_time=0)
     with trio.move_on_after(0.2):
         await r.run()
-    assert len(source.nacked) == 10 and not source.open_now
+    assert len(source.nacked) == 10
+    assert not source.open_now
 
 
 async def test_a_source_failure_restarts_the_route_and_loses_nothing(
@@ -348,7 +358,8 @@ async def test_a_source_failure_restarts_the_route_and_loses_nothing(
     sink = FakeSink(delay=0.1)
     r = route(source, sink, batch_count=5, batch_time=0)
     await r.run()
-    assert source.opens == 2 and r.stats.restarts == 1
+    assert source.opens == 2
+    assert r.stats.restarts == 1
     assert set(sink.written) == {f"m{i}" for i in range(30)}
     assert sorted(source.acked, key=lambda i: int(i[1:])) == [f"m{i}" for i in range(30)]
 
@@ -361,7 +372,8 @@ async def test_a_dead_letter_failure_nacks_and_restarts_the_route(
     dead = FakeSink([OSError("dlq down")])
     r = route(source, sink, dead_letter=dead, retry=attrs.evolve(NO_JITTER, attempts=1))
     await r.run()
-    assert ("m0", source.nacked[0][1]) == source.nacked[0] and source.nacked[0][0] == "m0"
+    assert ("m0", source.nacked[0][1]) == source.nacked[0]
+    assert source.nacked[0][0] == "m0"
     assert r.stats.restarts == 1
     assert sorted(m.id for b in dead.batches for m in b) == ["m0", "m1"]
 
@@ -422,7 +434,8 @@ def test_whatever_fails_each_message_is_written_or_dead_lettered_and_settled_onc
     assert sorted(delivered + dead_ids, key=lambda i: int(i[1:])) == ids
     assert delivered == sorted(delivered, key=lambda i: int(i[1:]))  # order kept
     assert sorted(source.acked, key=lambda i: int(i[1:])) == ids
-    assert source.nacked == [] and sink.acked_before_write == []
+    assert source.nacked == []
+    assert sink.acked_before_write == []
 
 
 class WebhookSource:
@@ -480,6 +493,7 @@ async def test_a_push_source_answers_each_request_once_the_sink_has_it(
             for i in range(5):
                 clients.start_soon(call, f"c{i}".encode())
         r.stop()
-    assert answers[b"first"] == 200 and answers[b"poison"] == 503
+    assert answers[b"first"] == 200
+    assert answers[b"poison"] == 503
     assert all(answers[f"c{i}".encode()] == 200 for i in range(5))
     assert sorted(sink.written) == ["c0", "c1", "c2", "c3", "c4", "first"]

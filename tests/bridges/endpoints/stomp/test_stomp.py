@@ -7,11 +7,11 @@ from typing import Literal
 
 import pytest
 import trio
-from bridges_fakes import FakeSink, FakeSource, messages, wait_until
 
 import trio_stomp
 from bridges import Context, Message, MessageRejected, Route
-from bridges._stomp import StompSink, StompSinkConfig, StompSource, StompSourceConfig
+from bridges.endpoints.stomp import StompSink, StompSinkConfig, StompSource, StompSourceConfig
+from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
 from conftest import Target
 
@@ -50,7 +50,8 @@ async def test_the_stomp_sink_sends_batches_with_ids_and_headers(
     got = await drain(target.url, destination, 25)
     assert [m.body for m in got] == [f"m{i}".encode() for i in range(25)]
     assert [m.headers["bridge-id"] for m in got] == [f"m{i}" for i in range(25)]
-    assert got[3].headers["n"] == "3" and got[3].headers["via"] == "bridge"
+    assert got[3].headers["n"] == "3"
+    assert got[3].headers["via"] == "bridge"
 
 
 async def test_the_stomp_source_hands_out_messages_and_acks_them_once_written(
@@ -71,10 +72,12 @@ async def test_the_stomp_source_hands_out_messages_and_acks_them_once_written(
     written = [m for batch in sink.batches for m in batch]
     assert [m.body for m in written[:15]] == [f"b{i}".encode() for i in range(15)]
     first = written[0]
-    assert first.headers["k"] == "0" and first.headers["destination"] == destination
+    assert first.headers["k"] == "0"
+    assert first.headers["destination"] == destination
     assert not {"ack", "subscription", "message-id", "content-length"} & set(first.headers)
     assert first.id  # the broker's message-id when no bridge-id came with it
-    assert written[15].id == "stable-7" and "bridge-id" not in written[15].headers
+    assert written[15].id == "stable-7"
+    assert "bridge-id" not in written[15].headers
     assert await drain(target.url, destination, 0) == []  # everything was acked
 
 

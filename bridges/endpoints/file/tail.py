@@ -11,8 +11,6 @@ of the old one is in flight.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import collections
 import json
 import logging
@@ -23,10 +21,12 @@ from typing import TYPE_CHECKING, BinaryIO
 import attrs
 import trio
 
-from ._message import Envelope, Message
+from ..._message import Envelope, Message
+from ._fs import atomic_write
+from ._records import parse_record
 
 if TYPE_CHECKING:
-    from ._file_source import FileSource
+    from .source import FileSource
 
 log = logging.getLogger("bridges.file")
 
@@ -95,7 +95,7 @@ class JsonlReceiver:
             return None
         if self._config.lines == "envelope":
             try:
-                message = _parse_record(text)
+                message = parse_record(text)
             except ValueError as exc:
                 log.error("%s at offset %d: not a record (%s); skipped", self._name, start, exc)
                 self._settle(start)
@@ -190,40 +190,5 @@ class JsonlReceiver:
             self._persisted = state
 
     def _write_position(self, state: tuple[int | None, int]) -> None:
-        path = self._source.position
-        temporary = path.with_name(f".{path.name}.tmp")
         data = json.dumps({"inode": state[0], "offset": state[1]}).encode()
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-
-
-def _parse_record(text: bytes) -> Message:
-    record = json.loads(text)
-    if not isinstance(record, dict):
-        raise ValueError("a line must be a JSON object")
-    headers = record.get("headers", {})
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        raise ValueError("headers must be an object of strings")
-    if "body_base64" in record:
-        try:
-            body = base64.b64decode(record["body_base64"], validate=True)
-        except (binascii.Error, TypeError) as exc:
-            raise ValueError(f"bad body_base64: {exc}") from None
-    elif isinstance(record.get("body"), str):
-        body = record["body"].encode("utf-8")
-    else:
-        raise ValueError("no body or body_base64")
-    destination = record.get("destination")
-    return Message(
-        body,
-        headers,
-        str(record.get("id") or ""),
-        destination if isinstance(destination, str) else None,
-    )
+        atomic_write(self._source.position, data)

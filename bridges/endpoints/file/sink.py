@@ -19,15 +19,12 @@ batch. A message written twice (after a crash) replaces the first copy.
 
 from __future__ import annotations
 
-import base64
 import datetime
-import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Literal
 
@@ -35,12 +32,13 @@ import attrs
 import trio
 from attrs.validators import ge
 
-from ._endpoint import Context, InvalidSetting, MessageRejected
-from ._message import Message
-from ._template import Template, TemplateError, safe_filename
+from ..._endpoint import Context, InvalidSetting, MessageRejected
+from ..._message import Message
+from ..._template import Template, TemplateError, safe_filename
+from ._fs import atomic_write, fsync_dir, write_all
+from ._records import encode_record, record_lines, record_text
 
 log = logging.getLogger("bridges.file")
-_string = encode_basestring  # str -> JSON string literal (C), non-ASCII kept
 
 #: Bound on finishing the current file when the sink closes, s.
 CLOSE_TIMEOUT = 10.0
@@ -58,66 +56,6 @@ class FileSinkConfig:
     rotate_seconds: float = attrs.field(default=3600.0, validator=ge(0.001))
     name: str = "{id}"
     fsync: bool = True
-
-
-def record_lines(messages: Iterable[Message], body: str = "auto") -> list[str]:
-    """One JSON line (with its newline) per message, as text.
-
-    Built by hand from the C string encoder: twice as fast as ``json.dumps``
-    of a dict, and this runs for every message, so a batch per call. The
-    result may hold lone surrogates (a file name that is not UTF-8):
-    :func:`encode_record` copes.
-
-    Raises:
-      ValueError: ``body="text"`` and a body is not UTF-8.
-    """
-    string = _string
-    lines = []
-    for message in messages:
-        if body == "base64":
-            payload = f'"body_base64":"{base64.b64encode(message.body).decode("ascii")}"'
-        else:
-            try:
-                payload = '"body":' + string(message.body.decode("utf-8"))
-            except UnicodeDecodeError:
-                if body == "text":
-                    raise ValueError('the body is not UTF-8 text (body = "text")') from None
-                payload = f'"body_base64":"{base64.b64encode(message.body).decode("ascii")}"'
-        fields = []  # (a loop: a comprehension's own frame costs more than it saves here)
-        for name, value in message.headers.items():
-            fields.append(f"{string(name)}:{string(value)}")
-        headers = ",".join(fields)
-        if message.destination is None:
-            lines.append(f'{{"id":{string(message.id)},"headers":{{{headers}}},{payload}}}\n')
-        else:
-            destination = string(message.destination)
-            lines.append(
-                f'{{"id":{string(message.id)},"destination":{destination},'
-                f'"headers":{{{headers}}},{payload}}}\n'
-            )
-    return lines
-
-
-def record_text(message: Message, body: str = "auto") -> str:
-    """One JSON line (with its newline) for ``message``, as text: see :func:`record_lines`.
-
-    Raises:
-      ValueError: ``body="text"`` and the body is not UTF-8.
-    """
-    return record_lines((message,), body)[0]
-
-
-def encode_record(message: Message, body: str = "auto") -> bytes:
-    """One JSON line (with its newline) for ``message``, UTF-8.
-
-    Raises:
-      ValueError: ``body="text"`` and the body is not UTF-8.
-    """
-    text = record_text(message, body)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: escape them, as JSON allows
-        return json.dumps(json.loads(text), separators=(",", ":")).encode("ascii") + b"\n"
 
 
 class FileSink:
@@ -164,21 +102,6 @@ class FileSink:
                     await trio.to_thread.run_sync(writer.finish)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 class _JsonlWriter:
     def __init__(self, sink: FileSink) -> None:
         self._sink = sink
@@ -222,7 +145,7 @@ class _JsonlWriter:
         assert self._fd is not None
         before = self._size
         try:
-            _write_all(self._fd, data)
+            write_all(self._fd, data)
             if config.fsync:
                 os.fsync(self._fd)
         except OSError:
@@ -259,7 +182,7 @@ class _JsonlWriter:
         self._fd, self._part, self._size = fd, part, 0
         self._opened_at = time.monotonic()
         if self._config.fsync:
-            _fsync_dir(self._sink.path)
+            fsync_dir(self._sink.path)
 
     def finish(self) -> None:
         """Close the current file and rename it to its final name."""
@@ -273,7 +196,7 @@ class _JsonlWriter:
             return
         os.replace(part, part.with_suffix(""))
         if self._config.fsync:
-            _fsync_dir(self._sink.path)
+            fsync_dir(self._sink.path)
 
     def recover(self) -> None:
         """Finish ``.part`` files a killed process left: cut after the last line, rename."""
@@ -291,7 +214,7 @@ class _JsonlWriter:
                 os.replace(part, part.with_suffix(""))
             log.info("finished %s left by an earlier run (%d bytes)", part.name, keep)
         if self._config.fsync:
-            _fsync_dir(self._sink.path)
+            fsync_dir(self._sink.path)
 
     async def rotate_when_old(self) -> None:
         """Rename a file that reached ``rotate_seconds`` even when no write comes."""
@@ -325,18 +248,6 @@ class _FilesWriter:
         directory = self._sink.path
         fsync = self._sink.config.fsync
         for name, body in files:
-            temporary = directory / f".{name}.tmp"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                try:
-                    _write_all(fd, body)
-                    if fsync:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(temporary, directory / name)
-            except OSError:
-                temporary.unlink(missing_ok=True)
-                raise
+            atomic_write(directory / name, body, fsync=fsync, sync_dir=False)
         if fsync:
-            _fsync_dir(directory)
+            fsync_dir(directory)

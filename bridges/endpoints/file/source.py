@@ -19,7 +19,7 @@ file, fsynced, renamed) in ``position_file`` after acks, so a restart
 resumes after the last acked line. ``lines = "raw"`` makes the line the
 body; ``lines = "envelope"`` reads records as the ``file`` sink writes them
 (``id``, ``headers``, ``body`` or ``body_base64``, ``destination``). That
-mode lives in :mod:`bridges._file_tail`.
+mode lives in :mod:`bridges.endpoints.file.tail`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import attrs
 import trio
 from attrs.validators import ge
 
-from ._endpoint import Context, InvalidSetting
-from ._file_tail import JsonlReceiver
-from ._message import Envelope, Message
+from ..._endpoint import Context, InvalidSetting
+from ..._message import Envelope, Message
+from .tail import JsonlReceiver
 
 log = logging.getLogger("bridges.file")
 
