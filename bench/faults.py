@@ -1,6 +1,6 @@
 """Fault-injection figures: lost, duplicated, reconnect time.
 
-Runs the lossless-delivery workload of the test suite (tests/fault_proxy.py):
+Runs the lossless-delivery workload of the test suite (trio_stomp.testing.lossless_run):
 numbered messages sent with receipts by one reconnecting client and received
 with client-individual acks by another, while connections are disrupted:
 
@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import trio
 
+from trio_stomp.broker import open_broker
+from trio_stomp.testing import Tally, fault_proxy, lossless_run
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from fault_proxy import Tally, fault_proxy, lossless_run  # noqa: E402
-
-from trio_stomp.broker import open_broker  # noqa: E402
-
 RABBITMQ = "stomp://guest:guest@127.0.0.1:61613/?vhost=/"
 
 

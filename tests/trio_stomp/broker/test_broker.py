@@ -10,9 +10,7 @@ import functools
 import resource
 import socket
 import threading
-from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,135 +18,10 @@ import trio
 
 from trio_stomp import RemoteProtocolError
 from trio_stomp.broker import Broker, Limits, open_broker, serve_broker
-from trio_stomp.frame import Frame, FrameParser, Heartbeat, encode
+from trio_stomp.frame import Heartbeat
+from trio_stomp.testing import RawClient, open_raw_client
 
 TIMEOUT = 5.0
-
-
-class RawClient:
-    """A STOMP peer with no logic: encoded frames out, parsed events in."""
-
-    def __init__(self, stream: trio.SocketStream, version: str = "1.2") -> None:
-        self.stream = stream
-        self.version = version
-        self.parser = FrameParser(version)
-        self.events: deque[Frame | Heartbeat] = deque()
-        self.closed = False
-
-    async def send(
-        self, command: str, headers: Mapping[str, str] | None = None, body: bytes = b""
-    ) -> None:
-        await self.send_raw(encode(Frame(command, headers or {}, body), self.version))
-
-    async def send_raw(self, data: bytes) -> None:
-        await self.stream.send_all(data)
-
-    async def _fill(self) -> None:
-        data = await self.stream.receive_some(65536)
-        if not data:
-            self.closed = True
-            raise EOFError("the broker closed the connection")
-        self.events.extend(self.parser.feed(data))
-
-    async def event(self, within: float = 2.0) -> Frame | Heartbeat:
-        with trio.fail_after(within):
-            while not self.events:
-                await self._fill()
-        return self.events.popleft()
-
-    async def frame(self, within: float = 2.0) -> Frame:
-        """The next frame, skipping heart-beats."""
-        while True:
-            event = await self.event(within)
-            if isinstance(event, Frame):
-                return event
-
-    async def expect(self, command: str, within: float = 2.0) -> Frame:
-        frame = await self.frame(within)
-        assert frame.command == command, frame
-        return frame
-
-    async def no_frame(self, wait: float = 0.2) -> None:
-        """Assert nothing but heart-beats arrives within ``wait`` seconds."""
-        with trio.move_on_after(wait):
-            while True:
-                event = await self.event(wait + 1)
-                assert not isinstance(event, Frame), event
-
-    async def expect_closed(self, within: float = 2.0) -> list[Frame]:
-        """Read until the broker closes; return the frames seen before."""
-        frames: list[Frame] = []
-        with trio.fail_after(within):
-            while True:
-                while self.events:
-                    event = self.events.popleft()
-                    if isinstance(event, Frame):
-                        frames.append(event)
-                try:
-                    await self._fill()
-                except EOFError:
-                    return frames
-                except trio.BrokenResourceError:
-                    return frames
-
-    async def connect(self, within: float = 2.0, **headers: str) -> Frame:
-        connect_headers = {"accept-version": self.version, "host": "/"}
-        connect_headers.update({k.replace("_", "-"): v for k, v in headers.items()})
-        await self.send("CONNECT", connect_headers)
-        connected = await self.expect("CONNECTED", within)
-        self.parser.version = connected.headers.get("version", "1.0")
-        return connected
-
-    async def subscribe(
-        self, destination: str, sub_id: str = "0", within: float = 2.0, **headers: str
-    ) -> None:
-        extra = {k.replace("_", "-"): v for k, v in headers.items()}
-        await self.send(
-            "SUBSCRIBE", {"destination": destination, "id": sub_id, **extra, "receipt": "sub"}
-        )
-        await self.receipt("sub", within)
-
-    async def receipt(self, receipt_id: str, within: float = 2.0) -> None:
-        """Wait for the RECEIPT ``receipt_id``; other frames stay to be read next."""
-        others: list[Frame] = []
-        while True:
-            frame = await self.frame(within)
-            if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt_id:
-                self.events.extendleft(reversed(others))
-                return
-            assert frame.command != "ERROR", frame
-            others.append(frame)
-
-    async def publish(self, destination: str, body: bytes, **headers: str) -> None:
-        await self.send("SEND", {"destination": destination, **headers}, body)
-
-    async def sync(self) -> None:
-        """Wait until the broker has processed everything sent so far."""
-        await self.send("BEGIN", {"transaction": ".sync", "receipt": "sync"})
-        await self.send("ABORT", {"transaction": ".sync"})
-        await self.receipt("sync")
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-
-
-@asynccontextmanager
-async def raw_client(
-    broker: Broker,
-    version: str = "1.2",
-    *,
-    connect: bool = True,
-    within: float = 2.0,
-    **headers: str,
-) -> AsyncIterator[RawClient]:
-    stream = await trio.open_tcp_stream("127.0.0.1", broker.port)
-    client = RawClient(stream, version)
-    try:
-        if connect:
-            await client.connect(within=within, **headers)
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture
@@ -163,7 +36,7 @@ async def broker() -> AsyncIterator[Broker]:
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 async def test_negotiates_each_version(broker: Broker, version: str) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, version, connect=False) as client:
+        async with open_raw_client(broker, version, connect=False) as client:
             await client.send("CONNECT", {"accept-version": version})
             connected = await client.expect("CONNECTED")
             assert connected.headers["version"] == version
@@ -174,21 +47,21 @@ async def test_negotiates_each_version(broker: Broker, version: str) -> None:
 
 async def test_picks_the_newest_common_version(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, connect=False) as client:
+        async with open_raw_client(broker, connect=False) as client:
             await client.send("STOMP", {"accept-version": "1.0,1.1,1.2,2.0"})
             assert (await client.expect("CONNECTED")).headers["version"] == "1.2"
 
 
 async def test_without_accept_version_speaks_1_0(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, "1.0", connect=False) as client:
+        async with open_raw_client(broker, "1.0", connect=False) as client:
             await client.send("CONNECT", {"login": "x"})
             assert (await client.expect("CONNECTED")).headers["version"] == "1.0"
 
 
 async def test_no_common_version_is_an_error(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, connect=False) as client:
+        async with open_raw_client(broker, connect=False) as client:
             await client.send("CONNECT", {"accept-version": "2.0,3.1"})
             frames = await client.expect_closed()
             assert [f.command for f in frames] == ["ERROR"]
@@ -198,7 +71,7 @@ async def test_no_common_version_is_an_error(broker: Broker) -> None:
 
 async def test_frame_before_connect_is_an_error(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, connect=False) as client:
+        async with open_raw_client(broker, connect=False) as client:
             await client.send("SEND", {"destination": "/queue/a"}, b"x")
             frames = await client.expect_closed()
             assert [f.command for f in frames] == ["ERROR"]
@@ -208,7 +81,7 @@ async def test_pipelined_connect_then_1_0_frames_parse_as_1_0(broker: Broker) ->
     # A header value with a backslash means nothing special in 1.0; the frames
     # after CONNECT must not be parsed with the 1.2 rules the parser starts with.
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, "1.0", connect=False) as client:
+        async with open_raw_client(broker, "1.0", connect=False) as client:
             data = (
                 b"CONNECT\n\n\0"
                 b"SUBSCRIBE\ndestination:/queue/p\nid:0\n\n\0"
@@ -225,7 +98,7 @@ async def test_frames_before_a_malformed_one_in_the_same_chunk_are_acted_on(
     broker: Broker,
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.send("SUBSCRIBE", {"destination": "/queue/m", "id": "0"})
             await client.send_raw(b"SEND\ndestination:/queue/m\n\nkept\0BOGUS\n\n\0")
             frames = await client.expect_closed()
@@ -237,7 +110,7 @@ async def test_frames_before_a_malformed_one_in_the_same_chunk_are_acted_on(
 async def test_auth_accepts_a_known_user() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(users={"guest": "secret"}) as broker:
-            async with raw_client(broker, login="guest", passcode="secret") as client:
+            async with open_raw_client(broker, login="guest", passcode="secret") as client:
                 await client.sync()
 
 
@@ -248,7 +121,7 @@ async def test_auth_accepts_a_known_user() -> None:
 async def test_auth_refuses_bad_credentials(credentials: dict[str, str]) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(users={"guest": "secret"}) as broker:
-            async with raw_client(broker, connect=False) as client:
+            async with open_raw_client(broker, connect=False) as client:
                 await client.send("CONNECT", {"accept-version": "1.2", **credentials})
                 frames = await client.expect_closed()
                 assert [f.command for f in frames] == ["ERROR"]
@@ -260,7 +133,7 @@ async def test_auth_refuses_bad_credentials(credentials: dict[str, str]) -> None
 
 async def test_receipts_for_each_frame_that_asks(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             frames = [
                 ("SUBSCRIBE", {"destination": "/queue/r", "id": "1", "receipt": "a"}),
                 ("SEND", {"destination": "/topic/r", "receipt": "b"}),
@@ -277,7 +150,7 @@ async def test_receipts_for_each_frame_that_asks(broker: Broker) -> None:
 
 async def test_disconnect_with_receipt_then_close(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.send("DISCONNECT", {"receipt": "bye"})
             frames = await client.expect_closed()
             assert [(f.command, f.headers["receipt-id"]) for f in frames] == [("RECEIPT", "bye")]
@@ -285,7 +158,7 @@ async def test_disconnect_with_receipt_then_close(broker: Broker) -> None:
 
 async def test_disconnect_without_receipt_closes(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.send("DISCONNECT")
             assert await client.expect_closed() == []
 
@@ -295,13 +168,13 @@ async def test_disconnect_without_receipt_closes(broker: Broker) -> None:
 
 async def test_queue_message_waits_for_a_subscriber(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as producer:
+        async with open_raw_client(broker) as producer:
             await producer.publish(
                 "/queue/wait", b"hello", **{"content-type": "text/plain", "x-custom": "1"}
             )
             await producer.sync()
             assert broker.queue_depth("/queue/wait") == 1
-        async with raw_client(broker) as consumer:
+        async with open_raw_client(broker) as consumer:
             await consumer.subscribe("/queue/wait", "s1")
             message = await consumer.expect("MESSAGE")
             assert message.body == b"hello"
@@ -317,7 +190,7 @@ async def test_queue_message_waits_for_a_subscriber(broker: Broker) -> None:
 
 async def test_message_does_not_carry_receipt_or_transaction(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/h")
             await client.send("BEGIN", {"transaction": "t"})
             await client.publish("/queue/h", b"x", receipt="r", transaction="t")
@@ -331,9 +204,9 @@ async def test_message_does_not_carry_receipt_or_transaction(broker: Broker) -> 
 async def test_queue_round_robin(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            raw_client(broker) as a,
-            raw_client(broker) as b,
-            raw_client(broker) as producer,
+            open_raw_client(broker) as a,
+            open_raw_client(broker) as b,
+            open_raw_client(broker) as producer,
         ):
             await a.subscribe("/queue/rr")
             await b.subscribe("/queue/rr")
@@ -350,9 +223,9 @@ async def test_queue_round_robin(broker: Broker) -> None:
 async def test_topic_fan_out(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            raw_client(broker) as a,
-            raw_client(broker) as b,
-            raw_client(broker) as producer,
+            open_raw_client(broker) as a,
+            open_raw_client(broker) as b,
+            open_raw_client(broker) as producer,
         ):
             await producer.publish("/topic/news", b"before anyone")
             await producer.sync()
@@ -371,7 +244,7 @@ async def test_topic_fan_out(broker: Broker) -> None:
 
 async def test_unsubscribe_stops_delivery(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/topic/u", "a")
             await client.send("UNSUBSCRIBE", {"id": "a"})
             await client.publish("/topic/u", b"x")
@@ -383,7 +256,7 @@ async def test_unsubscribe_stops_delivery(broker: Broker) -> None:
 async def test_body_with_nul_and_escaped_headers_round_trip(broker: Broker, version: str) -> None:
     value = "plain" if version == "1.0" else "a:b\\c\nd"
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, version) as client:
+        async with open_raw_client(broker, version) as client:
             await client.subscribe("/queue/bin")
             await client.publish("/queue/bin", b"\0\1\2\0", x=value)
             message = await client.expect("MESSAGE")
@@ -393,7 +266,7 @@ async def test_body_with_nul_and_escaped_headers_round_trip(broker: Broker, vers
 
 async def test_header_that_cannot_cross_to_1_0_is_left_out(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, "1.0") as old, raw_client(broker) as new:
+        async with open_raw_client(broker, "1.0") as old, open_raw_client(broker) as new:
             await old.subscribe("/queue/x")
             await new.publish("/queue/x", b"hi", bad="two\nlines", good="yes")
             message = await old.expect("MESSAGE")
@@ -406,7 +279,7 @@ async def test_header_that_cannot_cross_to_1_0_is_left_out(broker: Broker) -> No
 
 async def test_client_individual_ack(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/ci", ack="client-individual")
             for n in range(3):
                 await client.publish("/queue/ci", str(n).encode())
@@ -420,7 +293,7 @@ async def test_client_individual_ack(broker: Broker) -> None:
             assert frames[0].command == "ERROR"
             assert frames[0].headers["receipt-id"] == "again"
         # 0 and 2 were never acked: they come back, redelivered.
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/ci")
             bodies = []
             for _ in range(2):
@@ -432,7 +305,7 @@ async def test_client_individual_ack(broker: Broker) -> None:
 
 async def test_client_ack_is_cumulative(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/cum", ack="client")
             for n in range(5):
                 await client.publish("/queue/cum", str(n).encode())
@@ -444,7 +317,7 @@ async def test_client_ack_is_cumulative(broker: Broker) -> None:
                 frames = await client.expect_closed()
                 assert frames[0].command == "ERROR"
                 break
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/cum")
             bodies = [(await client.expect("MESSAGE")).body for _ in range(2)]
             assert bodies == [b"3", b"4"]
@@ -453,18 +326,18 @@ async def test_client_ack_is_cumulative(broker: Broker) -> None:
 
 async def test_auto_ack_needs_no_ack(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/auto")
             await client.publish("/queue/auto", b"x")
             await client.expect("MESSAGE")
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/auto")
             await client.no_frame()
 
 
 async def test_ack_1_1_by_message_id_and_subscription(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, "1.1") as client:
+        async with open_raw_client(broker, "1.1") as client:
             await client.subscribe("/queue/a11", "sub", ack="client-individual")
             await client.publish("/queue/a11", b"x")
             message = await client.expect("MESSAGE")
@@ -485,7 +358,7 @@ async def test_ack_1_1_by_message_id_and_subscription(broker: Broker) -> None:
 
 async def test_ack_1_0_by_message_id(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker, "1.0") as client:
+        async with open_raw_client(broker, "1.0") as client:
             await client.subscribe("/queue/a10", ack="client")
             await client.publish("/queue/a10", b"x")
             message = await client.expect("MESSAGE")
@@ -495,7 +368,7 @@ async def test_ack_1_0_by_message_id(broker: Broker) -> None:
 
 async def test_nack_redelivers_with_marker(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/nack", ack="client-individual")
             await client.publish("/queue/nack", b"once")
             first = await client.expect("MESSAGE")
@@ -513,7 +386,7 @@ async def test_nack_redelivers_with_marker(broker: Broker) -> None:
 
 async def test_nack_on_topic_redelivers_to_that_subscriber(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/topic/tn", ack="client")
             await client.publish("/topic/tn", b"t")
             first = await client.expect("MESSAGE")
@@ -524,8 +397,8 @@ async def test_nack_on_topic_redelivers_to_that_subscriber(broker: Broker) -> No
 
 async def test_unacked_go_to_another_consumer_on_disconnect(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as other:
-            async with raw_client(broker) as first:
+        async with open_raw_client(broker) as other:
+            async with open_raw_client(broker) as first:
                 await first.subscribe("/queue/dis", ack="client", prefetch_count="2")
                 for n in range(4):
                     await first.publish("/queue/dis", str(n).encode())
@@ -543,7 +416,7 @@ async def test_unacked_go_to_another_consumer_on_disconnect(broker: Broker) -> N
 
 async def test_unsubscribe_returns_unacked(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/un", "a", ack="client")
             await client.publish("/queue/un", b"x")
             await client.expect("MESSAGE")
@@ -557,7 +430,7 @@ async def test_unsubscribe_returns_unacked(broker: Broker) -> None:
 @pytest.mark.parametrize("header", ["prefetch-count", "activemq.prefetchSize"])
 async def test_prefetch_window_is_respected(broker: Broker, header: str) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             headers = {"destination": "/queue/pf", "id": "0", "ack": "client-individual"}
             await client.send("SUBSCRIBE", {**headers, header: "3", "receipt": "sub"})
             await client.receipt("sub")
@@ -575,7 +448,7 @@ async def test_prefetch_window_is_respected(broker: Broker, header: str) -> None
 async def test_default_prefetch_for_client_modes() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=Limits(default_prefetch=2)) as broker:
-            async with raw_client(broker) as client:
+            async with open_raw_client(broker) as client:
                 await client.subscribe("/queue/d", ack="client")
                 for n in range(5):
                     await client.publish("/queue/d", str(n).encode())
@@ -591,7 +464,7 @@ async def test_default_prefetch_for_client_modes() -> None:
 
 async def test_transaction_commit_delivers_in_order(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/tx")
             await client.send("BEGIN", {"transaction": "t1"})
             await client.publish("/queue/tx", b"1", transaction="t1")
@@ -604,7 +477,7 @@ async def test_transaction_commit_delivers_in_order(broker: Broker) -> None:
 
 async def test_transaction_abort_drops(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/txa")
             await client.send("BEGIN", {"transaction": "t1"})
             await client.publish("/queue/txa", b"1", transaction="t1")
@@ -616,18 +489,18 @@ async def test_transaction_abort_drops(broker: Broker) -> None:
 
 async def test_transaction_aborts_on_disconnect(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.send("BEGIN", {"transaction": "t1"})
             await client.publish("/queue/txd", b"1", transaction="t1")
             await client.sync()
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/txd")
             await client.no_frame()
 
 
 async def test_transactional_ack(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/txack", ack="client-individual")
             await client.publish("/queue/txack", b"x")
             message = await client.expect("MESSAGE")
@@ -641,7 +514,7 @@ async def test_transactional_ack(broker: Broker) -> None:
             await client.send("ACK", {"id": again.headers["ack"], "transaction": "t2"})
             await client.send("COMMIT", {"transaction": "t2", "receipt": "c"})
             await client.expect("RECEIPT")
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/txack")
             await client.no_frame()
 
@@ -658,7 +531,7 @@ async def test_transactional_ack(broker: Broker) -> None:
 )
 async def test_transaction_errors(broker: Broker, frames: list[tuple[str, dict[str, str]]]) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             for command, headers in frames:
                 await client.send(command, headers)
             closing = await client.expect_closed()
@@ -691,7 +564,7 @@ async def test_bad_frames_get_error_and_close(
     broker: Broker, command: str, headers: dict[str, str]
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as bystander, raw_client(broker) as client:
+        async with open_raw_client(broker) as bystander, open_raw_client(broker) as client:
             await client.send(command, {**headers, "receipt": "bad"})
             frames = await client.expect_closed()
             assert [f.command for f in frames] == ["ERROR"]
@@ -702,7 +575,7 @@ async def test_bad_frames_get_error_and_close(
 
 async def test_duplicate_subscription_id(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/a", "same")
             await client.send("SUBSCRIBE", {"destination": "/queue/b", "id": "same"})
             frames = await client.expect_closed()
@@ -712,13 +585,13 @@ async def test_duplicate_subscription_id(broker: Broker) -> None:
 
 async def test_malformed_frame_closes_only_that_connection(broker: Broker) -> None:
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as bystander, raw_client(broker) as client:
+        async with open_raw_client(broker) as bystander, open_raw_client(broker) as client:
             await bystander.subscribe("/queue/m")
             await client.send_raw(b"SEND\ndestination:/queue/m\ncontent-length:zz\n\nx\0")
             frames = await client.expect_closed()
             assert [f.command for f in frames] == ["ERROR"]
             assert frames[0].headers["message"] == "malformed frame"
-            async with raw_client(broker) as producer:
+            async with open_raw_client(broker) as producer:
                 await producer.publish("/queue/m", b"still here")
                 assert (await bystander.expect("MESSAGE")).body == b"still here"
 
@@ -726,7 +599,7 @@ async def test_malformed_frame_closes_only_that_connection(broker: Broker) -> No
 async def test_frame_over_limit_is_an_error() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=Limits(max_frame_size=1000)) as broker:
-            async with raw_client(broker) as client:
+            async with open_raw_client(broker) as client:
                 await client.publish("/queue/big", b"x" * 2000)
                 frames = await client.expect_closed()
                 assert [f.command for f in frames] == ["ERROR"]
@@ -736,7 +609,7 @@ async def test_frame_over_limit_is_an_error() -> None:
 async def test_too_many_subscriptions_is_an_error() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=Limits(max_subscriptions=2)) as broker:
-            async with raw_client(broker) as client:
+            async with open_raw_client(broker) as client:
                 await client.subscribe("/queue/a", "1")
                 await client.subscribe("/queue/a", "2")
                 await client.send("SUBSCRIBE", {"destination": "/queue/a", "id": "3"})
@@ -773,7 +646,7 @@ async def test_serve_broker_with_nursery_start() -> None:
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
             broker = await nursery.start(serve_broker)
-            async with raw_client(broker) as client:
+            async with open_raw_client(broker) as client:
                 await client.sync()
             nursery.cancel_scope.cancel()
 
@@ -808,7 +681,7 @@ async def test_cancelled_shutdown_is_bounded_with_a_client_that_never_reads() ->
             stuck = RawClient(trio.SocketStream(sock))
             await stuck.connect()
             await stuck.subscribe("/queue/flood")
-            async with raw_client(broker) as producer:
+            async with open_raw_client(broker) as producer:
                 # Deliveries pause (messages wait in the queue) while the
                 # broker's writer to the stuck client is blocked.
                 while True:
@@ -838,7 +711,7 @@ FAST_BEATS = Limits(min_heartbeat_ms=50)
 async def test_server_sends_heartbeats_when_idle() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=FAST_BEATS) as broker:
-            async with raw_client(broker, heart_beat="0,100") as client:
+            async with open_raw_client(broker, heart_beat="0,100") as client:
                 assert client.parser.version == "1.2"
                 beats = 0
                 with trio.move_on_after(0.55):
@@ -852,7 +725,7 @@ async def test_server_sends_heartbeats_when_idle() -> None:
 async def test_connected_announces_the_agreed_heartbeats() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=FAST_BEATS) as broker:
-            async with raw_client(broker, connect=False) as client:
+            async with open_raw_client(broker, connect=False) as client:
                 connected = await client.connect(heart_beat="20,300")
                 # sx = max(cy, 50), sy = max(cx, 50)
                 assert connected.headers["heart-beat"] == "300,50"
@@ -861,7 +734,7 @@ async def test_connected_announces_the_agreed_heartbeats() -> None:
 async def test_silent_client_is_dropped() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=FAST_BEATS) as broker:
-            async with raw_client(broker, heart_beat="100,0") as client:
+            async with open_raw_client(broker, heart_beat="100,0") as client:
                 start = trio.current_time()
                 frames = await client.expect_closed()
                 elapsed = trio.current_time() - start
@@ -872,7 +745,7 @@ async def test_silent_client_is_dropped() -> None:
 async def test_client_sending_heartbeats_stays_connected() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=FAST_BEATS) as broker:
-            async with raw_client(broker, heart_beat="100,0") as client:
+            async with open_raw_client(broker, heart_beat="100,0") as client:
                 for _ in range(8):
                     await trio.sleep(0.08)
                     await client.send_raw(b"\n")
@@ -882,7 +755,7 @@ async def test_client_sending_heartbeats_stays_connected() -> None:
 async def test_connect_timeout() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=Limits(connect_timeout=0.1)) as broker:
-            async with raw_client(broker, connect=False) as client:
+            async with open_raw_client(broker, connect=False) as client:
                 frames = await client.expect_closed()
                 assert [f.headers["message"] for f in frames] == ["CONNECT timeout"]
 
@@ -895,7 +768,7 @@ async def test_slow_topic_reader_is_disconnected_with_bounded_memory() -> None:
     body = b"x" * 4096
     with trio.fail_after(20):
         async with open_broker(limits=limits) as broker:
-            async with raw_client(broker) as slow, raw_client(broker) as producer:
+            async with open_raw_client(broker) as slow, open_raw_client(broker) as producer:
                 await slow.subscribe("/topic/flood")
                 session = next(iter(broker._connections)).session  # white-box: the bound
                 sent = 0
@@ -910,7 +783,7 @@ async def test_slow_topic_reader_is_disconnected_with_bounded_memory() -> None:
                     waiting = session._pending_bytes + session._backlog_bytes
                     assert waiting <= limits.max_outbound_bytes + len(body) + 1024
                 await producer.sync()  # the producer is unaffected
-            async with raw_client(broker) as fresh:
+            async with open_raw_client(broker) as fresh:
                 await fresh.subscribe("/topic/flood")
                 await fresh.publish("/topic/flood", b"ok")
                 assert (await fresh.expect("MESSAGE")).body == b"ok"
@@ -922,9 +795,9 @@ async def test_stalled_queue_consumer_does_not_hold_back_the_others() -> None:
     with trio.fail_after(20):
         async with open_broker(limits=limits) as broker:
             async with (
-                raw_client(broker) as stalled,
-                raw_client(broker) as reader,
-                raw_client(broker) as producer,
+                open_raw_client(broker) as stalled,
+                open_raw_client(broker) as reader,
+                open_raw_client(broker) as producer,
             ):
                 await stalled.subscribe("/queue/work")
                 await reader.subscribe("/queue/work")
@@ -955,7 +828,7 @@ async def test_random_bytes_never_crash_the_broker(broker: Broker) -> None:
     examples.append((False, b"\0\0\0\n\n\r\r\r"))
     for connect_first, data in examples:
         with trio.fail_after(TIMEOUT):
-            async with raw_client(broker, connect=connect_first) as client:
+            async with open_raw_client(broker, connect=connect_first) as client:
                 await client.send_raw(data)
                 with trio.move_on_after(0.05):
                     try:
@@ -963,7 +836,7 @@ async def test_random_bytes_never_crash_the_broker(broker: Broker) -> None:
                     except (RemoteProtocolError, trio.BrokenResourceError):
                         pass
     with trio.fail_after(TIMEOUT):
-        async with raw_client(broker) as client:
+        async with open_raw_client(broker) as client:
             await client.subscribe("/queue/alive")
             await client.publish("/queue/alive", b"yes")
             assert (await client.expect("MESSAGE")).body == b"yes"
@@ -989,7 +862,7 @@ async def test_a_thousand_concurrent_connections(broker: Broker) -> None:
 
         async def one(index: int) -> None:
             nonlocal subscribed, received
-            async with raw_client(broker, within=20) as client:
+            async with open_raw_client(broker, within=20) as client:
                 await client.subscribe("/topic/everyone", f"s{index}")
                 subscribed += 1
                 if subscribed == count:
@@ -1004,7 +877,7 @@ async def test_a_thousand_concurrent_connections(broker: Broker) -> None:
                     nursery.start_soon(one, index)
                 await ready.wait()
                 assert broker.connection_count == count
-                async with raw_client(broker) as producer:
+                async with open_raw_client(broker) as producer:
                     await producer.publish("/topic/everyone", b"hello, all")
                     await producer.sync()
         assert received == count

@@ -1,14 +1,17 @@
 """A scripted STOMP peer over an in-memory stream, for client tests that need
-exact control of what the broker says and when (heart-beats, ERROR, silence)."""
+exact control of what the broker says and when (heart-beats, ERROR, silence).
+
+Pair it with :func:`trio.testing.memory_stream_pair`: the client gets one end
+(:func:`trio_stomp.wrap_stream`), the peer the other.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import trio
-import trio.testing
 
-from trio_stomp.frame import HEARTBEAT, Frame, FrameParser, encode
+from ..frame import HEARTBEAT, Frame, FrameParser, encode
 
 
 class FakePeer:
@@ -62,9 +65,3 @@ class FakePeer:
                     await self.send("RECEIPT", {"receipt-id": receipt})
         except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
-
-
-def stream_pair() -> tuple[trio.abc.Stream, trio.abc.Stream]:
-    """(client end, server end) of an in-memory byte stream."""
-    client, server = trio.testing.memory_stream_pair()
-    return client, server

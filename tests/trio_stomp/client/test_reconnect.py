@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 import trio
-from fault_proxy import fault_proxy, lossless_run
 
 import trio_stomp
 from trio_stomp import ConnectionEvent, Reconnect
+from trio_stomp.testing import fault_proxy, lossless_run
 
 from conftest import REAL_BROKERS, Target, require_real_broker
 
 FAST = Reconnect(initial_delay=0.01, max_delay=0.1)
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
 
 
 def test_backoff_is_exponential_with_full_jitter_and_a_cap() -> None:

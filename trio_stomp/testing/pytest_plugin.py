@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from .broker import Broker, open_broker
+from ..broker import Broker, open_broker
 
 
 @pytest.fixture

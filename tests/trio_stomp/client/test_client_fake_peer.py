@@ -8,12 +8,11 @@ import trio.testing
 
 import trio_stomp
 from trio_stomp._connection import WRITE_FAILURE_GRACE
-
-from fake_peer import FakePeer, stream_pair
+from trio_stomp.testing import FakePeer
 
 
 async def test_handshake_reports_version_server_and_session() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
 
@@ -35,7 +34,7 @@ async def test_handshake_reports_version_server_and_session() -> None:
 
 
 async def test_error_in_reply_to_connect_raises_connect_failed() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
 
@@ -51,7 +50,7 @@ async def test_error_in_reply_to_connect_raises_connect_failed() -> None:
 
 
 async def test_version_outside_accepted_ones_fails() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end, version="1.1")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
@@ -67,7 +66,7 @@ async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
     # 2 s and wants ours every 0.5 s. So we send every max(1, 0.5) = 1 s and
     # expect something every max(2, 1) = 2 s: silence for 2 x 2 s is death,
     # plus one interval of grace while the peer's first beat is still due.
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     start = trio.current_time()
     lost_at = None
@@ -89,7 +88,7 @@ async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
 async def test_silence_after_a_first_beat_is_death_after_tolerance(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     start = trio.current_time()
     lost_at = None
@@ -110,7 +109,7 @@ async def test_silence_after_a_first_beat_is_death_after_tolerance(
 async def test_peer_heartbeats_keep_the_connection_alive(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept, {"heart-beat": "1000,0"})
@@ -130,7 +129,7 @@ async def test_peer_heartbeats_keep_the_connection_alive(
 
 
 async def test_error_frame_mid_session_surfaces_at_async_with() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
@@ -146,7 +145,7 @@ async def test_error_frame_mid_session_surfaces_at_async_with() -> None:
 
 
 async def test_error_answering_a_receipt_raises_at_the_await() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
@@ -165,7 +164,7 @@ async def test_error_answering_a_receipt_raises_at_the_await() -> None:
 
 
 async def test_bad_user_input_raises_and_sends_nothing() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
@@ -186,7 +185,7 @@ async def test_bad_user_input_raises_and_sends_nothing() -> None:
 
 
 async def test_peer_closing_mid_session_raises_connection_lost() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
@@ -204,7 +203,7 @@ async def test_frames_in_the_same_chunk_as_connected_parse_by_its_version() -> N
     """A broker that writes CONNECTED and the next frame together: the next
     frame is parsed under the version CONNECTED chose, not the default 1.2
     (which would unescape ``\\c`` in a 1.0 header)."""
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end, version="1.0")
     async with trio.open_nursery() as nursery:
 
@@ -252,7 +251,7 @@ class _ReadsLagWrites(trio.abc.Stream):
 
 
 async def test_error_then_close_is_a_server_error_even_when_a_write_breaks_first() -> None:
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     stream = _ReadsLagWrites(client_end)
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
@@ -274,13 +273,13 @@ async def test_a_write_that_breaks_alone_is_connection_lost_after_a_grace(
 ) -> None:
     """The peer stopped reading but says nothing: the reader cannot explain the
     broken write, so after a short wait the write's own failure is the error."""
-    client_end, server_end = stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
         with pytest.raises(trio_stomp.ConnectionLost, match="writing to the broker failed"):
             async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
-                await server_end.receive_stream.aclose()  # type: ignore[attr-defined]
+                await server_end.receive_stream.aclose()
                 start = trio.current_time()
                 await client.send("/queue/a", b"x")
                 try:

@@ -16,8 +16,10 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-import trio_stomp
-from trio_stomp import ConnectionEvent, Reconnect
+from .._client import Client
+from .._connect import connect
+from .._errors import ClientClosed
+from .._reconnect import ConnectionEvent, Reconnect
 
 
 @attrs.define
@@ -58,6 +60,15 @@ class FaultProxy:
     def resume(self) -> None:
         self.stalled = {"up": False, "down": False}
         self._unstalled.set()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on 127.0.0.1 (:attr:`port`, 0 for a free one) until cancelled; reports
+        started (for ``nursery.start``) once :attr:`port` is the bound port."""
+        async with trio.open_nursery() as nursery:
+            serve = functools.partial(trio.serve_tcp, host="127.0.0.1")
+            listeners = await nursery.start(serve, self._handle, self.port)
+            self.port = listeners[0].socket.getsockname()[1]
+            task_status.started()
 
     async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream, key: str) -> None:
         while True:
@@ -111,9 +122,7 @@ async def fault_proxy(
     """Run a :class:`FaultProxy` to ``upstream_host:upstream_port`` for a block."""
     proxy = FaultProxy((upstream_host, upstream_port))
     async with trio.open_nursery() as nursery:
-        serve = functools.partial(trio.serve_tcp, host="127.0.0.1")
-        listeners = await nursery.start(serve, proxy._handle, 0)
-        proxy.port = listeners[0].socket.getsockname()[1]
+        await nursery.start(proxy.serve)
         try:
             yield proxy
         finally:
@@ -167,14 +176,14 @@ async def lossless_run(
     numbers = iter(range(count))
     disruptions = 0
 
-    async def produce(client: trio_stomp.Client) -> None:
+    async def produce(client: Client) -> None:
         for number in numbers:
             await client.send(destination, b"%d" % number, headers=headers, receipt=True)
             tally.sent += 1
 
     async with (
-        trio_stomp.connect(url, reconnect=policy, on_event=tally.on_event) as consumer,
-        trio_stomp.connect(url, reconnect=policy, on_event=tally.on_event) as producer,
+        connect(url, reconnect=policy, on_event=tally.on_event) as consumer,
+        connect(url, reconnect=policy, on_event=tally.on_event) as producer,
         consumer.subscribe(
             destination, ack="client-individual", headers={"prefetch-count": str(prefetch)}
         ) as sub,
@@ -189,7 +198,7 @@ async def lossless_run(
                 tally.received.add(number)
                 try:
                     await message.ack()
-                except trio_stomp.ClientClosed:
+                except ClientClosed:
                     pass  # its connection is gone: the broker redelivers it
                 if len(tally.received) == count:
                     break
