@@ -1,0 +1,326 @@
+"""The ``http`` sink: outbound webhooks, one request per message, durable on a 2xx.
+
+Each message is one request: ``url``, ``method`` and ``headers`` are
+templates; the body is the message body, ``content-type`` the message's.
+Every request carries ``webhook-id: <message id>`` (the id is stable across
+retries and crashes, so a receiver can de-duplicate), and is signed by
+``signature`` like the ``http`` source verifies it.
+
+A batch goes out ``concurrency`` requests at a time on one keep-alive pool
+(``httpx.AsyncClient``, which runs on Trio). The outcome of each request:
+
+- 2xx: durable;
+- 408, 429, 5xx, connection errors, timeouts: transient. The write raises,
+  and the route retries the batch by its retry policy; a ``Retry-After``
+  (seconds or an HTTP date, at most ``max_retry_after``) delays the next
+  try at least that long;
+- anything else (other 4xx, 3xx): :class:`bridges.MessageRejected`, dead-
+  lettered with the status and the first 200 bytes of the answer.
+
+The sink remembers which messages of a failing batch already got their
+answer, so a retry sends only the others (fewer duplicates at the
+receiver); the memory is cleared when a batch completes.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import httpx
+import trio
+from attrs.validators import ge, gt
+
+from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+
+from .signatures import Scheme, sign_headers
+from .source import signing_keys
+
+log = logging.getLogger("bridges.http")
+
+#: How much of a rejecting answer goes into ``bridge-error``.
+ERROR_BODY_BYTES: Final = 200
+#: How much of a 2xx answer is read (so the connection can be reused); more closes it.
+DRAIN_BYTES: Final = 64 * 1024
+#: Statuses that mean "try again later".
+TRANSIENT: Final = frozenset({408, 429})
+#: Headers a ``headers`` setting may not set (the sink sets them).
+_RESERVED: Final = frozenset(
+    {
+        "content-length",
+        "content-type",
+        "host",
+        "transfer-encoding",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "x-hub-signature-256",
+    }
+)
+_SECRET: Final = {"secret": True}
+
+
+@attrs.frozen
+class HttpSinkConfig:
+    """POST (or PUT...) each message to a URL; durable on a 2xx answer."""
+
+    url: str
+    method: str = "POST"
+    headers: dict[str, str] = attrs.field(factory=dict)
+    signature: Scheme = "none"
+    secret: str | list[str] | None = attrs.field(default=None, metadata=_SECRET, repr=False)
+    bearer_token: str | None = attrs.field(default=None, metadata=_SECRET, repr=False)
+    concurrency: int = attrs.field(default=8, validator=ge(1))
+    timeout: float = attrs.field(default=10.0, validator=gt(0.0))
+    cafile: str | None = None
+    insecure: bool = False
+    http2: bool = False
+    max_retry_after: float = attrs.field(default=60.0, validator=ge(0.0))
+
+
+class HttpTransient(Exception):
+    """A request failed in a way worth retrying (5xx, 408, 429, a connection error)."""
+
+
+def _parse(key: str, text: str) -> Template:
+    try:
+        return Template.parse(text)
+    except TemplateError as exc:
+        raise InvalidSetting(key, str(exc)) from None
+
+
+class HttpSink:
+    """Messages as HTTP requests, durable once answered 2xx."""
+
+    def __init__(self, config: HttpSinkConfig, context: Context) -> None:
+        self.config = config
+        self._url = _parse("url", config.url)
+        if self._url.constant:
+            _check_url(config.url, "url")
+        elif not config.url.lower().startswith(("http://", "https://")):
+            raise InvalidSetting("url", "must start with http:// or https://")
+        self._method = _parse("method", config.method)
+        self._headers: list[tuple[str, Template]] = []
+        for name, value in config.headers.items():
+            if name.lower() in _RESERVED or not name.isascii() or not name.strip():
+                raise InvalidSetting(f"headers.{name}", "this header cannot be set here")
+            self._headers.append((name, _parse(f"headers.{name}", value)))
+        self._keys = signing_keys(config.signature, config.secret)
+        if config.bearer_token is not None and not config.bearer_token:
+            raise InvalidSetting("bearer_token", "is empty")
+        self._cafile = context.path(config.cafile) if config.cafile else None
+        if self._cafile is not None and config.insecure:
+            raise InvalidSetting("insecure", "give cafile or insecure, not both")
+        if self._cafile is not None and not context.checking and not self._cafile.is_file():
+            raise InvalidSetting("cafile", f"{self._cafile} is not a file")
+        # Answers to messages of a batch that failed as a whole: id(message) ->
+        # (message, None if delivered else why rejected). The message is kept so
+        # that its id() is not reused while the entry lives.
+        self.answered: dict[int, tuple[Message, str | None]] = {}
+        self._not_before = 0.0
+
+    @classmethod
+    def build(cls, config: HttpSinkConfig, context: Context) -> HttpSink:
+        return cls(config, context)
+
+    def describe(self) -> str:
+        return f"http {self.config.method} {_redact(self.config.url)}"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_HttpWriter]:
+        config = self.config
+        verify: ssl.SSLContext | bool = True
+        if config.insecure:
+            verify = False
+        elif self._cafile is not None:
+            verify = ssl.create_default_context(cafile=str(self._cafile))
+        limits = httpx.Limits(
+            max_connections=config.concurrency, max_keepalive_connections=config.concurrency
+        )
+        async with httpx.AsyncClient(
+            verify=verify,
+            http2=config.http2,
+            limits=limits,
+            timeout=config.timeout,
+            trust_env=False,
+            follow_redirects=False,
+        ) as client:
+            yield _HttpWriter(self, client)
+
+    def request(self, client: httpx.AsyncClient, message: Message) -> httpx.Request:
+        """The request for ``message``.
+
+        Raises:
+          TemplateError, ValueError: it cannot be built (a bad URL or header).
+        """
+        url = self._url.render(message)
+        if not self._url.constant:
+            _check_url(url, "url")
+        headers = {"content-type": message.headers.get("content-type", "application/octet-stream")}
+        for name, template in self._headers:
+            headers[name] = _header_value(template.render(message))
+        msg_id = message.id or uuid.uuid4().hex
+        headers["webhook-id"] = msg_id
+        if self._keys:
+            signed = sign_headers(
+                self.config.signature, self._keys, msg_id, int(time.time()), message.body
+            )
+            headers.update(signed)
+        if self.config.bearer_token is not None:
+            headers["authorization"] = f"Bearer {self.config.bearer_token}"
+        method = self._method.render(message).upper()
+        if not method.isalpha():
+            raise ValueError(f"not an HTTP method: {method[:20]!r}")
+        try:
+            return client.build_request(method, url, content=message.body, headers=headers)
+        except (httpx.InvalidURL, UnicodeEncodeError) as exc:
+            raise ValueError(f"cannot build the request: {exc}") from None
+
+    async def wait_retry_after(self) -> None:
+        """Wait until the last ``Retry-After`` answer allows the next request."""
+        await trio.sleep_until(self._not_before)
+
+    def defer(self, retry_after: str | None) -> None:
+        """Honour a ``Retry-After`` answer: no request before it (capped)."""
+        if not retry_after:
+            return
+        seconds: float | None = None
+        text = retry_after.strip()
+        if text.isdigit():
+            seconds = float(text)
+        else:
+            try:
+                when = email.utils.parsedate_to_datetime(text)
+            except (TypeError, ValueError):
+                return
+            seconds = when.timestamp() - time.time()
+        seconds = min(max(seconds, 0.0), self.config.max_retry_after)
+        self._not_before = max(self._not_before, trio.current_time() + seconds)
+
+
+def _check_url(url: str, key: str) -> None:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise InvalidSetting(key, f"not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidSetting(key, f"expected http(s)://HOST/..., got {_redact(url)!r}")
+
+
+def _header_value(value: str) -> str:
+    if any(c in value for c in "\r\n\0"):
+        raise ValueError("a header value has a line break or NUL")
+    return value
+
+
+def _redact(url: str) -> str:
+    """``url`` without user info and query (which may hold tokens)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return "<invalid URL>"
+    return str(parsed.copy_with(userinfo=b"", query=None, fragment=None))
+
+
+class _HttpWriter:
+    def __init__(self, sink: HttpSink, client: httpx.AsyncClient) -> None:
+        self._sink = sink
+        self._client = client
+        self._concurrency = sink.config.concurrency
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        sink = self._sink
+        await sink.wait_retry_after()
+        answered = sink.answered
+        results: list[str | BaseException | None] = [None] * len(batch)
+        todo = []
+        for index, message in enumerate(batch):
+            known = answered.get(id(message))
+            if known is not None and known[0] is message:
+                results[index] = known[1]
+            else:
+                todo.append(index)
+        if todo:
+            await self._send_all(batch, todo, results)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for index in todo:
+            result = results[index]
+            if not isinstance(result, BaseException):
+                answered[id(batch[index])] = (batch[index], result)
+        if failed:
+            raise HttpTransient(
+                f"{len(failed)} of {len(batch)} request(s) failed; the first: {failed[0]}"
+            ) from failed[0]
+        rejected = [i for i, r in enumerate(results) if isinstance(r, str)]
+        if rejected:
+            reason = results[rejected[0]]
+            assert isinstance(reason, str)
+            same = [i for i in rejected if results[i] == reason]
+            for i in same:  # once dead-lettered, forgotten
+                answered.pop(id(batch[i]), None)
+            raise MessageRejected(reason, same)
+        answered.clear()
+
+    async def _send_all(
+        self, batch: Sequence[Message], todo: list[int], results: list[str | BaseException | None]
+    ) -> None:
+        pending = iter(todo)
+
+        async def worker() -> None:
+            for index in pending:
+                results[index] = await self._send_one(batch[index])
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(self._concurrency, len(todo))):
+                nursery.start_soon(worker)
+
+    async def _send_one(self, message: Message) -> str | BaseException | None:
+        """None: delivered; a string: rejected (why); an exception: transient."""
+        sink = self._sink
+        try:
+            request = sink.request(self._client, message)
+        except (TemplateError, ValueError) as exc:
+            return str(exc)
+        where = f"{request.method} {_redact(str(request.url))}"
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            return HttpTransient(f"{where}: {type(exc).__name__}: {exc or 'no detail'}")
+        try:
+            status = response.status_code
+            if 200 <= status < 300:
+                await _read_some(response, DRAIN_BYTES)
+                return None
+            text = await _read_some(response, ERROR_BODY_BYTES)
+            snippet = text[:ERROR_BODY_BYTES].decode("utf-8", "replace")
+            summary = f"{where}: HTTP {status} {response.reason_phrase}: {snippet!r}"
+            if status in TRANSIENT or status >= 500:
+                sink.defer(response.headers.get("retry-after"))
+                return HttpTransient(summary)
+            return summary
+        except httpx.TransportError as exc:
+            return HttpTransient(f"{where}: {type(exc).__name__}: {exc or 'no detail'}")
+        finally:
+            await response.aclose()
+
+
+async def _read_some(response: httpx.Response, limit: int) -> bytes:
+    """Up to about ``limit`` bytes of the body; a longer body is left (its connection closed)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_raw():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)
+
+
+__all__ = ["HttpSink", "HttpSinkConfig", "HttpTransient"]

@@ -1,0 +1,350 @@
+"""The ``http`` source: inbound webhooks, answered 2xx only once the sink holds them.
+
+Each accepted request to ``path`` is one message: the body unchanged, the
+headers ``content-type``, ``http-method``, ``http-path``, ``http-query`` and
+``http-<name>`` for each name in ``keep_headers``; its id is the sender's
+``webhook-id`` (``id_header``), so a sender's retries carry the same id,
+else a fresh one.
+
+A push source fits the pull contract this way: the request handler (a task
+of the shared server) checks the request, builds an envelope whose ack and
+nack only record the outcome, and hands it to :meth:`_HttpReceiver.receive`
+through an unbuffered channel; then it waits for the outcome. The engine
+acks the envelope once the sink holds the message durably (or the
+dead-letter sink does): then, and only then, the answer is ``status`` (204).
+A nack (a sink that keeps failing, a shutdown) answers 503 with
+``Retry-After``, and so does a request the route does not take within
+``accept_timeout`` (its window full): nothing was queued for those, and the
+sender tries again later. A 2xx therefore always means durable; a 5xx means
+the sender must retry (at worst a duplicate with the same id, never a loss).
+
+Checks run before anything is queued and before the body is read where
+they can: method (405), bearer token and signature headers (401),
+``Content-Length`` over ``max_body`` (413); then the body is read chunk by
+chunk (hypercorn's bounded queue stops reading the socket while we do not
+take chunks) and refused with 413 as soon as it passes ``max_body``; then
+the signature over the body (401).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import trio
+from attrs.validators import ge, gt, le
+
+from bridges import Context, Envelope, InvalidSetting, Message
+
+from .listener import ListenAddress, Receive, Scope, Send, listen, respond
+from .signatures import (
+    Scheme,
+    SignatureError,
+    check_timestamp,
+    secret_key,
+    verify_bearer,
+    verify_github,
+    verify_standard,
+)
+
+log = logging.getLogger("bridges.http")
+
+#: Longest sender id (``webhook-id``) taken as the message id; longer ones get a fresh id.
+MAX_ID_LENGTH: Final = 256
+_SECRET: Final = {"secret": True}
+
+
+@attrs.frozen
+class HttpSourceConfig:
+    """Receive webhooks over HTTP(S); answered 2xx once the sink holds them."""
+
+    listen: str
+    path: str
+    methods: list[str] = attrs.field(factory=lambda: ["POST"])
+    signature: Scheme | None = None
+    secret: str | list[str] | None = attrs.field(default=None, metadata=_SECRET, repr=False)
+    bearer_token: str | None = attrs.field(default=None, metadata=_SECRET, repr=False)
+    tolerance: float = attrs.field(default=300.0, validator=ge(0.0))
+    max_body: int = attrs.field(default=1024 * 1024, validator=ge(0))
+    keep_headers: list[str] = attrs.field(factory=list)
+    id_header: str = "webhook-id"
+    status: int = attrs.field(default=204, validator=[ge(200), le(299)])
+    accept_timeout: float = attrs.field(default=5.0, validator=gt(0.0))
+    retry_after: int = attrs.field(default=5, validator=ge(0))
+    certfile: str | None = None
+    keyfile: str | None = None
+
+
+def signing_keys(scheme: str, secret: str | list[str] | None) -> list[bytes]:
+    """The HMAC keys of ``secret`` (one, or a list for rotation) for ``scheme``.
+
+    Raises:
+      InvalidSetting: a secret missing, superfluous, empty or malformed.
+    """
+    secrets = [secret] if isinstance(secret, str) else list(secret or [])
+    if scheme == "none":
+        if secrets:
+            raise InvalidSetting(
+                "secret", 'a secret needs signature = "standard-webhooks" or "github"'
+            )
+        return []
+    if not secrets:
+        raise InvalidSetting("secret", f'missing: signature = "{scheme}" needs a secret')
+    keys = []
+    for index, text in enumerate(secrets):
+        try:
+            keys.append(secret_key(text) if scheme == "standard-webhooks" else text.encode())
+        except ValueError as exc:
+            where = "secret" if isinstance(secret, str) else f"secret[{index}]"
+            raise InvalidSetting(where, str(exc)) from None
+        if not keys[-1]:
+            raise InvalidSetting("secret", "is empty")
+    return keys
+
+
+class HttpSource:
+    """Webhooks to one path of a (shared) HTTP server, as a source."""
+
+    def __init__(self, config: HttpSourceConfig, context: Context) -> None:
+        try:
+            tls = (
+                (str(context.path(config.certfile)) if config.certfile else None),
+                (str(context.path(config.keyfile)) if config.keyfile else None),
+            )
+            self.address = ListenAddress.parse(config.listen, *tls)
+        except ValueError as exc:
+            key = "listen" if "certfile" not in str(exc) else "certfile"
+            raise InvalidSetting(key, str(exc)) from None
+        if not config.path.startswith("/") or "?" in config.path or "#" in config.path:
+            raise InvalidSetting(
+                "path", f"must start with '/' and have no query, got {config.path!r}"
+            )
+        methods = [method.upper() for method in config.methods]
+        if not methods or not all(method.isalpha() for method in methods):
+            raise InvalidSetting("methods", 'a list of HTTP methods such as ["POST"]')
+        scheme = config.signature
+        if scheme is None:
+            if config.bearer_token is None and not self.address.loopback:
+                raise InvalidSetting(
+                    "signature",
+                    f"{config.listen} is not loopback and there is no bearer_token: choose "
+                    '"standard-webhooks", "github", or "none" (anyone who can connect may post)',
+                )
+            scheme = "none"
+        if config.bearer_token is not None and not config.bearer_token:
+            raise InvalidSetting("bearer_token", "is empty")
+        self.config = config
+        self.scheme: Scheme = scheme
+        self.methods = frozenset(methods)
+        self._keys = signing_keys(scheme, config.secret)
+        self._bearer = None if config.bearer_token is None else config.bearer_token.encode()
+        self._keep = tuple(name.lower() for name in config.keep_headers)
+        self._context = context
+        #: The server it is mounted on, while open (its ``url`` has the real port).
+        self.listener: object | None = None
+
+    @classmethod
+    def build(cls, config: HttpSourceConfig, context: Context) -> HttpSource:
+        return cls(config, context)
+
+    def describe(self) -> str:
+        scheme = "https" if self.address.certfile else "http"
+        return f"http {scheme}://{self.address.bind}{self.config.path}"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_HttpReceiver]:
+        async with listen(self._context, self.address) as listener:
+            listener.retry_after = self.config.retry_after
+            receiver = _HttpReceiver(self)
+            try:
+                with listener.mount(self.config.path, receiver.handle):
+                    self.listener = listener
+                    yield receiver
+            finally:
+                self.listener = None
+                receiver.close()
+
+    def check(self, headers: Mapping[str, str], body: bytes | None) -> None:
+        """Authenticate a request: token and the signature's headers, then (with the body) it.
+
+        Raises:
+          SignatureError: why it is refused (safe to log).
+        """
+        if self._bearer is not None:
+            verify_bearer(self._bearer, headers)
+        if self.scheme == "standard-webhooks":
+            if body is None:
+                check_timestamp(
+                    headers.get("webhook-timestamp", ""),
+                    now=time.time(),
+                    tolerance=self.config.tolerance,
+                )
+            else:
+                verify_standard(
+                    self._keys, headers, body, now=time.time(), tolerance=self.config.tolerance
+                )
+        elif self.scheme == "github":
+            if body is None:
+                if "x-hub-signature-256" not in headers:
+                    raise SignatureError("missing x-hub-signature-256")
+            else:
+                verify_github(self._keys, headers, body)
+
+    def message(self, scope: Scope, headers: Mapping[str, str], body: bytes) -> Message:
+        """The message for an accepted request."""
+        out = {
+            "content-type": headers.get("content-type", "application/octet-stream"),
+            "http-method": scope["method"],
+            "http-path": scope["path"],
+            "http-query": scope["query_string"].decode("latin-1"),
+        }
+        for name in self._keep:
+            value = headers.get(name)
+            if value is not None:
+                out[f"http-{name}"] = value
+        given = headers.get(self.config.id_header.lower(), "")
+        if given and len(given) <= MAX_ID_LENGTH and given.isprintable():
+            message_id = given
+        else:
+            message_id = uuid.uuid4().hex
+        return Message(body, out, message_id)
+
+
+class _Outcome:
+    """What became of one request's envelope; the handler waits on :attr:`done`."""
+
+    __slots__ = ("acked", "done")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.acked = False
+
+    async def ack(self) -> None:
+        self.acked = True
+        self.done.set()
+
+    async def nack(self, error: BaseException | None) -> None:
+        self.done.set()
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class _HttpReceiver:
+    def __init__(self, source: HttpSource) -> None:
+        self._source = source
+        self._config = source.config
+        self._send, self._receive = trio.open_memory_channel[Envelope](0)
+        self._pending: set[_Outcome] = set()
+        self._retry_after = [(b"retry-after", str(source.config.retry_after).encode())]
+        self._origin = f"http {source.config.path}"
+
+    async def receive(self) -> Envelope:
+        try:
+            return await self._receive.receive()
+        except trio.ClosedResourceError:
+            raise trio.EndOfChannel from None
+
+    def close(self) -> None:
+        """No more requests: waiting senders get 503, and so does anything unsettled."""
+        self._receive.close()
+        for outcome in self._pending:
+            outcome.done.set()
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app mounted on the path: check, queue, wait for the outcome, answer."""
+        status, body, extra = await self._process(scope, receive)
+        try:
+            await respond(send, status, body, extra)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the sender went away; it retries, and the id dedupes
+
+    async def _process(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        source = self._source
+        client = (scope.get("client") or ("?",))[0]
+        if scope["method"] not in source.methods:
+            allow = ", ".join(sorted(source.methods)).encode()
+            return 405, b"method not allowed\n", [(b"allow", allow)]
+        headers = _headers(scope)
+        try:
+            source.check(headers, None)
+        except SignatureError as exc:
+            log.warning("%s: 401 for %s: %s", self._origin, client, exc)
+            return 401, b"unauthorized\n", []
+        limit = self._config.max_body
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            log.warning(
+                "%s: 413 for %s: %s bytes > max_body %d", self._origin, client, length, limit
+            )
+            return 413, b"body too large\n", []
+        try:
+            body = await _read_body(receive, limit)
+        except _Disconnected:
+            return 400, b"", []
+        if body is None:
+            log.warning("%s: 413 for %s: body > max_body %d", self._origin, client, limit)
+            return 413, b"body too large\n", []
+        try:
+            source.check(headers, body)
+        except SignatureError as exc:
+            log.warning("%s: 401 for %s: %s", self._origin, client, exc)
+            return 401, b"unauthorized\n", []
+        if await self._queue(source.message(scope, headers, body)):
+            return self._config.status, b"", []
+        return 503, b"not stored; try again later\n", self._retry_after
+
+    async def _queue(self, message: Message) -> bool:
+        """Hand the message to the route and wait until it is settled; True once durable."""
+        outcome = _Outcome()
+        envelope = Envelope(message, ack=outcome.ack, nack=outcome.nack, origin=self._origin)
+        self._pending.add(outcome)
+        try:
+            with trio.move_on_after(self._config.accept_timeout) as waited:
+                await self._send.send(envelope)
+            if waited.cancelled_caught:
+                log.warning(
+                    "%s: 503: the route took nothing for %g s (accept_timeout)",
+                    self._origin,
+                    self._config.accept_timeout,
+                )
+                return False
+            await outcome.done.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False  # the route stopped before taking it: nothing was queued
+        finally:
+            self._pending.discard(outcome)
+        return outcome.acked
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """Request headers, names lower-case; the first of a repeated header wins."""
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return headers
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it is longer than ``limit`` (nothing more is read)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
