@@ -19,9 +19,9 @@ from ._errors import (
     RemoteProtocolError,
     StompError,
 )
-from ._heartbeat import format_heartbeat, negotiate, parse_heartbeat
 from ._outbox import Outbox
 from .frame import HEARTBEAT, VERSIONS, Frame, FrameParser, encode
+from .frame._heartbeat import format_heartbeat, negotiate, parse_heartbeat
 
 RECEIVE_SIZE: Final = 64 * 1024
 #: How long a failed write waits for the reader to find out why (see _write_loop).

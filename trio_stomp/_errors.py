@@ -3,43 +3,17 @@
 Every exception the library raises on purpose derives from :class:`StompError`,
 so ``except trio_stomp.StompError`` catches exactly what the library means.
 
-Protocol errors are split the way h11 splits them: a :class:`LocalProtocolError`
-means *we* were asked to produce something invalid (the caller's bug, nothing
-was sent); a :class:`RemoteProtocolError` means the *peer* sent something
-invalid (the connection cannot be trusted any more).
+The protocol errors (:class:`ProtocolError`, :class:`LocalProtocolError`,
+:class:`RemoteProtocolError`) and the base class are defined with the codec in
+:mod:`trio_stomp.frame` and imported here; the rest concern a connection.
 """
 
 from __future__ import annotations
 
-
-class StompError(Exception):
-    """Base class of every error raised by trio_stomp."""
-
-
-class ProtocolError(StompError):
-    """A frame or a byte stream broke the STOMP protocol."""
-
-
-class LocalProtocolError(ProtocolError):
-    """We were asked to produce something the protocol cannot carry.
-
-    Raised before any byte is produced: the frame was not encoded or sent.
-    """
-
-
-class RemoteProtocolError(ProtocolError):
-    """The peer sent bytes that are not valid STOMP.
-
-    The only exception that :meth:`trio_stomp.FrameParser.feed` ever raises,
-    whatever bytes arrive. The parser is unusable afterwards.
-
-    Attributes:
-      events: from ``feed``, the frames and heart-beats (``Frame`` and
-        ``Heartbeat``) completed in the same call before the bad bytes, in
-        order; empty otherwise.
-    """
-
-    events: tuple[object, ...] = ()
+from .frame._errors import LocalProtocolError as LocalProtocolError
+from .frame._errors import ProtocolError as ProtocolError
+from .frame._errors import RemoteProtocolError as RemoteProtocolError
+from .frame._errors import StompError as StompError
 
 
 class ConnectFailed(StompError):

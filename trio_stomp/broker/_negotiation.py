@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from .._heartbeat import negotiate
 from ..frame import VERSIONS, Version
+from ..frame._heartbeat import negotiate
 
 #: Ours, newest first: the order in which a version is preferred.
 SUPPORTED: tuple[Version, ...] = tuple(reversed(VERSIONS))

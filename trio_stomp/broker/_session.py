@@ -16,9 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
-from .._errors import LocalProtocolError, RemoteProtocolError
-from .._heartbeat import parse_heartbeat
-from ..frame import HEARTBEAT, Frame, FrameParser, Version, encode
+from ..frame import (
+    HEARTBEAT,
+    Frame,
+    FrameParser,
+    LocalProtocolError,
+    RemoteProtocolError,
+    Version,
+    encode,
+)
+from ..frame._heartbeat import parse_heartbeat
 from ._config import Limits
 from ._destinations import ACK_MODES, AckMode, Message, Pending, Router, Subscription
 from ._negotiation import (

@@ -4,6 +4,10 @@ Nothing in this package does I/O or reads a clock.
 """
 
 from ._encoder import encode as encode
+from ._errors import LocalProtocolError as LocalProtocolError
+from ._errors import ProtocolError as ProtocolError
+from ._errors import RemoteProtocolError as RemoteProtocolError
+from ._errors import StompError as StompError
 from ._frame import HEARTBEAT as HEARTBEAT
 from ._frame import VERSIONS as VERSIONS
 from ._frame import Frame as Frame

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._errors import LocalProtocolError
+from ._errors import LocalProtocolError
 from ._escaping import escape
 from ._frame import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame, check_version
 

@@ -7,7 +7,7 @@ since they travel before the version is agreed.
 
 from __future__ import annotations
 
-from .._errors import RemoteProtocolError
+from ._errors import RemoteProtocolError
 
 
 def escape(text: str, version: str) -> str:

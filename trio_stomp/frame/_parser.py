@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from .._errors import RemoteProtocolError
+from ._errors import RemoteProtocolError
 from ._escaping import unescape
 from ._frame import (
     BODY_COMMANDS,

@@ -6,8 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_stomp._errors import RemoteProtocolError
-from trio_stomp._heartbeat import parse_heartbeat
 from trio_stomp.broker import Limits, UsersFileError, parse_users
 from trio_stomp.broker._destinations import Router
 from trio_stomp.broker._negotiation import (
@@ -16,7 +14,8 @@ from trio_stomp.broker._negotiation import (
     negotiate_heartbeats,
 )
 from trio_stomp.broker._session import Session
-from trio_stomp.frame import Frame, FrameParser, HeadersLike, encode
+from trio_stomp.frame import Frame, FrameParser, HeadersLike, RemoteProtocolError, encode
+from trio_stomp.frame._heartbeat import parse_heartbeat
 
 
 class Peer:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_stomp._cli import main
+from trio_stomp.cli import main
 from trio_stomp.broker import Broker
 from trio_stomp.frame import Frame, FrameParser, encode
 
 
 def _command() -> list[str]:
     script = Path(sys.executable).with_name("trio-stomp")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "trio_stomp._cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trio_stomp.cli"]
 
 
 async def _connect_and_disconnect(port: int, **headers: str) -> list[Frame]:

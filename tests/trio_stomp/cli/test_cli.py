@@ -23,7 +23,7 @@ import trio
 import trustme
 
 import trio_stomp
-from trio_stomp._cli import main
+from trio_stomp.cli import main
 from trio_stomp.broker import Broker, open_broker
 
 from conftest import REAL_BROKERS, require_real_broker
@@ -31,7 +31,7 @@ from conftest import REAL_BROKERS, require_real_broker
 
 def _command() -> list[str]:
     script = Path(sys.executable).with_name("trio-stomp")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "trio_stomp._cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trio_stomp.cli"]
 
 
 def _env() -> dict[str, str]:

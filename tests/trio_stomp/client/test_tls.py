@@ -18,7 +18,7 @@ import trio.lowlevel
 import trustme
 
 import trio_stomp
-from trio_stomp._cli import main
+from trio_stomp.cli import main
 from trio_stomp.broker import Broker, Limits, open_broker
 
 from conftest import all_tasks
@@ -228,7 +228,7 @@ async def test_broker_option_errors(ca: trustme.CA) -> None:
 
 def _command() -> list[str]:
     script = Path(sys.executable).with_name("trio-stomp")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "trio_stomp._cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trio_stomp.cli"]
 
 
 def _write_cert(ca: trustme.CA, directory: Path) -> tuple[Path, Path]:

@@ -1,8 +1,8 @@
 """The ``trio-stomp`` command line: one subcommand per tool.
 
 ``trio-stomp send``, ``listen`` and ``bench`` are clients for any broker
-(:mod:`trio_stomp._cli_send`, :mod:`._cli_listen`, :mod:`._cli_bench`; what they
-share is in :mod:`._cli_common`). ``trio-stomp broker`` runs the embedded
+(:mod:`._send`, :mod:`._listen`, :mod:`._bench`; what they share is in
+:mod:`._common`). ``trio-stomp broker`` runs the embedded
 broker until SIGINT or SIGTERM.
 
 Adding a subcommand: write ``_add_NAME(subcommands)`` that adds a parser and
@@ -18,28 +18,17 @@ import argparse
 import logging
 import signal
 import ssl
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
 
-from ._cli_bench import add_bench
-from ._cli_common import EXIT_STATUS_HELP, URL_ENV
-from ._cli_listen import add_listen
-from ._cli_send import add_send
-
-PROG = "trio-stomp"
+from ._bench import add_bench
+from ._common import EXIT_FAILED, EXIT_STATUS_HELP, PROG, URL_ENV, UsageError, say
+from ._listen import add_listen
+from ._send import add_send
 
 Subparsers = Any  # argparse's _SubParsersAction is private
-
-
-class _Fail(Exception):
-    """An expected failure: its message is printed and the status returned."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 # -- broker ----------------------------------------------------------------------
@@ -114,14 +103,14 @@ def _add_broker(subcommands: Subparsers) -> None:
 
 
 def _run_broker(args: argparse.Namespace) -> int:
-    from .broker import UsersFileError, load_users
+    from ..broker import UsersFileError, load_users
 
     users = None
     if args.users is not None:
         try:
             users = load_users(args.users)
         except UsersFileError as exc:
-            raise _Fail(str(exc), status=2) from None
+            raise UsageError(str(exc)) from None
     host, port = args.listen
     options: dict[str, Any] = {
         "tls_port": args.tls_listen,
@@ -130,12 +119,12 @@ def _run_broker(args: argparse.Namespace) -> int:
         "ssl_context": _broker_ssl_context(args),
     }
     if args.ws_listen is not None or args.wss_listen is not None:
-        from ._transport import load_websocket
+        from .._transport import load_websocket
 
         try:
             load_websocket()
         except ImportError as exc:
-            raise _Fail(str(exc), status=2) from None
+            raise UsageError(str(exc)) from None
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -143,7 +132,7 @@ def _run_broker(args: argparse.Namespace) -> int:
     try:
         trio.run(_serve_until_signal, host, port, users, options)
     except OSError as exc:
-        raise _Fail(str(exc.strerror or exc)) from None
+        raise UsageError(str(exc.strerror or exc), status=EXIT_FAILED) from None
     return 0
 
 
@@ -156,39 +145,35 @@ def _broker_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     ]
     if not tls:
         if args.cert is not None or args.key is not None:
-            raise _Fail("--cert and --key need --tls-listen or --wss-listen", status=2)
+            raise UsageError("--cert and --key need --tls-listen or --wss-listen")
         return None
     if args.cert is None:
-        raise _Fail(f"{tls[0]} needs --cert (and --key, unless the key is in that file)", status=2)
+        raise UsageError(f"{tls[0]} needs --cert (and --key, unless the key is in that file)")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(args.cert, args.key)
     except OSError as exc:  # ssl.SSLError is an OSError too
-        raise _Fail(f"cannot load --cert/--key: {exc.strerror or exc}", status=2) from None
+        raise UsageError(f"cannot load --cert/--key: {exc.strerror or exc}") from None
     return context
 
 
 async def _serve_until_signal(
     host: str, port: int, users: Mapping[str, str] | None, options: Mapping[str, Any]
 ) -> None:
-    from .broker import open_broker
+    from ..broker import open_broker
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_broker(host, port, users=users, **options) as broker:
-            _say(f"broker listening on {', '.join(broker.urls)}")
+            say(f"broker listening on {', '.join(broker.urls)}")
             async for signum in signals:
-                _say(f"broker stopping ({signal.Signals(signum).name})")
+                say(f"broker stopping ({signal.Signals(signum).name})")
                 break
-    _say("broker stopped")
+    say("broker stopped")
 
 
 # -- plumbing ----------------------------------------------------------------------
 
 _SUBCOMMANDS: list[Callable[[Subparsers], None]] = [add_send, add_listen, add_bench, _add_broker]
-
-
-def _say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,12 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
-    except _Fail as exc:
-        _say(f"{args.command}: error: {exc}")
+    except UsageError as exc:
+        say(f"{args.command}: error: {exc}")
         return exc.status
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

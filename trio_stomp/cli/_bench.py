@@ -11,10 +11,10 @@ from typing import Any, Final, TextIO
 import attrs
 import trio
 
-from . import _cli_common as common
-from ._connect import connect
-from ._errors import ConnectionLost
-from ._url import Endpoint
+from .._connect import connect
+from .._errors import ConnectionLost
+from .._url import Endpoint
+from . import _common as common
 
 #: On RabbitMQ a /queue/ outlives its consumers unless declared auto-delete.
 #: SEND and SUBSCRIBE must declare it alike or the broker refuses. (Not

@@ -13,12 +13,7 @@
 - :class:`Output`: stdout written line by line from a worker thread, so a
   slow reader of the pipe stalls the command but not the connection (its
   heart-beats and acks go on), and a closed pipe (``| head``) ends the
-  command quietly.
-
-These commands return their own status instead of raising ``_cli._Fail``:
-under ``python -m trio_stomp._cli`` the module ``_cli`` is loaded twice
-(``__main__`` and ``trio_stomp._cli``), so its exception class would not be
-the one ``main`` catches.
+  command quietly.- :class:`UsageError`: the one expected-failure type of every subcommand.
 """
 
 from __future__ import annotations
@@ -34,16 +29,16 @@ from urllib.parse import quote
 
 import trio
 
-from ._errors import (
+from .._errors import (
     ConnectFailed,
     ConnectionLost,
     LocalProtocolError,
     ServerError,
     StompError,
 )
-from ._transport import WEBSOCKET_EXTRA_HINT
-from ._url import Endpoint
-from .frame import Frame
+from .._transport import WEBSOCKET_EXTRA_HINT
+from .._url import Endpoint
+from ..frame import Frame
 
 PROG: Final = "trio-stomp"
 URL_ENV: Final = "STOMP_URL"
@@ -72,7 +67,12 @@ header or file), 130 interrupted (Ctrl-C)."""
 
 
 class UsageError(Exception):
-    """Bad input found after argument parsing: one line, exit status 2."""
+    """An expected failure found after argument parsing (a bad URL, header or file; a port
+    in use): one line on stderr and ``status`` (:data:`EXIT_USAGE` unless given)."""
+
+    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class StdoutClosed(Exception):
@@ -251,7 +251,9 @@ def _silence(fd: int) -> None:
 
 def describe(exc: BaseException) -> tuple[str, int] | None:
     """The one-line message and exit status for an expected failure, else None."""
-    if isinstance(exc, UsageError | LocalProtocolError):
+    if isinstance(exc, UsageError):
+        return str(exc), exc.status
+    if isinstance(exc, LocalProtocolError):
         return str(exc), EXIT_USAGE
     if isinstance(exc, ServerError):
         return f"the broker sent ERROR: {_server_error(exc)}", EXIT_FAILED
@@ -375,6 +377,7 @@ def run(command: str, url: str, main: Callable[[], Awaitable[int]]) -> int:
                 nursery.start_soon(body)
         return status
 
+    status = EXIT_OK
     try:
         status = trio.run(supervise)
     except BaseException as exc:

@@ -9,11 +9,11 @@ from typing import Any, Final
 
 import trio
 
-from . import _cli_common as common
-from ._connect import connect
-from ._errors import SubscriptionOverflow
-from ._message import Message
-from ._subscription import WINDOW_HEADERS
+from .._connect import connect
+from .._errors import SubscriptionOverflow
+from .._message import Message
+from .._subscription import WINDOW_HEADERS
+from . import _common as common
 
 #: Headers the command sets itself; -H may not give them.
 _RESERVED: Final = {

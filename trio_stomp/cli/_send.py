@@ -10,8 +10,8 @@ from typing import Any, Final
 
 import trio
 
-from . import _cli_common as common
-from ._connect import connect
+from .._connect import connect
+from . import _common as common
 
 #: Headers the command sets itself; -H may not give them.
 _RESERVED: Final = {
