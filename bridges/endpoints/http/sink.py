@@ -214,6 +214,17 @@ def _check_url(url: str, key: str) -> None:
         raise InvalidSetting(key, f"expected http(s)://HOST/..., got {_redact(url)!r}")
 
 
+def _describe(exc: BaseException) -> str:
+    """An httpx error in one line; its own text is often empty (the cause says why)."""
+    cause: BaseException | None = exc
+    for _ in range(6):  # httpx -> httpcore -> trio -> ssl: the last one knows
+        if cause is None or str(cause):
+            break
+        cause = cause.__cause__ or cause.__context__
+    text = str(cause) if cause is not None and str(cause) else "no detail"
+    return f"{type(exc).__name__}: {text}"
+
+
 def _header_value(value: str) -> str:
     if any(c in value for c in "\r\n\0"):
         raise ValueError("a header value has a line break or NUL")
@@ -292,7 +303,7 @@ class _HttpWriter:
         try:
             response = await self._client.send(request, stream=True)
         except httpx.TransportError as exc:
-            return HttpTransient(f"{where}: {type(exc).__name__}: {exc or 'no detail'}")
+            return HttpTransient(f"{where}: {_describe(exc)}")
         try:
             status = response.status_code
             if 200 <= status < 300:
@@ -300,13 +311,14 @@ class _HttpWriter:
                 return None
             text = await _read_some(response, ERROR_BODY_BYTES)
             snippet = text[:ERROR_BODY_BYTES].decode("utf-8", "replace")
-            summary = f"{where}: HTTP {status} {response.reason_phrase}: {snippet!r}"
+            reason = f" {response.reason_phrase}" if response.reason_phrase else ""
+            summary = f"{where}: HTTP {status}{reason}: {snippet!r}"
             if status in TRANSIENT or status >= 500:
                 sink.defer(response.headers.get("retry-after"))
                 return HttpTransient(summary)
             return summary
         except httpx.TransportError as exc:
-            return HttpTransient(f"{where}: {type(exc).__name__}: {exc or 'no detail'}")
+            return HttpTransient(f"{where}: {_describe(exc)}")
         finally:
             await response.aclose()
 
