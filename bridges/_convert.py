@@ -214,6 +214,8 @@ def _convert_union(tp: Any, args: tuple[Any, ...], value: object, where: Where) 
 def _accepts_shape(tp: Any, value: object) -> bool:
     """True when ``value`` has the shape of ``tp`` (so its inner problems are the ones to show)."""
     origin = get_origin(tp)
+    if tp is str:  # a string whose ${VAR} is unset: say that, not "expected a string"
+        return isinstance(value, str)
     if origin in (list, tuple, Sequence):
         return isinstance(value, list)
     if origin in (dict, Mapping) or attrs.has(tp):
