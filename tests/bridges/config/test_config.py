@@ -359,6 +359,7 @@ def test_every_example_config_passes_check(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RABBITMQ_PASSCODE", "guest")
     monkeypatch.setenv("STOMP_PASSCODE", "guest")
+    monkeypatch.setenv("ORDERS_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
     examples = sorted(EXAMPLES.glob("*.toml"))
     assert examples
     for example in examples:
