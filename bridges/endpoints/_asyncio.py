@@ -57,7 +57,7 @@ P = ParamSpec("P")
 #: The key of the process's asyncio loop in :class:`bridges.Shared`.
 LOOP_KEY: Final = "asyncio-loop"
 
-__all__ = ["LOOP_KEY", "AsyncioLoop", "AsyncioSender", "asyncio_loop"]
+__all__ = ["LOOP_KEY", "AsyncioLoop", "AsyncioSender", "Batcher", "asyncio_loop"]
 
 
 @asynccontextmanager
@@ -211,3 +211,53 @@ class AsyncioSender(Generic[T]):
     def close(self) -> None:
         """No more items: the Trio receiver gets :class:`trio.EndOfChannel` after the buffer."""
         self._send.close()
+
+
+class Batcher(Generic[T]):
+    """Items put from Trio (acks, say), handed to an asyncio coroutine in batches.
+
+    The engine settles envelopes one by one; a crossing into asyncio per ack
+    would cost an asyncio task each. :meth:`put` only records the item (it
+    never waits, so an envelope's ``ack()`` cannot be cancelled half-way);
+    :meth:`run`, a task of the endpoint's nursery, hands everything recorded
+    since its last turn to ``send`` in one asyncio call. Flushes never overlap
+    (a lock), so ``send`` sees items in the order they were put.
+
+    An error of ``send`` ends :meth:`run` with that error: the endpoint fails
+    and its route restarts, so the server redelivers what was not settled.
+    """
+
+    __slots__ = ("_aio", "_items", "_lock", "_send", "_wake")
+
+    def __init__(
+        self, aio: AsyncioLoop, send: Callable[[list[T]], Coroutine[Any, Any, None]]
+    ) -> None:
+        self._aio = aio
+        self._send = send
+        self._items: list[T] = []
+        self._wake = trio.Event()
+        self._lock = trio.Lock()
+
+    @property
+    def pending(self) -> int:
+        """Items put and not yet handed to ``send``."""
+        return len(self._items)
+
+    def put(self, item: T) -> None:
+        """Record ``item``; the next turn of :meth:`run` sends it."""
+        self._items.append(item)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Send batches as items come, until cancelled."""
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Send everything recorded so far (after any flush already under way)."""
+        async with self._lock:
+            items, self._items = self._items, []
+            if items:
+                await self._aio.run(self._send, items)

@@ -1,0 +1,114 @@
+"""AMQP 0-9-1 message properties <-> bridge message headers (the table in bridges/README.md).
+
+A property becomes a header of the same meaning (``content-type``,
+``correlation-id``...), the headers table becomes headers one for one, and
+where the message came from (exchange, routing key, redelivered) becomes
+``amqp-*`` headers a transform or a routing template can use. The sink maps
+them back, so amqp -> amqp keeps every property it knows; delivery headers
+(``amqp-exchange``, ``amqp-routing-key``, ``amqp-redelivered``) describe one
+delivery and are not copied onward.
+
+The stable id travels twice: as the AMQP ``message-id`` property and as the
+``bridge-id`` entry of the headers table. The second one survives RabbitMQ's
+STOMP plugin (which hands table entries to STOMP consumers as headers, as a
+``stomp`` source expects), the first one is what AMQP tools show.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+
+import aio_pika
+
+from bridges import Message
+
+from ._connection import ID_HEADER
+
+#: property attribute -> header name (both directions).
+PROPERTIES: Final = (
+    ("content_type", "content-type"),
+    ("content_encoding", "content-encoding"),
+    ("correlation_id", "correlation-id"),
+    ("reply_to", "reply-to"),
+    ("type", "amqp-type"),
+    ("app_id", "amqp-app-id"),
+)
+#: Headers about one delivery: set by the source, never sent on.
+DELIVERY: Final = ("amqp-exchange", "amqp-routing-key", "amqp-redelivered")
+PRIORITY: Final = "amqp-priority"
+#: Headers the sink never copies into the headers table.
+NOT_IN_TABLE: Final = frozenset(
+    [name for _, name in PROPERTIES] + [*DELIVERY, PRIORITY, ID_HEADER, "message-id"]
+)
+#: AMQP short strings (table keys, routing keys) are at most this many bytes.
+SHORTSTR: Final = 255
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def to_headers(incoming: aio_pika.abc.AbstractIncomingMessage) -> tuple[dict[str, str], str]:
+    """The headers and the stable id of a delivered message."""
+    headers: dict[str, str] = {}
+    for name, value in (incoming.headers or {}).items():
+        if value is not None:
+            headers[name] = _text(value)
+    for attribute, name in PROPERTIES:
+        value = getattr(incoming, attribute)
+        if value:
+            headers[name] = str(value)
+    if incoming.priority:
+        headers[PRIORITY] = str(incoming.priority)
+    headers["amqp-exchange"] = incoming.exchange or ""
+    headers["amqp-routing-key"] = incoming.routing_key or ""
+    if incoming.redelivered:
+        headers["amqp-redelivered"] = "true"
+    stable = headers.pop(ID_HEADER, "") or incoming.message_id or ""
+    if not stable:
+        # Nothing upstream named it: the content is what stays the same when it
+        # is delivered again.
+        digest = hashlib.sha256(incoming.body)
+        digest.update(repr(sorted(headers.items())).encode())
+        stable = "sha256:" + digest.hexdigest()[:32]
+    return headers, stable
+
+
+def to_amqp(message: Message, *, persistent: bool) -> aio_pika.Message:
+    """An aio-pika message for ``message``.
+
+    Raises:
+      ValueError: a header AMQP cannot carry (a table key over 255 bytes, a
+        priority that is not 0..255).
+    """
+    headers = message.headers
+    table: dict[str, Any] = {}
+    for name, value in headers.items():
+        if name in NOT_IN_TABLE:
+            continue
+        if not name or len(name.encode()) > SHORTSTR:
+            raise ValueError(f"header {name[:40]!r}... is not a valid AMQP table key (1-255 bytes)")
+        table[name] = value
+    if message.id:
+        table[ID_HEADER] = message.id
+    properties: dict[str, Any] = {
+        attribute: headers[name] for attribute, name in PROPERTIES if headers.get(name)
+    }
+    priority = headers.get(PRIORITY)
+    if priority:
+        if not (priority.isdigit() and int(priority) <= 255):
+            raise ValueError(f"header {PRIORITY} must be 0..255, got {priority[:20]!r}")
+        properties["priority"] = int(priority)
+    mode = aio_pika.DeliveryMode.PERSISTENT if persistent else aio_pika.DeliveryMode.NOT_PERSISTENT
+    return aio_pika.Message(
+        message.body,
+        headers=table,
+        message_id=message.id or None,
+        delivery_mode=mode,
+        **properties,
+    )

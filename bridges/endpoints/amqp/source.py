@@ -1,0 +1,176 @@
+"""The ``amqp`` source: one queue, manual acks, ``basic.qos`` = the route's window.
+
+Each delivery is one envelope. The broker sends at most ``prefetch``
+unacked deliveries (``basic.qos``), which is the route's in-flight window by
+default: the backpressure, and the bound on duplicates after a crash. An
+ack marks the delivery tag settled; a background task sends what was settled
+since its last turn, as ONE ``basic.ack(multiple=true)`` for the longest run
+of settled tags from the oldest open one, and single acks only for tags
+settled out of order. A nack (with an error, or a release at shutdown) is
+``basic.nack(requeue=true)``: the broker delivers it again, flagged
+``redelivered``. Closing the channel returns whatever is still unacked.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import aio_pika
+import aiormq
+import attrs
+import trio
+from attrs.validators import and_, ge, le, optional
+
+from bridges import Context, Envelope, InvalidSetting, Message
+
+from .._asyncio import AsyncioLoop, AsyncioSender, Batcher
+from ._connection import CLOSE_TIMEOUT, AmqpConnection, Connector
+from ._headers import SHORTSTR, to_headers
+
+#: AMQP's prefetch-count is a 16-bit field.
+MAX_PREFETCH: Final = 65535
+
+
+@attrs.frozen
+class AmqpSourceConfig(AmqpConnection):
+    """Consume an AMQP 0-9-1 queue (manual acks, basic.qos = the route's window)."""
+
+    queue: str = ""
+    prefetch: int | None = attrs.field(
+        default=None, validator=optional(and_(ge(1), le(MAX_PREFETCH)))
+    )
+
+
+class AmqpSource:
+    """Envelopes from one AMQP queue."""
+
+    def __init__(self, config: AmqpSourceConfig, context: Context) -> None:
+        if not config.queue:
+            raise InvalidSetting("queue", "missing (required)")
+        if len(config.queue.encode()) > SHORTSTR:
+            raise InvalidSetting("queue", "longer than 255 bytes")
+        self._config = config
+        self._context = context
+        self._connector = Connector(config, context)
+        self._window = min(config.prefetch or context.in_flight, MAX_PREFETCH)
+
+    @classmethod
+    def build(cls, config: AmqpSourceConfig, context: Context) -> AmqpSource:
+        return cls(config, context)
+
+    def describe(self) -> str:
+        return f"amqp queue {self._config.queue} on {self._connector.where}"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_AmqpReceiver]:
+        connector = self._connector
+        name = self._config.queue
+        async with connector.connect(confirms=False) as (aio, channel):
+            try:
+                await aio.run(channel.set_qos, prefetch_count=self._window)
+                queue = await aio.run(channel.get_queue, name, ensure=True)
+                underlay = await aio.run(channel.get_underlay_channel)
+            except aiormq.exceptions.AMQPError as exc:
+                raise connector.error(f"queue {name!r}", exc) from None
+            # Room for the whole window, so a delivery never waits in its task.
+            sender: AsyncioSender[aio_pika.abc.AbstractIncomingMessage]
+            sender, deliveries = aio.channel(self._window + 1)
+            receiver = _AmqpReceiver(aio, underlay, deliveries, f"amqp {name}")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receiver.settler.run)
+                nursery.start_soon(receiver.watch, channel)
+                try:
+                    await aio.run(queue.consume, sender, no_ack=False)
+                except aiormq.exceptions.AMQPError as exc:
+                    raise connector.error(f"consuming from {name!r}", exc) from None
+                try:
+                    yield receiver
+                finally:
+                    # Settled acks reach the broker before the channel closes
+                    # (which would hand those messages out again).
+                    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                        try:
+                            await receiver.settler.flush()
+                        except Exception:  # the channel is gone: they come again
+                            pass
+                    nursery.cancel_scope.cancel()
+
+
+class _AmqpReceiver:
+    def __init__(
+        self,
+        aio: AsyncioLoop,
+        underlay: Any,
+        deliveries: trio.MemoryReceiveChannel[aio_pika.abc.AbstractIncomingMessage],
+        origin: str,
+    ) -> None:
+        self.aio = aio
+        self._deliveries = deliveries
+        self.origin = origin
+        self._underlay = underlay
+        #: Delivery tags handed out and not yet settled on the wire, oldest first.
+        self._open: collections.deque[int] = collections.deque()
+        #: Settled tags not yet sent: tag -> True (ack) or False (requeue).
+        self._settled: dict[int, bool] = {}
+        self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self._send)
+
+    async def receive(self) -> Envelope:
+        incoming = await self._deliveries.receive()
+        headers, stable = to_headers(incoming)
+        tag = incoming.delivery_tag
+        assert tag is not None  # (no_ack=False: every delivery has one)
+        self._open.append(tag)
+        return _AmqpEnvelope(Message(incoming.body, headers, stable), self, tag)
+
+    async def watch(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        """Fail the source when the broker closes the channel or the connection."""
+        closed = trio.Event()
+        # Called inside the asyncio loop, which runs in a Trio task: set() works there.
+        await self.aio.call(channel.close_callbacks.add, lambda *_: closed.set())
+        if not channel.is_closed:
+            await closed.wait()
+        raise ConnectionError(f"{self.origin}: the broker closed the channel")
+
+    async def _send(self, settled: list[tuple[int, bool]]) -> None:
+        """Runs in asyncio, one flush at a time: acks and requeues in as few frames as possible."""
+        self._settled.update(settled)
+        pending = self._settled
+        opened = self._open
+        underlay = self._underlay
+        run_end = 0
+        while opened and opened[0] in pending:
+            tag = opened.popleft()
+            if pending.pop(tag):
+                run_end = tag
+                continue
+            if run_end:
+                await underlay.basic_ack(run_end, multiple=True)
+                run_end = 0
+            await underlay.basic_nack(tag, requeue=True)
+        if run_end:
+            await underlay.basic_ack(run_end, multiple=True)
+        for tag, ok in list(pending.items()):  # settled out of order: one by one
+            opened.remove(tag)
+            del pending[tag]
+            if ok:
+                await underlay.basic_ack(tag)
+            else:
+                await underlay.basic_nack(tag, requeue=True)
+
+
+class _AmqpEnvelope(Envelope):
+    __slots__ = ("_receiver", "_tag")
+
+    def __init__(self, message: Message, receiver: _AmqpReceiver, tag: int) -> None:
+        super().__init__(message, ack=self._ack_now, nack=self._nack_now, origin=receiver.origin)
+        self._receiver = receiver
+        self._tag = tag
+
+    async def _ack_now(self) -> None:
+        self._receiver.settler.put((self._tag, True))
+
+    async def _nack_now(self, error: BaseException | None) -> None:
+        self._receiver.settler.put((self._tag, False))
