@@ -1,0 +1,112 @@
+"""Connection settings both ``mqtt`` endpoints share, and the URL they parse.
+
+``mqtt://HOST:PORT`` (1883 by default) or ``mqtts://HOST:PORT`` (8883, TLS
+verified against the system CAs or ``ca_file``); ``user:password@`` in the URL
+works, but ``username`` / ``password`` (or ``password_file``) keep the secret
+out of the URL, which appears in logs without it either way.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+import attrs
+from attrs.validators import ge, le
+
+from bridges import Context, InvalidSetting
+
+
+class MqttError(Exception):
+    """An MQTT endpoint failed; the message names the broker (never the password) and why."""
+
+
+@attrs.frozen
+class MqttConnection:
+    """Connection settings both ``mqtt`` endpoints share."""
+
+    url: str = "mqtt://127.0.0.1:1883"
+    username: str | None = None
+    password: str | None = attrs.field(default=None, metadata={"secret": True}, repr=False)
+    protocol: Literal[4, 5] = 5
+    client_id: str | None = None
+    keepalive: int = attrs.field(default=60, validator=[ge(5), le(65535)])
+    connect_timeout: float = attrs.field(default=10.0, validator=ge(0.1))
+    ca_file: str | None = None
+    qos: Literal[0, 1, 2] = 1
+    max_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=[ge(1), le(268_435_455)])
+
+
+@attrs.frozen
+class Broker:
+    """A parsed ``mqtt://`` / ``mqtts://`` URL plus the endpoint's credentials."""
+
+    host: str
+    port: int
+    tls: bool
+    username: str | None = None
+    password: str | None = attrs.field(default=None, repr=False)
+
+    @property
+    def where(self) -> str:
+        """The URL without credentials, for logs and errors."""
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+    @classmethod
+    def from_config(cls, config: MqttConnection) -> Broker:
+        """Parse ``config.url``; ``username``/``password`` settings win over the URL's.
+
+        Raises:
+          InvalidSetting: not an mqtt URL.
+        """
+        try:
+            parts = urlsplit(config.url)
+            tls = parts.scheme == "mqtts"
+            port = parts.port or (8883 if tls else 1883)
+        except ValueError as exc:
+            raise InvalidSetting("url", f"not a URL: {exc}") from None
+        if parts.scheme not in ("mqtt", "mqtts"):
+            raise InvalidSetting("url", "expected mqtt://HOST:PORT or mqtts://HOST:PORT")
+        if not parts.hostname:
+            raise InvalidSetting("url", "no host")
+        if parts.path.strip("/") or parts.query:
+            raise InvalidSetting("url", "an mqtt URL has no path or query")
+        username = config.username or (unquote(parts.username) if parts.username else None)
+        password = config.password or (unquote(parts.password) if parts.password else None)
+        if password is not None and username is None:
+            raise InvalidSetting("password", "a password needs a username")
+        return cls(parts.hostname, port, tls, username, password)
+
+    def ssl_context(self, config: MqttConnection, context: Context) -> ssl.SSLContext | None:
+        """A verifying TLS context for ``mqtts://`` (system CAs, or ``ca_file``)."""
+        if not self.tls:
+            return None
+        cafile = str(context.path(config.ca_file)) if config.ca_file else None
+        return ssl.create_default_context(cafile=cafile)
+
+
+def check_topic(topic: str, *, filter: bool) -> str | None:
+    """Why ``topic`` is not a valid topic name (or filter, when ``filter``), or None.
+
+    Names carry no wildcards; filters may, but ``#`` only as the last level
+    and each wildcard as a whole level. Neither may be empty, hold NUL, or be
+    longer than 65,535 bytes of UTF-8 (the MQTT string limit).
+    """
+    if not topic:
+        return "an empty topic"
+    if "\0" in topic:
+        return f"topic {topic!r} holds NUL"
+    if len(topic.encode("utf-8", "surrogatepass")) > 65535:
+        return "a topic longer than 65,535 bytes"
+    if not filter:
+        if "+" in topic or "#" in topic:
+            return f"topic {topic!r} holds a wildcard (+ or #); a topic name cannot"
+        return None
+    levels = topic.split("/")
+    for index, level in enumerate(levels):
+        if "#" in level and (level != "#" or index != len(levels) - 1):
+            return f"topic filter {topic!r}: '#' must be a whole last level"
+        if "+" in level and level != "+":
+            return f"topic filter {topic!r}: '+' must be a whole level"
+    return None

@@ -1,0 +1,205 @@
+"""The ``mqtt`` source: QoS 1 subscriptions in a persistent session, PUBACK only after the sink.
+
+The client connects with a fixed ``client_id`` and ``clean_start = false``
+(MQTT 5: with a session expiry; 3.1.1: ``clean session = 0``), so the broker
+keeps the session, and with it every QoS 1/2 message not yet acknowledged,
+while the bridge is away. paho runs with ``manual_ack=True``: a message's
+PUBACK (QoS 1) or PUBCOMP (QoS 2) is sent only when the route acks its
+envelope, that is once the sink holds it. A crash or a restart therefore
+leaves the unacknowledged messages with the broker, which sends them again
+when the session resumes (with DUP set): at least once.
+
+MQTT has no negative acknowledgement: a message is only sent again when the
+session resumes. A nack with an error therefore makes the next
+``receive`` fail, the route reconnects, and the broker redelivers.
+
+The broker's window is the route's ``in_flight``: MQTT 5 announces it as
+Receive Maximum; for 3.1.1 it is the broker's own setting (Mosquitto's
+``max_inflight_messages``). Messages read but not yet taken wait in an inbox
+of at most that size; when it is full the reader stops reading the socket.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import paho.mqtt.client as paho
+import trio
+from attrs.validators import ge
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from bridges import Context, Envelope, InvalidSetting, Message
+
+from ._connection import Broker, MqttConnection, MqttError, check_topic
+from ._driver import PahoDriver, open_paho
+
+log = logging.getLogger("bridges.mqtt")
+
+#: The MQTT 5 user property (and header) that carries a message's stable id.
+ID_PROPERTY: Final = "bridge-id"
+
+
+@attrs.frozen
+class MqttSourceConfig(MqttConnection):
+    """Subscribe to MQTT topics (persistent session, PUBACK after the sink)."""
+
+    topics: list[str] = attrs.field(factory=list)
+    clean_start: bool = False
+    session_expiry: int = attrs.field(default=7 * 24 * 3600, validator=ge(0))
+
+
+class MqttSource:
+    """Envelopes from MQTT subscriptions."""
+
+    def __init__(self, config: MqttSourceConfig, context: Context) -> None:
+        if not config.topics:
+            raise InvalidSetting("topics", "give at least one topic filter")
+        for index, topic in enumerate(config.topics):
+            problem = check_topic(topic, filter=True)
+            if problem is not None:
+                raise InvalidSetting(f"topics[{index}]", problem)
+        self._config = config
+        self._context = context
+        self._broker = Broker.from_config(config)
+        self._client_id = config.client_id or f"bridge-{context.route}"
+        if config.qos == 0 and context.role == "source":
+            log.warning(
+                "route %r: mqtt source with qos = 0 is AT MOST ONCE: the broker does not keep "
+                "or resend QoS 0 messages, so a crash or a disconnect loses them",
+                context.route,
+            )
+
+    @classmethod
+    def build(cls, config: MqttSourceConfig, context: Context) -> MqttSource:
+        """The registry's constructor (connects to nothing)."""
+        return cls(config, context)
+
+    def describe(self) -> str:
+        """``mqtt TOPICS (qos N) on URL``."""
+        topics = ", ".join(self._config.topics)
+        return f"mqtt {topics} (qos {self._config.qos}) on {self._broker.where}"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_MqttReceiver]:
+        """Connect (resuming the session), subscribe, and hand out what arrives."""
+        config = self._config
+        window = min(self._context.in_flight, 65535)
+        receiver = _MqttReceiver(self._broker.where, window, config.protocol == 5)
+        properties = None
+        if config.protocol == 5:
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho is untyped here
+            properties.SessionExpiryInterval = config.session_expiry
+            properties.ReceiveMaximum = window
+            properties.MaximumPacketSize = config.max_bytes
+        async with open_paho(
+            config,
+            self._broker,
+            self._client_id,
+            clean_start=config.clean_start,
+            ssl_context=self._broker.ssl_context(config, self._context),
+            properties=properties,
+            on_message=receiver.arrived,
+        ) as driver:
+            receiver.driver = driver
+            if config.protocol == 5:
+                # retainHandling 1: retained messages only for a new subscription, not
+                # again each time the session resumes.
+                options = [
+                    (topic, SubscribeOptions(qos=config.qos, retainHandling=1))
+                    for topic in config.topics
+                ]
+                await driver.subscribe(options)
+            else:
+                await driver.subscribe([(topic, config.qos) for topic in config.topics])
+            yield receiver
+
+
+class _MqttReceiver:
+    """Messages as paho's callback delivered them, handed out in order."""
+
+    def __init__(self, where: str, window: int, v5: bool) -> None:
+        self.driver: PahoDriver | None = None
+        self._where = where
+        self._window = window
+        self._v5 = v5
+        self._inbox: collections.deque[paho.MQTTMessage] = collections.deque()
+        self._more = trio.Event()
+        self._nacked = 0
+
+    def arrived(self, message: paho.MQTTMessage) -> None:
+        """paho's on_message (in the reader task): keep it; pause reading when full."""
+        self._inbox.append(message)
+        self._more.set()
+        if len(self._inbox) >= self._window and self.driver is not None:
+            self.driver.reading = trio.Event()
+
+    async def receive(self) -> Envelope:
+        """The next message; cancel-safe (nothing is taken until it is returned)."""
+        while not self._inbox:
+            self._check_nacks()
+            if self._more.is_set():
+                self._more = trio.Event()
+            await self._more.wait()
+        self._check_nacks()
+        message = self._inbox.popleft()
+        driver = self.driver
+        assert driver is not None
+        if not driver.reading.is_set():
+            driver.reading.set()
+        return Envelope(
+            self._convert(message),
+            ack=lambda: self._ack(driver, message.mid, message.qos),
+            nack=self._nack,
+            origin=f"mqtt {message.topic}",
+        )
+
+    def _check_nacks(self) -> None:
+        if self._nacked:
+            raise MqttError(
+                f"mqtt {self._where}: {self._nacked} message(s) nacked; reconnecting so that "
+                "the broker sends them again (MQTT has no nack)"
+            )
+
+    def _convert(self, message: paho.MQTTMessage) -> Message:
+        headers = {
+            "mqtt-topic": message.topic,
+            "mqtt-qos": str(message.qos),
+            "mqtt-retain": "true" if message.retain else "false",
+        }
+        message_id = ""
+        props = message.properties if self._v5 else None
+        if props is not None:
+            for name, value in getattr(props, "UserProperty", ()):
+                if name == ID_PROPERTY:
+                    message_id = message_id or value
+                else:
+                    headers.setdefault(name, value)
+            content_type = getattr(props, "ContentType", None)
+            if content_type:
+                headers.setdefault("content-type", content_type)
+        if not message_id:
+            # Stable across redeliveries (the packet id is not): topic and payload.
+            digest = hashlib.blake2b(message.topic.encode(), digest_size=16)
+            digest.update(b"\0")
+            digest.update(message.payload)
+            message_id = "mqtt-" + digest.hexdigest()
+        return Message(bytes(message.payload), headers, message_id)
+
+    async def _ack(self, driver: PahoDriver, mid: int, qos: int) -> None:
+        if qos:
+            driver.client.ack(mid, qos)
+            driver.kick()
+
+    async def _nack(self, error: BaseException | None) -> None:
+        if error is not None:
+            self._nacked += 1
+            self._more.set()
+        # A release: not acked, so the broker sends it again when the session resumes.

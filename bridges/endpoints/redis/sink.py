@@ -1,0 +1,188 @@
+"""The ``redis`` sink: each message one ``XADD`` entry, a batch pipelined in one round trip.
+
+A batch is sent as one pipeline (no MULTI): every ``XADD`` of the batch goes
+out in one write and the replies come back together. *Durable* means every
+XADD returned its entry id, which says as much as the server's persistence
+settings make it say:
+
+- ``appendonly yes`` + ``appendfsync always``: the entry is in the AOF and
+  fsynced before Redis replies: it survives a crash of Redis and of the
+  machine (the test config).
+- ``appendfsync everysec`` (Redis's default with AOF): written to the AOF
+  before the reply, fsynced within about a second: it survives Redis being
+  killed, but a power cut may lose the last second or two.
+- no AOF (RDB snapshots only, or none): the entry lives in memory until the
+  next snapshot; a Redis crash loses what came after it.
+
+For replicated setups ``wait_replicas = N`` ends the pipeline with
+``WAIT N timeout`` (on the same connection as the writes): the batch counts
+as written only once N replicas have it, else the write fails and is retried.
+
+Each entry holds the body in ``body_field``, the message's headers as
+fields, and its stable id in ``bridge-id`` (a ``redis`` source hands that id
+out again). A message that can never be written (no stream, a header that
+collides with the body field, over ``max_bytes``, a stream the server refuses
+with WRONGTYPE or NOPERM) is rejected to the dead-letter sink. When the server
+refuses some entries of a pipelined batch, the others were already added:
+the engine writes them again, so they appear twice with the same
+``bridge-id`` (the usual at-least-once duplicate).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import coredis
+import coredis.exceptions
+from attrs.validators import ge, optional
+from coredis.tokens import PureToken
+
+from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+
+from ._connection import (
+    DELIVERY_HEADERS,
+    ID_FIELD,
+    RedisConnection,
+    RedisEndpointError,
+    Server,
+    open_client,
+    tls_context,
+)
+
+#: Redis's own bound on one bulk string (proto-max-bulk-len's default): 512 MiB.
+DEFAULT_MAX_BYTES: Final = 512 * 1024 * 1024
+#: Stream names longer than this are refused here (Redis allows 512 MiB keys; nobody means that).
+MAX_STREAM_NAME: Final = 1024
+#: Server errors that writing the same entry again can never fix.
+_REFUSALS: Final = (coredis.exceptions.WrongTypeError, coredis.exceptions.AuthorizationError)
+
+
+@attrs.frozen
+class RedisSinkConfig(RedisConnection):
+    """Append to a Redis stream (XADD, pipelined per batch)."""
+
+    stream: str = ""
+    body_field: str = "body"
+    maxlen: int | None = attrs.field(default=None, validator=optional(ge(1)))
+    max_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=ge(1))
+    wait_replicas: int = attrs.field(default=0, validator=ge(0))
+    wait_timeout: float = attrs.field(default=1.0, validator=ge(0.001))
+
+
+class RedisSink:
+    """Batches appended to Redis streams, durable once every XADD returned its id."""
+
+    def __init__(self, config: RedisSinkConfig, context: Context) -> None:
+        if not config.stream:
+            raise InvalidSetting("stream", "missing (required)")
+        try:
+            self._stream = Template.parse(config.stream)
+        except TemplateError as exc:
+            raise InvalidSetting("stream", str(exc)) from None
+        if not config.body_field or config.body_field == ID_FIELD:
+            raise InvalidSetting("body_field", f"must be a name other than {ID_FIELD!r}")
+        self._config = config
+        self._context = context
+        self._server = Server.from_config(config)
+        self._body_field = config.body_field.encode()
+
+    @classmethod
+    def build(cls, config: RedisSinkConfig, context: Context) -> RedisSink:
+        """The registry's constructor (connects to nothing)."""
+        return cls(config, context)
+
+    def describe(self) -> str:
+        """``redis STREAM on URL``."""
+        return f"redis {self._config.stream} on {self._server.where}"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_RedisWriter]:
+        """Connect (PING answered); leaving the block disconnects."""
+        ssl_context = tls_context(self._config, self._server, self._context)
+        async with open_client(self._config, self._server, ssl_context) as client:
+            yield _RedisWriter(self, client)
+
+    def entry(self, message: Message) -> tuple[str, dict[bytes, bytes]]:
+        """The stream and the fields of ``message``'s entry.
+
+        Raises:
+          ValueError: it can never be written (why, in one line).
+        """
+        stream = message.destination or self._stream.render(message)
+        if not stream or len(stream) > MAX_STREAM_NAME:
+            raise ValueError(f"stream name of {len(stream)} characters (1 to {MAX_STREAM_NAME})")
+        if len(message.body) > self._config.max_bytes:
+            raise ValueError(
+                f"body of {len(message.body)} bytes is over max_bytes ({self._config.max_bytes})"
+            )
+        fields: dict[bytes, bytes] = {self._body_field: message.body}
+        for name, value in message.headers.items():
+            if name in DELIVERY_HEADERS or name == ID_FIELD:
+                continue
+            key = name.encode("utf-8", "surrogateescape")
+            if key == self._body_field or not key:
+                raise ValueError(f"header {name!r} would overwrite the body field")
+            fields[key] = value.encode("utf-8", "surrogateescape")
+        fields[ID_FIELD.encode()] = message.id.encode("utf-8", "surrogateescape")
+        return stream, fields
+
+
+class _RedisWriter:
+    def __init__(self, sink: RedisSink, client: coredis.Redis[bytes]) -> None:
+        config = sink._config  # noqa: SLF001 (the writer is part of its sink)
+        self._sink = sink
+        self._client = client
+        self._where = sink._server.where  # noqa: SLF001
+        self._trim: dict[str, Any] = {}
+        if config.maxlen is not None:
+            self._trim = {
+                "trim_strategy": PureToken.MAXLEN,
+                "threshold": config.maxlen,
+                "trim_operator": PureToken.APPROXIMATELY,
+            }
+        self._replicas = config.wait_replicas
+        self._wait_ms = max(1, int(config.wait_timeout * 1000))
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        entries = []
+        bad: list[int] = []
+        reasons: list[str] = []
+        for index, message in enumerate(batch):
+            try:
+                entries.append(self._sink.entry(message))
+            except (ValueError, TemplateError) as exc:
+                bad.append(index)
+                reasons.append(str(exc))
+        if bad:
+            raise MessageRejected(reasons[0], bad)
+        replicated = None
+        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
+            requests = [pipe.xadd(stream, fields, **self._trim) for stream, fields in entries]
+            if self._replicas:
+                with warnings.catch_warnings():
+                    # coredis suggests ensure_replication(); WAIT in the same pipeline is
+                    # exactly that, on the connection that made the writes.
+                    warnings.simplefilter("ignore")
+                    replicated = pipe.wait(self._replicas, self._wait_ms)
+        refused: list[int] = []
+        for index, request in enumerate(requests):
+            try:
+                await request
+            except _REFUSALS as exc:
+                refused.append(index)
+                reasons.append(f"redis {entries[index][0]!r}: {exc}")
+            except coredis.exceptions.RedisError as exc:
+                raise RedisEndpointError(f"redis {self._where}: XADD failed: {exc}") from exc
+        if refused:
+            raise MessageRejected(reasons[0], refused)
+        if replicated is not None:
+            count = await replicated
+            if count < self._replicas:
+                raise RedisEndpointError(
+                    f"redis {self._where}: WAIT: {count} of {self._replicas} replica(s) "
+                    f"acknowledged within {self._wait_ms} ms"
+                )
