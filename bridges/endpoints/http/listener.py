@@ -214,7 +214,11 @@ def _hypercorn_config(address: ListenAddress) -> HypercornConfig:
     config = HypercornConfig()
     config.bind = [address.bind]
     config.accesslog = None
-    config.errorlog = logging.getLogger("bridges.http.server")
+    server_log = logging.getLogger("bridges.http.server")
+    if server_log.level == logging.NOTSET:
+        # hypercorn's own "Running on ... (CTRL + C to quit)": we say where we listen.
+        server_log.setLevel(logging.WARNING)
+    config.errorlog = server_log
     config.graceful_timeout = GRACEFUL_TIMEOUT
     if address.certfile is not None:
         config.certfile = address.certfile

@@ -101,6 +101,9 @@ class HttpSink:
 
     def __init__(self, config: HttpSinkConfig, context: Context) -> None:
         self.config = config
+        httpx_log = logging.getLogger("httpx")
+        if httpx_log.level == logging.NOTSET:
+            httpx_log.setLevel(logging.WARNING)  # not a line per request at info
         self._url = _parse("url", config.url)
         if self._url.constant:
             _check_url(config.url, "url")
