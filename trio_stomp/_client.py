@@ -88,7 +88,11 @@ def _user_headers(headers: HeaderArg, reserved: frozenset[str]) -> list[tuple[st
     pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
     for name, value in pairs:
         if not isinstance(name, str) or not isinstance(value, str):
-            raise TypeError(f"header names and values must be str, got {name!r}: {value!r}")
+            shown = repr(name) if isinstance(name, str) else f"a {type(name).__name__} name"
+            raise TypeError(
+                f"header names and values must be str, got {shown} with a "
+                f"{type(value).__name__} value"
+            )
         if name in reserved:
             raise LocalProtocolError(
                 f"header {name!r} is set by the client; use the matching argument instead"

@@ -17,20 +17,11 @@ import attrs
 import trio
 
 from ._client import Client, EventCallback
+from ._groups import unwrap_group
 from ._opening import Options, Target, open_any
 from ._reconnect import Reconnect
 from ._url import Endpoint
 from .frame import VERSIONS
-
-
-def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one leaf exception of a (nested) group, or None if it holds several."""
-    while len(group.exceptions) == 1:
-        inner = group.exceptions[0]
-        if not isinstance(inner, BaseExceptionGroup):
-            return inner
-        group = inner
-    return None
 
 
 @asynccontextmanager
@@ -46,8 +37,8 @@ async def _session(client: Client) -> AsyncIterator[Client]:
             finally:
                 await client._shutdown()
     except BaseExceptionGroup as group:
-        sole = _sole_exception(group)
-        if sole is None:
+        sole = unwrap_group(group)
+        if sole is group or isinstance(sole, BaseExceptionGroup):
             raise
     if sole is not None:
         raise sole

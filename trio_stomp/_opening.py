@@ -38,6 +38,13 @@ class Options:
     max_frame_size: int | None = None
     ssl_context: ssl.SSLContext | None = None
 
+    def __attrs_post_init__(self) -> None:
+        # The message names the type only: the value may be a passcode.
+        for name in ("login", "passcode"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be str or None, got {type(value).__name__}")
+
     async def greet(
         self,
         stream: trio.abc.Stream,

@@ -7,6 +7,8 @@ from typing import Literal
 
 import attrs
 
+from ._backoff import backoff_delay
+
 
 @attrs.frozen
 class Reconnect:
@@ -14,7 +16,7 @@ class Reconnect:
 
     Delays grow exponentially from ``initial_delay`` by ``multiplier`` up to
     ``max_delay``, with full jitter (each delay is drawn uniformly between 0
-    and that bound), so that many clients cut off at once do not come back in
+    and that bound: :func:`trio_stomp.util.backoff_delay` with ``jitter=1``), so that many clients cut off at once do not come back in
     step. URLs are tried in turn, starting with the next one after the one
     that failed; ``shuffle`` randomises their order for each round instead.
 
@@ -38,8 +40,14 @@ class Reconnect:
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """The delay before retry number ``attempt`` (1 for the first retry)."""
-        bound = min(self.max_delay, self.initial_delay * self.multiplier ** max(attempt - 1, 0))
-        return (rng or random).uniform(0, bound)
+        return backoff_delay(
+            attempt,
+            initial=self.initial_delay,
+            maximum=self.max_delay,
+            multiplier=self.multiplier,
+            jitter=1.0,
+            rand=(rng or random).random,
+        )
 
 
 @attrs.frozen

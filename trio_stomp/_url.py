@@ -16,7 +16,9 @@ Only WebSocket URLs carry a path (the HTTP resource of the upgrade, e.g.
 RabbitMQ's ``/ws``). The only query parameter is ``vhost`` (the CONNECT
 ``host`` header); anything else is refused rather than ignored, so a typo
 cannot silently change what is sent. Credentials may be percent-escaped
-(``stomp://us%40er:p%3Ass@host``).
+(``stomp://us%40er:p%2Fss@host``); they must be when they hold ``/ ? # @``,
+and a URL with an ``@`` after its host is refused rather than guessed at.
+Error messages quote the URL through :func:`redact_url`, never as given.
 
 Parsing is pure: no DNS, no sockets (see :func:`trio_stomp._transport.open_stream`).
 """
@@ -27,6 +29,8 @@ from typing import Final, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
+
+from ._address import bracket_host
 
 DEFAULT_PORT: Final = 61613
 DEFAULT_TLS_PORT: Final = 61614
@@ -84,9 +88,8 @@ class Endpoint:
 
         ``stomp+ssl://broker.example:61614``, ``ws://127.0.0.1:15674/ws``.
         """
-        host = f"[{self.host}]" if ":" in self.host else self.host
         path = self.path if self.transport == "websocket" else ""
-        return f"{self.scheme}://{host}:{self.port}{path}"
+        return f"{self.scheme}://{bracket_host(self.host)}:{self.port}{path}"
 
     @classmethod
     def from_url(cls, url: str) -> Endpoint:
@@ -97,44 +100,58 @@ class Endpoint:
 
         Raises:
           ValueError: an unknown scheme, a bad port (not a number, 0, above
-            65535), a path on a non-WebSocket URL, a fragment, or a query
-            parameter other than one ``vhost``.
+            65535), a path on a non-WebSocket URL, a fragment, a query
+            parameter other than one ``vhost``, or an ``@`` after the host
+            (an unescaped ``/ ? #`` in the credentials). The message shows
+            the URL without its passcode.
         """
-        parts = urlsplit(url)
+        if not isinstance(url, str):
+            raise TypeError(f"a broker URL must be str, got {type(url).__name__}")
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            raise ValueError(f"malformed URL {redact_url(url)!r}") from None
+        if "@" in url.partition("://")[2] and "@" not in parts.netloc:
+            raise ValueError(
+                f"unexpected '@' after the host in URL {redact_url(url)!r}: percent-escape "
+                "'/', '?', '#' and '@' in a login or passcode (%2F, %3F, %23, %40)"
+            )
         scheme = parts.scheme.lower()
         if scheme not in _SCHEMES:
             raise ValueError(
-                f"unsupported URL scheme {parts.scheme!r} in {_redact(url)!r}; expected one of "
+                f"unsupported URL scheme {parts.scheme!r} in {redact_url(url)!r}; expected one of "
                 + ", ".join(f"{s}://" for s in SCHEMES)
             )
         transport, tls, default_port = _SCHEMES[scheme]
         try:
             port = parts.port
         except ValueError:
-            raise ValueError(f"bad port in URL {_redact(url)!r}") from None
+            raise ValueError(f"bad port in URL {redact_url(url)!r}") from None
         if port == 0:
-            raise ValueError(f"port 0 in URL {_redact(url)!r}: cannot connect to it")
+            raise ValueError(f"port 0 in URL {redact_url(url)!r}: cannot connect to it")
         if parts.fragment:
-            raise ValueError(f"unexpected fragment in URL {_redact(url)!r}")
+            raise ValueError(f"unexpected fragment in URL {redact_url(url)!r}")
         if transport == "websocket":
             path = parts.path or "/"
         elif parts.path in ("", "/"):
             path = "/"
         else:
             raise ValueError(
-                f"unexpected path {parts.path!r} in URL {_redact(url)!r} "
+                f"unexpected path {parts.path!r} in URL {redact_url(url)!r} "
                 "(only ws:// and wss:// URLs have a path)"
             )
         query = parse_qs(parts.query, keep_blank_values=True)
         unknown = set(query) - _QUERY_PARAMETERS
         if unknown:
             raise ValueError(
-                f"unknown URL parameter(s) {sorted(unknown)} in {_redact(url)!r}; "
+                f"unknown URL parameter(s) {sorted(unknown)} in {redact_url(url)!r}; "
                 f"known: {sorted(_QUERY_PARAMETERS)}"
             )
         vhosts = query.get("vhost", [])
         if len(vhosts) > 1:
-            raise ValueError(f"URL parameter 'vhost' given {len(vhosts)} times in {_redact(url)!r}")
+            raise ValueError(
+                f"URL parameter 'vhost' given {len(vhosts)} times in {redact_url(url)!r}"
+            )
         return cls(
             host=parts.hostname or "127.0.0.1",
             port=port if port is not None else default_port,
@@ -147,13 +164,21 @@ class Endpoint:
         )
 
 
-def _redact(url: str) -> str:
-    """``url`` with its passcode replaced, for error messages."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-    except ValueError:
+def redact_url(url: str) -> str:
+    """``url`` fit for a message or a log: ``LOGIN:***@`` in place of the credentials.
+
+    The credentials are everything between ``://`` and the *last* ``@``, not
+    what a URL parser would call the user info: a passcode may hold an
+    unescaped ``/``, ``?``, ``#``, ``@`` or ``:`` (then the URL does not parse
+    as meant), and it must stay hidden all the same. This may hide more than
+    the credentials (an ``@`` in a query), never less. Text without ``://``
+    is treated the same way (everything before its last ``@`` is hidden).
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    userinfo, at, after = rest.rpartition("@")
+    if not at:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    login, colon, _ = userinfo.partition(":")
+    return f"{scheme}{separator}{login}{':***' if colon else ''}@{after}"

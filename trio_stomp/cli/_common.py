@@ -37,8 +37,8 @@ from .._errors import (
     StompError,
 )
 from .._transport import WEBSOCKET_EXTRA_HINT
-from .._url import Endpoint
 from ..frame import Frame
+from ..util import Endpoint, redact_url, unwrap_group
 
 PROG: Final = "trio-stomp"
 URL_ENV: Final = "STOMP_URL"
@@ -327,22 +327,20 @@ def _socket_error(exc: BaseException) -> str | None:
     return None
 
 
-def _sole(exc: BaseException) -> BaseException:
-    """The one leaf of nested exception groups of one, or ``exc`` itself."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _redact(message: str, url: str) -> str:
-    """``message`` without the passcode of ``url`` (error messages may quote the URL)."""
+    """``message`` without the passcode of ``url``, as given or percent-escaped.
+
+    The library's own messages show URLs without credentials; this is the
+    second line of defence, for text that came from elsewhere (a broker's
+    ERROR, an OS error quoting what it was given).
+    """
     try:
         passcode = Endpoint.from_url(url).passcode
     except ValueError:
-        return message
-    if passcode:
-        message = message.replace(f":{passcode}@", ":***@")
-        message = message.replace(f":{quote(passcode, safe='')}@", ":***@")
+        return redact_url(message)
+    for form in {passcode, quote(passcode or "", safe="")} - {None, ""}:
+        assert form is not None
+        message = message.replace(form, "***")
     return message
 
 
@@ -381,7 +379,7 @@ def run(command: str, url: str, main: Callable[[], Awaitable[int]]) -> int:
     try:
         status = trio.run(supervise)
     except BaseException as exc:
-        leaf = _sole(exc)
+        leaf = unwrap_group(exc)
         if isinstance(leaf, KeyboardInterrupt):  # SIGINT before the receiver was installed
             stopped_by = signal.SIGINT
         elif stopped_by is not None:

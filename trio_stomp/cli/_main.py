@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from ..util import parse_host_port
 from ._bench import add_bench
 from ._common import EXIT_FAILED, EXIT_STATUS_HELP, PROG, URL_ENV, UsageError, say
 from ._listen import add_listen
@@ -41,11 +42,10 @@ Without --users the broker accepts any login."""
 
 def _listen_address(text: str) -> tuple[str, int]:
     """Parse ``HOST:PORT`` (``[v6]:PORT`` for IPv6; an empty host is loopback)."""
-    host, colon, port_text = text.rpartition(":")
-    if not colon or not port_text.isdigit() or int(port_text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
-    return host, int(port_text)
+    try:
+        return parse_host_port(text, default_host="127.0.0.1")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_broker(subcommands: Subparsers) -> None:

@@ -39,7 +39,7 @@ class Headers:
             pairs = tuple((name, value) for name, value in source)
             for name, value in pairs:
                 if not isinstance(name, str) or not isinstance(value, str):
-                    raise TypeError(f"header names and values must be str, got {name!r}: {value!r}")
+                    raise TypeError(_not_str(name, value))
         self._pairs = pairs
         self._first = None
 
@@ -123,3 +123,10 @@ def trusted_headers(pairs: tuple[tuple[str, str], ...]) -> Headers:
     _set_pairs(headers, pairs)
     _set_first(headers, None)
     return headers
+
+
+def _not_str(name: object, value: object) -> str:
+    """The message for a header that is not a pair of str: it names the header and the
+    types, never the value (the value may be a passcode)."""
+    shown = repr(name) if isinstance(name, str) else f"a {type(name).__name__} name"
+    return f"header names and values must be str, got {shown} with a {type(value).__name__} value"
