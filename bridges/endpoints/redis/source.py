@@ -115,9 +115,8 @@ class RedisSource:
             await client.xgroup_create(
                 self._config.stream, self._config.group, self._config.start, mkstream=True
             )
-        except coredis.exceptions.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        except coredis.exceptions.StreamDuplicateConsumerGroupError:
+            pass  # BUSYGROUP: it exists
         else:
             log.info("%s: created the consumer group from %r", self.describe(), self._config.start)
 

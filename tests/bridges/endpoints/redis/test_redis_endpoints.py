@@ -1,0 +1,262 @@
+"""The redis source and sink against a real Redis: streams, groups, acks, bad input, restarts."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import coredis
+import pytest
+import trio
+from coredis.response.types import StreamPending
+from redis_servers import HOSTPORT, private_redis, require_redis
+
+from bridges import Context, Message, MessageRejected, Route
+from bridges.endpoints.redis import RedisSink, RedisSinkConfig, RedisSource, RedisSourceConfig
+from bridges.testing import FakeSink, FakeSource, messages, wait_until
+
+CTX = Context(route="r", in_flight=50)
+
+
+def unique() -> str:
+    return f"trio-stomp-test-{uuid.uuid4().hex[:10]}"
+
+
+@asynccontextmanager
+async def redis(url: str) -> AsyncIterator[coredis.Redis[bytes]]:
+    async with coredis.Redis.from_url(url) as client:
+        yield client
+
+
+async def entries(url: str, stream: str) -> list[tuple[str, dict[bytes, bytes]]]:
+    async with redis(url) as client:
+        found = await client.xrange(stream)
+    out = []
+    for entry in found:
+        fields = {k: v for k, v in (entry.field_values or {}).items()}
+        assert all(isinstance(x, bytes) for x in (entry.identifier, *fields, *fields.values()))
+        out.append((str(entry.identifier), fields))
+    return out  # type: ignore[return-value]  # checked bytes above
+
+
+async def pending_count(url: str, stream: str) -> int:
+    async with redis(url) as client:
+        summary = await client.xpending(stream, "bridge")
+    assert isinstance(summary, StreamPending)
+    return summary.pending
+
+
+async def add(client: coredis.Redis[bytes], stream: str, body: bytes) -> str:
+    entry_id = await client.xadd(stream, {"body": body, "k": b"v"})
+    assert entry_id is not None
+    return entry_id.decode()
+
+
+async def test_the_sink_appends_each_batch_binary_safe_with_headers_and_id() -> None:
+    url = require_redis()
+    stream = unique()
+    sink = RedisSink(RedisSinkConfig(url=url, stream=stream + "-{header:kind|none}"), CTX)
+    batch = [
+        Message(b"\x00\xff\r\n\x00", {"kind": "a", "note": "caf\u00e9"}, "id-0"),
+        Message(b"", {"kind": "a"}, "id-1"),
+        Message(b"x" * 1000, {}, "id-2"),
+    ]
+    async with sink.open() as writer:
+        await writer.write(batch)
+    written = await entries(url, stream + "-a")
+    assert [fields[b"bridge-id"] for _, fields in written] == [b"id-0", b"id-1"]
+    assert written[0][1][b"body"] == b"\x00\xff\r\n\x00"
+    assert written[0][1][b"note"] == "caf\u00e9".encode()
+    assert written[1][1][b"body"] == b""
+    assert [f[b"body"] for _, f in await entries(url, stream + "-none")] == [b"x" * 1000]
+
+
+async def test_maxlen_trims_the_stream_approximately() -> None:
+    url = require_redis()
+    stream = unique()
+    sink = RedisSink(RedisSinkConfig(url=url, stream=stream, maxlen=10), CTX)
+    async with sink.open() as writer:
+        for start in range(0, 1000, 100):
+            await writer.write(messages(100, prefix=f"b{start}-"))
+    async with redis(url) as client:
+        length = await client.xlen(stream)
+    assert 10 <= length < 1000  # approximate trimming: whole macro nodes
+
+
+async def test_the_source_hands_out_entries_and_acks_only_what_was_acked() -> None:
+    url = require_redis()
+    stream = unique()
+    async with redis(url) as client:
+        ids = [await add(client, stream, f"m{i}".encode()) for i in range(5)]
+    config = RedisSourceConfig(url=url, stream=stream, start="0", consumer="c1")
+    source = RedisSource(config, CTX)
+    async with source.open() as receiver:
+        got = [await receiver.receive() for _ in range(5)]
+        assert [e.message.body for e in got] == [f"m{i}".encode() for i in range(5)]
+        assert [e.message.id for e in got] == ids  # no bridge-id: the entry id
+        assert got[0].message.headers == {"k": "v", "redis-id": ids[0], "redis-stream": stream}
+        for envelope in got[:3]:
+            await envelope.ack()
+        await got[3].nack(None)  # a release: stays pending for this consumer
+    # Reopened: the entries still pending for this consumer come first, with their ids.
+    async with source.open() as receiver:
+        again = [await receiver.receive() for _ in range(2)]
+        assert [e.message.id for e in again] == ids[3:]
+        with trio.move_on_after(0.3):
+            extra = await receiver.receive()
+            pytest.fail(f"acked entry delivered again: {extra}")
+        for envelope in again:
+            await envelope.ack()
+    assert await pending_count(url, stream) == 0
+
+
+async def test_a_nack_with_an_error_offers_the_entry_again_at_once() -> None:
+    url = require_redis()
+    stream = unique()
+    async with redis(url) as client:
+        await client.xadd(stream, {"body": b"only", "bridge-id": b"stable"})
+    source = RedisSource(RedisSourceConfig(url=url, stream=stream, start="0"), CTX)
+    async with source.open() as receiver:
+        first = await receiver.receive()
+        assert first.message.id == "stable"
+        await first.nack(RuntimeError("sink said no"))
+        second = await receiver.receive()
+        assert (second.message.id, second.message.body) == ("stable", b"only")
+        await second.ack()
+
+
+async def test_entries_of_a_dead_consumer_are_claimed_after_claim_idle() -> None:
+    url = require_redis()
+    stream = unique()
+    async with redis(url) as client:
+        await client.xgroup_create(stream, "bridge", "0", mkstream=True)
+        for i in range(3):
+            await client.xadd(stream, {"body": f"d{i}".encode()})
+        # consumer "dead" reads them and never acks
+        await client.xreadgroup("bridge", "dead", {stream: ">"}, count=10)
+        await client.xadd(stream, {"body": b"new"})
+    config = RedisSourceConfig(url=url, stream=stream, consumer="alive", claim_idle=0.05)
+    await trio.sleep(0.1)
+    async with RedisSource(config, CTX).open() as receiver:
+        bodies = []
+        for _ in range(4):
+            envelope = await receiver.receive()
+            bodies.append(envelope.message.body)
+            await envelope.ack()
+    assert bodies == [b"d0", b"d1", b"d2", b"new"]
+
+
+async def test_the_window_bounds_what_is_pending_for_the_consumer() -> None:
+    url = require_redis()
+    stream = unique()
+    async with redis(url) as client:
+        async with client.pipeline(transaction=False) as pipe:
+            for i in range(100):
+                pipe.xadd(stream, {"body": str(i).encode()})
+    source = RedisSource(RedisSourceConfig(url=url, stream=stream, start="0"), Context(in_flight=7))
+    async with source.open() as receiver:
+        held = [await receiver.receive() for _ in range(7)]
+        await trio.sleep(0.2)
+        assert await pending_count(url, stream) == 7
+        await held[0].ack()
+        await receiver.receive()
+        await trio.sleep(0.1)
+        assert await pending_count(url, stream) == 7  # one acked, one read
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (f"redis://bridge:not-the-password@{HOSTPORT}/0", "authentication failed"),
+        ("redis://no-such-host.invalid:6379/0", "no-such-host.invalid:6379"),
+        ("redis://127.0.0.1:1/0", "127.0.0.1:1"),
+    ],
+)
+async def test_connection_errors_are_one_line_naming_the_server_not_the_password(
+    url: str, expected: str
+) -> None:
+    require_redis()
+    sink = RedisSink(RedisSinkConfig(url=url, stream="s", connect_timeout=3), CTX)
+    with pytest.raises(Exception, match="redis ") as caught:
+        async with sink.open():
+            pass
+    text = str(caught.value)
+    assert expected in text
+    assert "\n" not in text
+    assert "not-the-password" not in text
+
+
+async def test_a_route_names_itself_in_the_error(caplog: pytest.LogCaptureFixture) -> None:
+    require_redis()
+    config = RedisSinkConfig(url=f"redis://bridge:wrong@{HOSTPORT}/0", stream="s")
+    route = Route("orders", FakeSource(messages(1), end=False), RedisSink(config, CTX))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(route.run)
+        await wait_until(lambda: "authentication failed" in caplog.text)
+        route.abort()
+    line = next(r.getMessage() for r in caplog.records if "authentication" in r.getMessage())
+    assert "route 'orders'" in line
+    assert "wrong" not in line
+
+
+async def test_refused_and_too_big_messages_are_rejected_and_the_rest_written() -> None:
+    url = require_redis()
+    stream = unique()
+    async with redis(url) as client:
+        await client.set(stream + "-str", "not a stream")
+    sink = RedisSink(
+        RedisSinkConfig(url=url, stream=stream + "-{header:to|ok}", max_bytes=100), CTX
+    )
+    batch = [
+        Message(b"fine", {}, "a"),
+        Message(b"x" * 101, {}, "big"),
+        Message(b"clash", {"body": "header named like the body field"}, "clash"),
+    ]
+    async with sink.open() as writer:
+        with pytest.raises(MessageRejected) as rejected:
+            await writer.write(batch)
+        assert rejected.value.indices == (1, 2)
+        assert "max_bytes (100)" in rejected.value.reason
+        assert await entries(url, stream + "-ok") == []  # nothing sent for a rejected batch
+        with pytest.raises(MessageRejected) as refused:
+            await writer.write([Message(b"1", {}, "a"), Message(b"2", {"to": "str"}, "b")])
+        assert refused.value.indices == (1,)
+        assert "WRONGTYPE" in refused.value.reason or "wrong kind" in refused.value.reason
+    assert [f[b"bridge-id"] for _, f in await entries(url, stream + "-ok")] == [b"a"]
+
+
+@pytest.mark.deadline(40)
+async def test_a_server_restart_mid_stream_loses_nothing(tmp_path: Path) -> None:
+    async with private_redis(tmp_path) as server:
+        stream = unique()
+        total = 3000
+        source = FakeSource(messages(total), end=True)
+        to_redis = Route(
+            "in",
+            source,
+            RedisSink(RedisSinkConfig(url=server.url, stream=stream, connect_timeout=2), CTX),
+            in_flight=200,
+            batch_count=50,
+        )
+        out = FakeSink()
+        from_redis = Route(
+            "out",
+            RedisSource(
+                RedisSourceConfig(url=server.url, stream=stream, start="0", block=0.1), CTX
+            ),
+            out,
+            in_flight=200,
+            batch_count=50,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(to_redis.run)
+            nursery.start_soon(from_redis.run)
+            await wait_until(lambda: len(out.written) >= total // 3)
+            await server.restart()
+            await wait_until(lambda: len(set(out.written)) >= total)
+            from_redis.stop()
+        assert set(out.written) == {m.id for m in messages(total)}
+        assert to_redis.stats.restarts + from_redis.stats.restarts >= 1
+        assert len(source.acked) == total
