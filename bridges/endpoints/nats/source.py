@@ -1,0 +1,255 @@
+"""The ``nats`` source: a JetStream durable pull consumer, explicit acks, window-sized fetches.
+
+A fetcher task pulls at most as many messages as the route's window has
+room for (the messages handed out and not settled count against it), so
+JetStream never has more outstanding for us than the engine can hold:
+``max_ack_pending`` of the consumer is the window too. Each message is one
+envelope:
+
+- ack (the sink holds it durably): ``+ACK``;
+- nack with an error (the write failed for good and there is no dead-letter
+  sink): ``-NAK`` with ``nak_delay``, so JetStream redelivers it later rather
+  than at once;
+- release (shutdown, route restart): ``-NAK`` without delay;
+- a message held longer than a third of ``ack_wait`` (a write that keeps
+  retrying) gets ``+WPI`` (in progress) every third of ``ack_wait``, so the
+  server does not redeliver what the route still holds. If the process dies,
+  the server redelivers after ``ack_wait``.
+
+Acks, naks and in-progress marks are recorded synchronously and sent in
+batches, one asyncio call per batch (:class:`~bridges.endpoints._asyncio.Batcher`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import nats.errors
+import nats.js.api
+import nats.js.errors
+import trio
+from attrs.validators import ge, optional
+
+from bridges import Context, Envelope, InvalidSetting, Message
+
+from .._asyncio import AsyncioLoop, Batcher
+from ._connection import (
+    CLOSE_TIMEOUT,
+    ID_HEADER,
+    MSG_ID,
+    SUBJECT_HEADER,
+    Connector,
+    NatsConnection,
+    check_subject,
+)
+
+#: Most messages one fetch asks for.
+MAX_FETCH: Final = 256
+#: How long one fetch waits on the server when there is nothing to get, s.
+FETCH_WAIT: Final = 2.0
+
+#: What a settled message needs: "ack", "nak" (with the delay) or "wpi".
+_Op = tuple[Any, str, float]
+
+
+@attrs.frozen
+class NatsSourceConfig(NatsConnection):
+    """Pull from a JetStream durable consumer (explicit acks, fetches bounded by the window)."""
+
+    stream: str = ""
+    subject: str = ""
+    durable: str = ""
+    ack_wait: float = attrs.field(default=30.0, validator=ge(1.0))
+    nak_delay: float = attrs.field(default=5.0, validator=ge(0.0))
+    fetch: int | None = attrs.field(default=None, validator=optional(ge(1)))
+
+
+class NatsSource:
+    """Envelopes from one JetStream durable consumer."""
+
+    def __init__(self, config: NatsSourceConfig, context: Context) -> None:
+        for key in ("stream", "durable"):
+            value = getattr(config, key)
+            if not value:
+                raise InvalidSetting(key, "missing (required)")
+            if any(c in value for c in " \t\r\n.*>"):
+                raise InvalidSetting(key, f"{value[:60]!r}: no spaces, dots or wildcards")
+        if config.subject:
+            try:
+                check_subject(config.subject, wildcards=True)
+            except ValueError as exc:
+                raise InvalidSetting("subject", str(exc)) from None
+        self._config = config
+        self._context = context
+        self._connector = Connector(config, context)
+        self._window = context.in_flight
+        self._fetch = min(config.fetch or MAX_FETCH, self._window)
+
+    @classmethod
+    def build(cls, config: NatsSourceConfig, context: Context) -> NatsSource:
+        return cls(config, context)
+
+    def describe(self) -> str:
+        config = self._config
+        return f"nats stream {config.stream} consumer {config.durable} on {self._connector.where}"
+
+    def consumer_config(self) -> nats.js.api.ConsumerConfig:
+        """The durable consumer this source creates when it does not exist yet."""
+        config = self._config
+        return nats.js.api.ConsumerConfig(
+            durable_name=config.durable,
+            ack_policy=nats.js.api.AckPolicy.EXPLICIT,
+            ack_wait=config.ack_wait,
+            max_ack_pending=self._window,
+            filter_subject=config.subject or None,
+        )
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_NatsReceiver]:
+        config = self._config
+        connector = self._connector
+        async with connector.connect() as (aio, client, closed):
+            try:
+                js = await aio.call(client.jetstream)
+                subscription = await aio.run(
+                    js.pull_subscribe,
+                    config.subject or "",
+                    durable=config.durable,
+                    stream=config.stream,
+                    config=self.consumer_config(),
+                )
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise connector.error(
+                    f"stream {config.stream!r} consumer {config.durable!r}", exc
+                ) from None
+            receiver = _NatsReceiver(aio, subscription, config, self._window, self._fetch)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receiver.fetch_forever, connector)
+                nursery.start_soon(receiver.settler.run)
+                nursery.start_soon(receiver.keep_in_progress, config.ack_wait / 3)
+                nursery.start_soon(_fail_when_set, closed, connector.where)
+                try:
+                    yield receiver
+                finally:
+                    receiver.give_back()
+                    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                        try:
+                            await receiver.settler.flush()
+                            await aio.run(client.flush, CLOSE_TIMEOUT)
+                        except Exception:  # gone: the server redelivers after ack_wait
+                            pass
+                    nursery.cancel_scope.cancel()
+
+
+async def _fail_when_set(closed: trio.Event, where: str) -> None:
+    await closed.wait()
+    raise ConnectionError(f"nats {where}: the connection closed")
+
+
+class _NatsReceiver:
+    def __init__(
+        self, aio: AsyncioLoop, subscription: Any, config: NatsSourceConfig, window: int, fetch: int
+    ) -> None:
+        self._aio = aio
+        self._subscription = subscription
+        self._nak_delay = config.nak_delay
+        self._window = window
+        self._fetch = fetch
+        self.origin = f"nats {config.stream}/{config.durable}"
+        self._stream = config.stream
+        send, self._fetched = trio.open_memory_channel[Any](self._window)
+        self._send = send
+        #: Messages handed out (or fetched) and not settled: id -> (msg, last sign of life).
+        self.held: dict[int, tuple[Any, float]] = {}
+        self._room = trio.Event()
+        self.settler: Batcher[_Op] = Batcher(aio, _send_ops)
+
+    async def fetch_forever(self, connector: Connector) -> None:
+        """Pull as many messages as the window has room for, and queue them."""
+        held = self.held
+        while True:
+            room = min(self._window - len(held), self._fetch)
+            if room <= 0:
+                self._room = trio.Event()
+                await self._room.wait()
+                continue
+            try:
+                msgs = await self._aio.run(self._subscription.fetch, room, FETCH_WAIT)
+            except TimeoutError:  # nothing to get (nats.errors.TimeoutError is one)
+                continue
+            except nats.errors.Error as exc:
+                raise connector.error("fetching", exc) from None
+            now = trio.current_time()
+            for msg in msgs:
+                held[id(msg)] = (msg, now)
+                self._send.send_nowait(msg)  # (the window bounds what is queued)
+
+    async def keep_in_progress(self, every: float) -> None:
+        """Mark messages held for longer than ``every`` as in progress, every ``every`` s."""
+        while True:
+            await trio.sleep(every)
+            now = trio.current_time()
+            for key, (msg, since) in list(self.held.items()):
+                if now - since >= every:
+                    self.held[key] = (msg, now)
+                    self.settler.put((msg, "wpi", 0.0))
+
+    async def receive(self) -> Envelope:
+        msg = await self._fetched.receive()
+        headers = dict(msg.headers) if msg.headers else {}
+        stable = headers.pop(MSG_ID, "") or headers.pop(ID_HEADER, "")
+        if not stable:
+            stable = f"{self._stream}:{msg.metadata.sequence.stream}"
+        headers[SUBJECT_HEADER] = msg.subject
+        return _NatsEnvelope(Message(msg.data, headers, stable), self, msg)
+
+    def give_back(self) -> None:
+        """Nak (no delay) what was fetched but never handed out, so it comes back at once."""
+        while True:
+            try:
+                msg = self._fetched.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            self.settle(msg, "nak", 0.0)
+
+    def settle(self, msg: Any, op: str, delay: float) -> None:
+        if self.held.pop(id(msg), None) is not None:
+            self.settler.put((msg, op, delay))
+            self._room.set()
+
+    @property
+    def nak_delay(self) -> float:
+        return self._nak_delay
+
+
+async def _send_ops(ops: list[_Op]) -> None:
+    """Runs in asyncio: each op is a small publish; the client buffers and flushes them together."""
+    for msg, op, delay in ops:
+        try:
+            if op == "ack":
+                await msg.ack()
+            elif op == "nak":
+                await msg.nak(delay=delay or None)
+            else:
+                await msg.in_progress()
+        except nats.errors.MsgAlreadyAckdError:
+            pass
+
+
+class _NatsEnvelope(Envelope):
+    __slots__ = ("_msg", "_receiver")
+
+    def __init__(self, message: Message, receiver: _NatsReceiver, msg: Any) -> None:
+        super().__init__(message, ack=self._ack_now, nack=self._nack_now, origin=receiver.origin)
+        self._receiver = receiver
+        self._msg = msg
+
+    async def _ack_now(self) -> None:
+        self._receiver.settle(self._msg, "ack", 0.0)
+
+    async def _nack_now(self, error: BaseException | None) -> None:
+        delay = 0.0 if error is None else self._receiver.nak_delay
+        self._receiver.settle(self._msg, "nak", delay)
