@@ -10,33 +10,78 @@
                 break
 
 The wire format lives in :mod:`trio_stomp.frame` (sans-IO), the embedded
-broker in :mod:`trio_stomp.broker`.
+broker in :mod:`trio_stomp.broker`, the test kit in :mod:`trio_stomp.testing`,
+pure helpers (URLs, addresses, backoff) in :mod:`trio_stomp.util`, the command
+in :mod:`trio_stomp.cli`.
+
+The client's names are imported on first use, not with the package: importing
+:mod:`trio_stomp.frame` (a Spark executor, a codec user) must import neither
+Trio nor anything of the client. ``from trio_stomp import connect``
+and ``trio_stomp.connect`` work as usual.
 """
 
-from ._client import Client as Client
-from ._connect import connect as connect
-from ._connect import wrap_stream as wrap_stream
-from ._errors import ClientClosed as ClientClosed
-from ._errors import ConnectFailed as ConnectFailed
-from ._errors import ConnectionLost as ConnectionLost
-from ._errors import LocalProtocolError as LocalProtocolError
-from ._errors import ProtocolError as ProtocolError
-from ._errors import RemoteProtocolError as RemoteProtocolError
-from ._errors import ServerError as ServerError
-from ._errors import StompError as StompError
-from ._errors import SubscriptionOverflow as SubscriptionOverflow
-from ._errors import TransactionError as TransactionError
-from ._message import Message as Message
-from ._reconnect import ConnectionEvent as ConnectionEvent
-from ._reconnect import Reconnect as Reconnect
-from ._subscription import Subscription as Subscription
-from ._transaction import Transaction as Transaction
+import importlib as _importlib
+from typing import TYPE_CHECKING
+
 from .frame import HEARTBEAT as HEARTBEAT
 from .frame import VERSIONS as VERSIONS
 from .frame import Frame as Frame
 from .frame import FrameParser as FrameParser
 from .frame import Headers as Headers
 from .frame import Heartbeat as Heartbeat
+from .frame import LocalProtocolError as LocalProtocolError
+from .frame import ProtocolError as ProtocolError
+from .frame import RemoteProtocolError as RemoteProtocolError
+from .frame import StompError as StompError
 from .frame import encode as encode
 
+if TYPE_CHECKING:
+    from ._client import Client as Client
+    from ._connect import connect as connect
+    from ._connect import wrap_stream as wrap_stream
+    from ._errors import ClientClosed as ClientClosed
+    from ._errors import ConnectFailed as ConnectFailed
+    from ._errors import ConnectionLost as ConnectionLost
+    from ._errors import ServerError as ServerError
+    from ._errors import SubscriptionOverflow as SubscriptionOverflow
+    from ._errors import TransactionError as TransactionError
+    from ._message import Message as Message
+    from ._reconnect import ConnectionEvent as ConnectionEvent
+    from ._reconnect import Reconnect as Reconnect
+    from ._subscription import Subscription as Subscription
+    from ._transaction import Transaction as Transaction
+
 __version__ = "0.1.0"
+
+#: The client's names, loaded by :func:`__getattr__` on first use.
+_LAZY: dict[str, str] = {
+    "ClientClosed": "._errors",
+    "ConnectFailed": "._errors",
+    "ConnectionLost": "._errors",
+    "ServerError": "._errors",
+    "SubscriptionOverflow": "._errors",
+    "TransactionError": "._errors",
+    "ConnectionEvent": "._reconnect",
+    "Reconnect": "._reconnect",
+    "Client": "._client",
+    "connect": "._connect",
+    "wrap_stream": "._connect",
+    "Message": "._message",
+    "Subscription": "._subscription",
+    "Transaction": "._transaction",
+}
+
+
+if not TYPE_CHECKING:  # for mypy the names above are plain imports: a typo stays an error
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module, __name__), name)
+        globals()[name] = value  # later lookups do not come here
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*(name for name in globals() if name != "TYPE_CHECKING"), *_LAZY})

@@ -40,13 +40,11 @@ from ._opening import Options, Target, open_any
 from ._reconnect import ConnectionEvent, Reconnect
 from ._subscription import Subscription
 from ._transaction import Transaction
-from .frame import Frame, Headers, encode
+from .frame import SEND_RESERVED_HEADERS, SUBSCRIBE_RESERVED_HEADERS, Frame, Headers, encode
 from .frame._escaping import escape
 from .frame._frame import trusted_frame
 
 _CONSUMER_TAG: Final = re.compile(r"tag 'T_([^']*)'")
-_RESERVED_SEND: Final = frozenset({"destination", "receipt", "transaction", "content-length"})
-_RESERVED_SUBSCRIBE: Final = frozenset({"id", "destination", "ack", "receipt"})
 
 HeaderArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 EventCallback = Callable[[ConnectionEvent], object]
@@ -232,7 +230,7 @@ class Client:
         Raises:
           LocalProtocolError: unknown ack mode or a reserved header; nothing sent.
         """
-        pairs = _user_headers(headers, _RESERVED_SUBSCRIBE)
+        pairs = _user_headers(headers, SUBSCRIBE_RESERVED_HEADERS)
         self._check_open()
         return Subscription(
             self, str(next(self._ids)), destination, ack, pairs, buffer_size, receipt
@@ -371,7 +369,7 @@ class Client:
             self._check_transaction(transaction)
             pairs.append(("transaction", transaction.id))
         if headers:
-            extra = _user_headers(headers, _RESERVED_SEND)
+            extra = _user_headers(headers, SEND_RESERVED_HEADERS)
             if content_type is not None and any(k == "content-type" for k, _ in extra):
                 raise LocalProtocolError("content-type given both as header and argument")
             pairs.extend(extra)

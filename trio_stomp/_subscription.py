@@ -11,15 +11,11 @@ import trio
 
 from ._errors import LocalProtocolError, StompError, SubscriptionOverflow
 from ._message import Message
-from .frame import Frame
+from .frame import ACK_MODES, DEFAULT_PREFETCH, PREFETCH_HEADERS, Frame
 
 if TYPE_CHECKING:
     from ._client import Client
 
-ACK_MODES: Final = ("auto", "client", "client-individual")
-WINDOW_HEADERS: Final = ("prefetch-count", "activemq.prefetchSize")
-#: The prefetch window asked of the broker when the caller names none.
-DEFAULT_WINDOW: Final = 1000
 #: Buffer of an auto-ack subscription, where brokers may ignore the window.
 DEFAULT_AUTO_BUFFER: Final = 10_000
 #: The consumer yields to the scheduler at least this often while messages are buffered.
@@ -37,7 +33,7 @@ class Subscription:
     consumer. It puts messages in this subscription's buffer, sized to the
     prefetch window the broker was asked for (``prefetch-count`` for RabbitMQ,
     ``activemq.prefetchSize`` for ActiveMQ; both default to
-    ``DEFAULT_WINDOW``). With ``client`` and ``client-individual`` acks the
+    ``DEFAULT_PREFETCH``). With ``client`` and ``client-individual`` acks the
     broker stops sending when the window is full of unacked messages, so the
     buffer cannot overflow: a slow consumer slows the broker, not the socket,
     and heart-beats and receipts keep flowing.
@@ -65,10 +61,10 @@ class Subscription:
         self.id = subscription_id
         self.destination = destination
         self.ack = ack
-        window = next((int(v) for k, v in headers if k in WINDOW_HEADERS and v.isdigit()), None)
+        window = next((int(v) for k, v in headers if k in PREFETCH_HEADERS and v.isdigit()), None)
         if window is None:
-            window = DEFAULT_WINDOW
-            headers = [*headers, *((name, str(window)) for name in WINDOW_HEADERS)]
+            window = DEFAULT_PREFETCH
+            headers = [*headers, *((name, str(window)) for name in PREFETCH_HEADERS)]
         if buffer_size is None:
             buffer_size = window if ack != "auto" else max(window, DEFAULT_AUTO_BUFFER)
         if buffer_size < 1:

@@ -12,7 +12,7 @@ import trio
 from .._connect import connect
 from .._errors import SubscriptionOverflow
 from .._message import Message
-from .._subscription import WINDOW_HEADERS
+from ..frame import PREFETCH_HEADERS
 from . import _common as common
 
 #: Headers the command sets itself; -H may not give them.
@@ -129,11 +129,11 @@ def _subscription(args: argparse.Namespace) -> list[tuple[str, str]]:
     for name, _ in headers:
         if name in _RESERVED:
             raise common.UsageError(f"-H {name}: not allowed here ({_RESERVED[name]})")
-    given = any(name in WINDOW_HEADERS for name, _ in headers)
+    given = any(name in PREFETCH_HEADERS for name, _ in headers)
     if args.count is not None and args.ack != "auto" and not given:
         # The rest of a queue stays with the broker, for other consumers.
         window = str(min(args.count, _MAX_WINDOW))
-        headers += [(name, window) for name in WINDOW_HEADERS]
+        headers += [(name, window) for name in PREFETCH_HEADERS]
     return headers
 
 

@@ -1,6 +1,14 @@
 """The STOMP wire format, sans-IO: bytes in, events out; events in, bytes out.
 
-Nothing in this package does I/O or reads a clock.
+Nothing in this package does I/O or reads a clock, and importing it imports
+neither Trio nor the client (Spark executors use it without an event loop).
+
+- :class:`FrameParser` (bytes in, :class:`Frame` and :data:`HEARTBEAT` out) and
+  :func:`encode` (a frame in, bytes out), for STOMP 1.0, 1.1 and 1.2.
+- :class:`Headers`: ordered, repeatable, first value wins on lookup.
+- The error family: :class:`LocalProtocolError` (we were asked to produce
+  something invalid), :class:`RemoteProtocolError` (the peer sent it).
+- The protocol's names: ack modes, prefetch headers, reserved header sets.
 """
 
 from ._encoder import encode as encode
@@ -17,3 +25,11 @@ from ._headers import Headers as Headers
 from ._headers import HeadersLike as HeadersLike
 from ._parser import Event as Event
 from ._parser import FrameParser as FrameParser
+from ._spec import ACK_MODES as ACK_MODES
+from ._spec import DEFAULT_PREFETCH as DEFAULT_PREFETCH
+from ._spec import DELIVERY_HEADERS as DELIVERY_HEADERS
+from ._spec import PREFETCH_HEADERS as PREFETCH_HEADERS
+from ._spec import RESERVED_HEADERS as RESERVED_HEADERS
+from ._spec import SEND_RESERVED_HEADERS as SEND_RESERVED_HEADERS
+from ._spec import SUBSCRIBE_RESERVED_HEADERS as SUBSCRIBE_RESERVED_HEADERS
+from ._spec import AckMode as AckMode

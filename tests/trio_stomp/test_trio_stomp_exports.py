@@ -1,0 +1,156 @@
+"""The public surfaces of trio_stomp, pinned: an export added or removed fails here.
+
+Changing a surface is fine; doing it unnoticed is not. Update the sets below
+in the same commit, and say so in the README when users see the change.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import subprocess
+import sys
+import types
+
+import pytest
+
+SUBMODULES = {"frame", "broker", "testing", "util", "cli"}
+
+SURFACES: dict[str, set[str]] = {
+    "trio_stomp": {
+        "Client",
+        "ClientClosed",
+        "ConnectFailed",
+        "ConnectionEvent",
+        "ConnectionLost",
+        "Frame",
+        "FrameParser",
+        "HEARTBEAT",
+        "Headers",
+        "Heartbeat",
+        "LocalProtocolError",
+        "Message",
+        "ProtocolError",
+        "Reconnect",
+        "RemoteProtocolError",
+        "ServerError",
+        "StompError",
+        "Subscription",
+        "SubscriptionOverflow",
+        "Transaction",
+        "TransactionError",
+        "VERSIONS",
+        "connect",
+        "encode",
+        "wrap_stream",
+    },
+    "trio_stomp.frame": {
+        "ACK_MODES",
+        "AckMode",
+        "DEFAULT_PREFETCH",
+        "DELIVERY_HEADERS",
+        "Event",
+        "Frame",
+        "FrameParser",
+        "HEARTBEAT",
+        "Headers",
+        "HeadersLike",
+        "Heartbeat",
+        "LocalProtocolError",
+        "PREFETCH_HEADERS",
+        "ProtocolError",
+        "RESERVED_HEADERS",
+        "RemoteProtocolError",
+        "SEND_RESERVED_HEADERS",
+        "SUBSCRIBE_RESERVED_HEADERS",
+        "StompError",
+        "VERSIONS",
+        "Version",
+        "encode",
+    },
+    "trio_stomp.testing": {
+        "FakePeer",
+        "FaultProxy",
+        "Listening",
+        "RawClient",
+        "Tally",
+        "fault_proxy",
+        "lossless_run",
+        "open_raw_client",
+    },
+    "trio_stomp.util": {
+        "Endpoint",
+        "backoff_delay",
+        "bracket_host",
+        "format_host_port",
+        "parse_host_port",
+        "redact_url",
+        "unwrap_group",
+    },
+    "trio_stomp.cli": {"main"},
+}
+
+
+def _public(module: types.ModuleType) -> set[str]:
+    return {
+        name
+        for name in dir(module)
+        if not name.startswith("_")
+        and not isinstance(getattr(module, name), types.ModuleType)
+        and name not in SUBMODULES
+    }
+
+
+@pytest.mark.parametrize("name", sorted(SURFACES))
+def test_public_surface_is_pinned(name: str) -> None:
+    module = importlib.import_module(name)
+    assert _public(module) == SURFACES[name]
+
+
+@pytest.mark.parametrize("name", sorted(SURFACES))
+def test_every_export_is_documented_and_comes_from_trio_stomp(name: str) -> None:
+    module = importlib.import_module(name)
+    for export in SURFACES[name]:
+        value = getattr(module, export)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__module__.startswith("trio_stomp"), (export, value.__module__)
+            assert inspect.getdoc(value), f"{name}.{export} has no docstring"
+
+
+def test_the_package_names_the_same_objects_as_its_modules() -> None:
+    import trio_stomp
+    import trio_stomp.frame
+
+    for export in SURFACES["trio_stomp"] & SURFACES["trio_stomp.frame"]:
+        assert getattr(trio_stomp, export) is getattr(trio_stomp.frame, export)
+    assert issubclass(trio_stomp.ConnectionLost, trio_stomp.frame.StompError)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    import trio_stomp
+
+    with pytest.raises(AttributeError, match="conect"):
+        trio_stomp.conect  # type: ignore[attr-defined]  # noqa: B018  # the typo is the point
+
+
+def _imported_by(statement: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``statement``."""
+    code = f"import sys\n{statement}\nprint('\\n'.join(sorted(sys.modules)))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+    return set(result.stdout.split())
+
+
+def test_importing_frame_imports_neither_trio_nor_anything_above_it() -> None:
+    modules = _imported_by("import trio_stomp.frame")
+    assert not {m for m in modules if m == "trio" or m.startswith("trio.")}
+    ours = {m for m in modules if m.startswith("trio_stomp")}
+    assert ours >= {"trio_stomp", "trio_stomp.frame", "trio_stomp.frame._parser"}
+    assert ours == {m for m in ours if m == "trio_stomp" or m.startswith("trio_stomp.frame")}
+
+
+def test_importing_util_imports_no_trio() -> None:
+    modules = _imported_by("import trio_stomp.util")
+    assert not {m for m in modules if m == "trio" or m.startswith("trio.")}
+    assert "trio_stomp._client" not in modules
