@@ -75,6 +75,10 @@ class PahoDriver:
         self._write_wanted = trio.Event()
         self._lost: str | None = None
         self._broken = trio.Event()
+        #: Why the connection broke, once it has: every later call raises it.
+        self.error: MqttError | None = None
+        #: Called once when the connection breaks (a source wakes its receive()).
+        self.on_broken: list[Callable[[], object]] = []
         #: mid -> reason code (None until the PUBACK/PUBCOMP arrives).
         self._confirms: dict[int, ReasonCode | None] = {}
         self._unconfirmed = 0
@@ -119,9 +123,7 @@ class PahoDriver:
         if self._lost is None:
             by_server = getattr(flags, "is_disconnect_packet_from_server", False)
             self._lost = f"the broker disconnected us ({reason})" if by_server else str(reason)
-        self._broken.set()
-        self._confirmed.set()
-        self._suback.set()
+        self._break(self._failed(MQTTErrorCode.MQTT_ERR_CONN_LOST))
 
     def _cb_publish(
         self, client: paho.Client, userdata: Any, mid: int, reason: ReasonCode, props: Any
@@ -152,6 +154,27 @@ class PahoDriver:
         pass
 
     # -- the tasks ---------------------------------------------------------------
+    #
+    # A broken connection does not cancel anything: the tasks record why and end,
+    # and the error is raised by the next call that needs the connection (so a
+    # batch whose confirmations all arrived just before the broker hung up still
+    # counts as written, and an idle endpoint fails when it is next used).
+
+    def _break(self, error: MqttError) -> None:
+        if self.error is not None:
+            return
+        self.error = error
+        self._broken.set()
+        self._confirmed.set()
+        self._suback.set()
+        self._connack.set()
+        for callback in self.on_broken:
+            callback()
+
+    def check(self) -> None:
+        """Raise why the connection broke, if it has."""
+        if self.error is not None:
+            raise self.error
 
     def _failed(self, rc: MQTTErrorCode | int) -> MqttError:
         if self._lost is not None and self._lost.startswith("the broker refused"):
@@ -171,7 +194,8 @@ class PahoDriver:
                 before = self.packets
                 rc = client.loop_read()
                 if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or client.socket() is None:
-                    raise self._failed(rc)
+                    self._break(self._failed(rc))
+                    return
                 if self.packets == before and not (pending is not None and pending()):
                     break
                 if not self.reading.is_set():
@@ -182,19 +206,24 @@ class PahoDriver:
         while True:
             await self._write_wanted.wait()
             self._write_wanted = trio.Event()
-            while client.want_write():
+            while client.want_write() and self.error is None:
                 rc = client.loop_write()
                 if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or client.socket() is None:
-                    raise self._failed(rc)
+                    self._break(self._failed(rc))
+                    return
                 if client.want_write():
                     await trio.lowlevel.wait_writable(sock)
 
     async def _misc(self) -> None:
         while True:
             await trio.sleep(_MISC_INTERVAL)
+            if self.error is not None:
+                return
             rc = self.client.loop_misc()
             if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or self.client.socket() is None:
-                raise MqttError(f"mqtt {self.broker.where}: no answer to keep-alive ping")
+                self._lost = self._lost or "no answer to the keep-alive ping"
+                self._break(self._failed(rc))
+                return
 
     # -- what endpoints call -----------------------------------------------------
 
@@ -204,14 +233,14 @@ class PahoDriver:
 
     async def subscribe(self, topics: Sequence[tuple[str, Any]]) -> None:
         """Subscribe and wait for the SUBACK; a refused filter is an :class:`MqttError`."""
+        self.check()
         rc, mid = self.client.subscribe(list(topics))
         if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or mid is None:
             raise self._failed(rc)
         self._subacks[mid] = None
         self.kick()
         while self._subacks.get(mid) is None:
-            if self._broken.is_set():
-                raise self._failed(MQTTErrorCode.MQTT_ERR_CONN_LOST)
+            self.check()
             self._suback = trio.Event()
             await self._suback.wait()
         reasons = self._subacks.pop(mid) or []
@@ -226,6 +255,7 @@ class PahoDriver:
         self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties | None
     ) -> int:
         """Queue one PUBLISH; :meth:`confirm` waits for it. Returns its mid."""
+        self.check()
         info = self.client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             if info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
@@ -239,10 +269,11 @@ class PahoDriver:
         """Wait for the PUBACK (QoS 1) / PUBCOMP (QoS 2) / write (QoS 0) of every mid."""
         self.kick()
         while self._unconfirmed:
-            if self._broken.is_set():
-                self._confirms.clear()
-                self._unconfirmed = 0
-                raise self._failed(MQTTErrorCode.MQTT_ERR_CONN_LOST)
+            if self.error is not None:
+                if all(self._confirms.get(mid) is not None for mid in mids):
+                    break  # all in before the connection broke: written
+                self.abandon()
+                raise self.error
             self._confirmed = trio.Event()
             await self._confirmed.wait()
         reasons = [self._confirms.pop(mid) for mid in mids]
@@ -361,8 +392,8 @@ async def open_paho(
             with trio.CancelScope(shield=True), trio.move_on_after(_GOODBYE_TIMEOUT):
                 await driver._goodbye()  # noqa: SLF001
     except BaseExceptionGroup as group:
-        leaf = _sole(group)
-        if isinstance(leaf, Exception):
+        leaf = _first_error(group)
+        if leaf is not None:
             raise leaf from None
         raise
     finally:
@@ -375,6 +406,7 @@ async def _await_connack(driver: PahoDriver, config: MqttConnection) -> None:
         await driver._connack.wait()  # noqa: SLF001
     if scope.cancelled_caught:
         raise MqttError(f"mqtt {where}: no CONNACK within {config.connect_timeout} s")
+    driver.check()
     reason = driver._connack_reason  # noqa: SLF001
     if reason is not None and reason.is_failure:
         raise MqttError(f"mqtt {where}: the broker refused the connection: {reason}")
@@ -387,7 +419,18 @@ def _close(client: paho.Client) -> None:
         sock.close()
 
 
-def _sole(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+def _first_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The error to raise for ``group``: its first leaf when every leaf is an Exception
+    (the reader and the body often fail with the same cause at once), else None."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending[:0] = exc.exceptions
+        else:
+            leaves.append(exc)
+    errors = [leaf for leaf in leaves if isinstance(leaf, Exception)]
+    if leaves and len(errors) == len(leaves):
+        return errors[0]
+    return None

@@ -109,6 +109,7 @@ class MqttSource:
             on_message=receiver.arrived,
         ) as driver:
             receiver.driver = driver
+            driver.on_broken.append(receiver.wake)
             if config.protocol == 5:
                 # retainHandling 1: retained messages only for a new subscription, not
                 # again each time the session resumes.
@@ -119,6 +120,7 @@ class MqttSource:
                 await driver.subscribe(options)
             else:
                 await driver.subscribe([(topic, config.qos) for topic in config.topics])
+            receiver.subscribed = True
             yield receiver
 
 
@@ -133,25 +135,34 @@ class _MqttReceiver:
         self._inbox: collections.deque[paho.MQTTMessage] = collections.deque()
         self._more = trio.Event()
         self._nacked = 0
+        #: Reading pauses for a full inbox only once subscribed: a resumed session's
+        #: messages may fill it before the SUBACK arrives behind them.
+        self.subscribed = False
 
     def arrived(self, message: paho.MQTTMessage) -> None:
         """paho's on_message (in the reader task): keep it; pause reading when full."""
         self._inbox.append(message)
         self._more.set()
-        if len(self._inbox) >= self._window and self.driver is not None:
+        if len(self._inbox) >= self._window and self.subscribed and self.driver is not None:
             self.driver.reading = trio.Event()
+
+    def wake(self) -> None:
+        """Make a waiting :meth:`receive` look again (the connection broke)."""
+        self._more.set()
 
     async def receive(self) -> Envelope:
         """The next message; cancel-safe (nothing is taken until it is returned)."""
+        driver = self.driver
+        assert driver is not None
         while not self._inbox:
+            driver.check()
             self._check_nacks()
             if self._more.is_set():
                 self._more = trio.Event()
             await self._more.wait()
+        driver.check()  # (the broker redelivers what the inbox holds)
         self._check_nacks()
         message = self._inbox.popleft()
-        driver = self.driver
-        assert driver is not None
         if not driver.reading.is_set():
             driver.reading.set()
         return Envelope(
@@ -194,7 +205,7 @@ class _MqttReceiver:
         return Message(bytes(message.payload), headers, message_id)
 
     async def _ack(self, driver: PahoDriver, mid: int, qos: int) -> None:
-        if qos:
+        if qos and driver.error is None:
             driver.client.ack(mid, qos)
             driver.kick()
 

@@ -1,0 +1,142 @@
+"""Mosquitto for the mqtt endpoint tests: the project's broker, or a private one we may restart.
+
+The shared broker is the one ``scripts/brokers up mosquitto`` starts on 1883
+(user guest/guest; ``TRIO_STOMP_MQTT_URL`` points elsewhere). When it does
+not answer, tests skip, or fail under ``STOMP_REQUIRE_BROKERS=1``. Tests that
+restart the broker, or need an ACL and a packet-size limit, run their own
+``mosquitto`` on a free port (persistence on, so sessions survive a restart).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+MQTT_URL = os.environ.get("TRIO_STOMP_MQTT_URL", "mqtt://127.0.0.1:1883")
+REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
+HOSTPORT = MQTT_URL.split("//", 1)[1].rsplit("@", 1)[-1].rstrip("/")
+USER, PASSWORD = "guest", "guest"
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
+#: The private broker refuses PUBLISH packets larger than this.
+PRIVATE_MAX_PACKET = 10_000
+
+
+def _unavailable(reason: str) -> None:
+    if REQUIRE:
+        pytest.fail(f"STOMP_REQUIRE_BROKERS=1 but {reason}")
+    pytest.skip(reason)
+
+
+def _probe(host: str, port: int) -> str | None:
+    # MQTT 3.1.1 CONNECT, clean session, client id "probe", guest/guest.
+    payload = b"\x00\x04MQTT\x04\xc2\x00\x05" + b"\x00\x05probe" + b"\x00\x05guest" * 2
+    packet = bytes([0x10, len(payload)]) + payload
+    try:
+        with socket.create_connection((host, port), timeout=3) as sock:
+            sock.sendall(packet)
+            reply = sock.recv(4)
+            sock.sendall(b"\xe0\x00")
+    except OSError as exc:
+        return f"mosquitto is not running on {host}:{port} ({exc}); `scripts/brokers up`"
+    if reply[:1] == b"\x20":
+        return None
+    return f"{host}:{port} answered {reply!r} to CONNECT"
+
+
+def require_mqtt() -> str:
+    """The shared broker's URL; skip (locally) or fail (CI) when it is not up."""
+    host, _, port = HOSTPORT.partition(":")
+    reason = _probe(host, int(port or 1883))
+    if reason is not None:
+        _unavailable(reason)
+    return MQTT_URL
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrivateMosquitto:
+    """A mosquitto of our own: guest/guest, ACL ``allowed/#`` only, persistence, small packets."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self._directory = directory
+        self._process: trio.Process | None = None
+
+    def _write_config(self) -> Path:
+        directory = self._directory
+        subprocess.run(
+            [MOSQUITTO_PASSWD, "-c", "-b", str(directory / "passwd"), USER, PASSWORD], check=True
+        )
+        (directory / "acl").write_text(f"user {USER}\ntopic readwrite allowed/#\n")
+        # As root, mosquitto would switch to its own user, which cannot read the
+        # test's private temporary directory.
+        as_root = "user root\n" if os.geteuid() == 0 else ""
+        config = directory / "mosquitto.conf"
+        config.write_text(
+            f"listener {self.port} 127.0.0.1\n"
+            "allow_anonymous false\n"
+            f"password_file {directory / 'passwd'}\n"
+            f"acl_file {directory / 'acl'}\n"
+            "persistence true\n"
+            f"persistence_location {directory}/\n"
+            "max_inflight_messages 0\n"
+            "max_queued_messages 0\n"
+            f"max_packet_size {PRIVATE_MAX_PACKET}\n"
+            f"{as_root}"
+        )
+        return config
+
+    async def start(self) -> None:
+        config = self._directory / "mosquitto.conf"
+        if not config.exists():
+            config = self._write_config()
+        self._process = await trio.lowlevel.open_process(
+            [MOSQUITTO, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        with trio.fail_after(10):
+            while _probe("127.0.0.1", self.port) is not None:  # noqa: ASYNC110 (a process)
+                await trio.sleep(0.02)
+
+    async def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            process.terminate()  # SIGTERM: mosquitto saves its sessions and exits
+            with trio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+    async def restart(self, down: float = 0.3) -> None:
+        await self.stop()
+        await trio.sleep(down)
+        await self.start()
+
+
+@asynccontextmanager
+async def private_mosquitto(directory: Path) -> AsyncIterator[PrivateMosquitto]:
+    """A private broker for one test, stopped (and reaped) when the block ends."""
+    if not (os.access(MOSQUITTO, os.X_OK) and os.access(MOSQUITTO_PASSWD, os.X_OK)):
+        _unavailable("mosquitto is not installed (scripts/brokers up installs it)")
+    server = PrivateMosquitto(directory)
+    try:
+        await server.start()
+        yield server
+    finally:
+        with trio.CancelScope(shield=True):
+            await server.stop()

@@ -1,0 +1,258 @@
+"""The mqtt source and sink against a real Mosquitto: sessions, manual acks, bad input, restarts."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import trio
+from mqtt_servers import (
+    HOSTPORT,
+    PASSWORD,
+    PRIVATE_MAX_PACKET,
+    USER,
+    private_mosquitto,
+    require_mqtt,
+)
+
+from bridges import Context, Envelope, InvalidSetting, Message, MessageRejected, Route
+from bridges.endpoints.mqtt import (
+    MqttError,
+    MqttSink,
+    MqttSinkConfig,
+    MqttSource,
+    MqttSourceConfig,
+)
+from bridges.testing import FakeSink, FakeSource, messages, wait_until
+
+CTX = Context(route="m", in_flight=100)
+
+
+def topic() -> str:
+    return f"allowed/trio-stomp-test/{uuid.uuid4().hex[:10]}"
+
+
+def source_config(url: str, filters: list[str], **settings: object) -> MqttSourceConfig:
+    client_id = f"test-{uuid.uuid4().hex[:10]}"
+    base: dict[str, object] = {"username": USER, "password": PASSWORD, "client_id": client_id}
+    return MqttSourceConfig(url=url, topics=filters, **{**base, **settings})  # type: ignore[arg-type]
+
+
+def sink_config(url: str, to: str, **settings: object) -> MqttSinkConfig:
+    base: dict[str, object] = {"username": USER, "password": PASSWORD}
+    return MqttSinkConfig(url=url, topic=to, **{**base, **settings})  # type: ignore[arg-type]
+
+
+async def take(receiver: object, count: int) -> list[Envelope]:
+    receive = receiver.receive  # type: ignore[attr-defined]
+    return [await receive() for _ in range(count)]
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+async def test_a_batch_goes_through_binary_safe_with_headers_on_mqtt5(
+    protocol: Literal[4, 5],
+) -> None:
+    url = require_mqtt()
+    base = topic()
+    source = MqttSource(source_config(url, [base + "/#"], protocol=protocol), CTX)
+    sink = MqttSink(sink_config(url, base + "/{header:site|none}", protocol=protocol), CTX)
+    batch = [
+        Message(b"\x00\xff\r\n\x00", {"site": "paris", "note": "caf\u00e9"}, "id-0"),
+        Message(b"", {"content-type": "text/plain"}, "id-1"),
+        Message(b"x" * 100_000, {"site": "oslo"}, "id-2"),
+    ]
+    async with source.open() as receiver, sink.open() as writer:
+        await writer.write(batch)
+        got = await take(receiver, 3)
+    by_topic = {e.message.headers["mqtt-topic"]: e.message for e in got}
+    assert set(by_topic) == {f"{base}/paris", f"{base}/none", f"{base}/oslo"}
+    first = by_topic[f"{base}/paris"]
+    assert first.body == b"\x00\xff\r\n\x00"
+    assert by_topic[f"{base}/none"].body == b""
+    assert by_topic[f"{base}/oslo"].body == b"x" * 100_000
+    assert first.headers["mqtt-qos"] == "1"
+    assert first.headers["mqtt-retain"] == "false"
+    if protocol == 5:
+        assert first.id == "id-0"
+        assert first.headers["note"] == "caf\u00e9"
+        assert by_topic[f"{base}/none"].headers["content-type"] == "text/plain"
+    else:  # 3.1.1 carries no headers: the id is derived from topic and payload
+        assert first.id.startswith("mqtt-")
+        assert "note" not in first.headers
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+async def test_unacked_messages_come_back_when_the_session_resumes(
+    protocol: Literal[4, 5],
+) -> None:
+    url = require_mqtt()
+    base = topic()
+    config = source_config(url, [base], protocol=protocol)
+    source = MqttSource(config, CTX)
+    sink = MqttSink(sink_config(url, base, protocol=protocol), CTX)
+    async with source.open():
+        pass  # the session (and its subscription) now exists on the broker
+    async with sink.open() as writer:
+        await writer.write(messages(6))  # published while the source is away
+    async with source.open() as receiver:
+        got = await take(receiver, 6)
+        assert [e.message.body for e in got] == [f"m{i}".encode() for i in range(6)]
+        for envelope in got[:4]:
+            await envelope.ack()
+        await got[4].nack(None)
+        first_ids = [e.message.id for e in got]
+        await trio.sleep(0.2)  # the PUBACKs reach the broker
+    async with source.open() as receiver:
+        again = await take(receiver, 2)
+        assert [e.message.body for e in again] == [b"m4", b"m5"]
+        assert [e.message.id for e in again] == first_ids[4:]  # a stable id
+        for envelope in again:
+            await envelope.ack()
+        with trio.move_on_after(0.5):
+            extra = await receiver.receive()
+            pytest.fail(f"an acked message came again: {extra}")
+
+
+async def test_a_nack_with_an_error_reconnects_so_the_broker_sends_it_again() -> None:
+    url = require_mqtt()
+    base = topic()
+    source = MqttSource(source_config(url, [base]), CTX)
+    sink = MqttSink(sink_config(url, base), CTX)
+    async with source.open() as receiver:
+        async with sink.open() as writer:
+            await writer.write(messages(1))
+        envelope = await receiver.receive()
+        await envelope.nack(RuntimeError("the sink failed"))
+        with pytest.raises(MqttError, match="nacked; reconnecting"):
+            await receiver.receive()
+    async with source.open() as receiver:
+        again = await receiver.receive()
+        assert again.message.id == "m0"
+        await again.ack()
+
+
+def test_bad_settings_are_refused_when_the_config_is_built() -> None:
+    with pytest.raises(InvalidSetting, match="topics"):
+        MqttSource(MqttSourceConfig(topics=[]), CTX)
+    with pytest.raises(InvalidSetting, match="'#' must be a whole last level"):
+        MqttSource(MqttSourceConfig(topics=["a/#/b"]), CTX)
+    with pytest.raises(InvalidSetting, match="wildcard"):
+        MqttSink(MqttSinkConfig(topic="a/+/b"), CTX)
+    with pytest.raises(InvalidSetting, match="url"):
+        MqttSink(MqttSinkConfig(topic="a", url="http://127.0.0.1"), CTX)
+
+
+def test_qos_0_warns_that_it_is_at_most_once(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        MqttSource(MqttSourceConfig(topics=["a"], qos=0), Context(route="r", checking=True))
+    assert "AT MOST ONCE" in caplog.text
+    assert "route 'r'" in caplog.text
+
+
+async def test_topics_the_sink_cannot_publish_and_oversized_bodies_are_rejected() -> None:
+    url = require_mqtt()
+    base = topic()
+    sink = MqttSink(sink_config(url, base + "/{header:to|x}", max_bytes=1000), CTX)
+    batch = [
+        Message(b"ok", {}, "a"),
+        Message(b"wild", {"to": "+"}, "b"),
+        Message(b"nul", {"to": "a\0b"}, "c"),
+        Message(b"z" * 1001, {}, "d"),
+    ]
+    async with sink.open() as writer:
+        with pytest.raises(MessageRejected) as rejected:
+            await writer.write(batch)
+    assert rejected.value.indices == (1, 2, 3)
+    assert "wildcard" in rejected.value.reason
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (f"mqtt://{USER}:not-the-password@{HOSTPORT}", "refused the connection"),
+        ("mqtt://no-such-host.invalid:1883", "cannot resolve 'no-such-host.invalid'"),
+        ("mqtt://127.0.0.1:1", "cannot connect"),
+    ],
+)
+async def test_connection_errors_are_one_line_naming_the_broker_not_the_password(
+    url: str, expected: str
+) -> None:
+    require_mqtt()
+    sink = MqttSink(MqttSinkConfig(url=url, topic="t", connect_timeout=3), CTX)
+    with pytest.raises(MqttError) as caught:
+        async with sink.open():
+            pass
+    text = str(caught.value)
+    assert expected in text
+    assert "\n" not in text
+    assert "not-the-password" not in text
+
+
+@pytest.mark.deadline(40)
+async def test_refusals_by_the_broker(tmp_path: Path) -> None:
+    async with private_mosquitto(tmp_path) as broker:
+        # (Mosquitto 2.0 grants a SUBSCRIBE its ACL file denies, and filters at
+        # delivery instead, so a refused SUBACK cannot be shown with it.)
+        sink = MqttSink(sink_config(broker.url, "{header:to}"), CTX)
+        source = MqttSource(source_config(broker.url, ["allowed/#"]), CTX)
+        async with source.open() as receiver:
+            async with sink.open() as writer:
+                # Bigger than the broker's Maximum Packet Size (MQTT 5 CONNACK): rejected
+                # before it is sent.
+                big = [Message(b"b" * PRIVATE_MAX_PACKET, {"to": "allowed/x"}, "big")]
+                with pytest.raises(MessageRejected, match="Maximum Packet Size"):
+                    await writer.write(big)
+                # A PUBLISH the ACL refuses is rejected (its PUBACK says so); the rest
+                # of the batch is confirmed.
+                batch = [
+                    Message(b"yes", {"to": "allowed/x"}, "a"),
+                    Message(b"no", {"to": "secret/x"}, "b"),
+                ]
+                with pytest.raises(MessageRejected) as rejected:
+                    await writer.write(batch)
+                assert rejected.value.indices == (1,)
+                assert "Not authorized" in rejected.value.reason
+                assert (await receiver.receive()).message.id == "a"
+            # (Mosquitto 2.0 closes the connection after refusing: a new one works.)
+            async with sink.open() as writer:
+                await writer.write([Message(b"after", {"to": "allowed/x"}, "c")])
+            assert (await receiver.receive()).message.id == "c"
+
+
+@pytest.mark.deadline(40)
+async def test_a_broker_restart_mid_stream_loses_nothing(tmp_path: Path) -> None:
+    async with private_mosquitto(tmp_path) as broker:
+        base = topic()
+        total = 3000
+        source = FakeSource(messages(total))
+        ctx = Context(route="m", in_flight=200)
+        fast = {"connect_timeout": 2.0}
+        to_mqtt = Route(
+            "in",
+            source,
+            MqttSink(sink_config(broker.url, base, **fast), ctx),
+            in_flight=200,
+            batch_count=50,
+        )
+        out = FakeSink()
+        from_mqtt = Route(
+            "out",
+            MqttSource(source_config(broker.url, [base], **fast), ctx),
+            out,
+            in_flight=200,
+            batch_count=50,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(from_mqtt.run)
+            await from_mqtt.ready.wait()
+            nursery.start_soon(to_mqtt.run)
+            await wait_until(lambda: len(out.written) >= total // 3)
+            await broker.restart()
+            await wait_until(lambda: len(set(out.written)) >= total)
+            from_mqtt.stop()
+        assert set(out.written) == {m.id for m in messages(total)}
+        assert len(source.acked) == total
+        assert to_mqtt.stats.restarts + from_mqtt.stats.restarts >= 1
