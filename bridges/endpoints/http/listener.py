@@ -230,8 +230,11 @@ def _hypercorn_config(address: ListenAddress) -> HypercornConfig:
 async def open_listener(address: ListenAddress) -> AsyncIterator[HttpListener]:
     """Run a server on ``address`` for the block (hypercorn's Trio worker, in this nursery).
 
-    Leaving the block stops the server, letting requests in progress finish
-    for up to :data:`GRACEFUL_TIMEOUT` s.
+    Leaving the block stops the server gracefully, even when the block is
+    cancelled: answers already decided (a webhook's 2xx once its message is
+    stored) still go out. The server runs shielded from outside cancellation
+    and its stop is bounded: requests in progress get
+    :data:`GRACEFUL_TIMEOUT` s, then are cut off.
 
     Raises:
       OSError: the address cannot be bound (in use, not local).
@@ -239,15 +242,25 @@ async def open_listener(address: ListenAddress) -> AsyncIterator[HttpListener]:
     listener = HttpListener(address)
     config = _hypercorn_config(address)
     stop = trio.Event()
+    shield = trio.CancelScope(shield=True)
+
+    async def run(task_status: trio.TaskStatus[list[str]]) -> None:
+        with shield:
+            await serve(
+                listener,  # type: ignore[arg-type]  # our ASGI aliases are looser than hypercorn's TypedDicts
+                config,
+                shutdown_trigger=stop.wait,
+                task_status=task_status,
+            )
+
     async with trio.open_nursery() as nursery:
-        listener.urls = await nursery.start(
-            partial(serve, listener, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]  # our ASGI aliases are looser than hypercorn's TypedDicts
-        )
+        listener.urls = await nursery.start(run)
         log.info("listening on %s", " ".join(listener.urls))
         try:
             yield listener
         finally:
             stop.set()
+            shield.deadline = trio.current_time() + GRACEFUL_TIMEOUT + 1.0
 
 
 def listen(
