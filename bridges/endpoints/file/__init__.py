@@ -1,8 +1,10 @@
 """The ``file`` family: a watched directory or a tailed JSON-lines file in, files out.
 
 :mod:`.source` (directory mode), :mod:`.tail` (JSON-lines mode of the
-source), :mod:`.sink`; :mod:`._records` is the JSON-lines record format both
-sides share and :mod:`._fs` the one atomic write.
+source), :mod:`.sink` (JSON lines) and :mod:`._files` (its file-per-message
+mode: names, conflicts); :mod:`._records` is the JSON-lines record format
+both sides share, and :mod:`._fs` every file-system operation, made safe
+against links, FIFOs and swaps planted in the directories.
 """
 
 from __future__ import annotations

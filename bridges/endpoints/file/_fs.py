@@ -1,21 +1,154 @@
-"""The one durable-write recipe of the file family, and its helpers.
+"""File-system operations of the file family that nothing planted in a directory can subvert.
+
+Every byte under the bridge's directories is untrusted: whoever may drop a
+file into an inbox may also drop a symbolic link, a FIFO or a device, or
+swap one in between our scan and our open. So, inside a directory whose
+descriptor we hold (the configured directory itself is the operator's and
+is opened normally):
+
+- files are opened with ``O_NOFOLLOW | O_NONBLOCK`` relative to that
+  descriptor and checked on the opened descriptor (``fstat``: a regular
+  file, within a size limit) before one byte is read: a link is never
+  followed, a FIFO never blocks the open;
+- new files are created under unpredictable names (``.bridge-<random>.tmp``)
+  with ``O_CREAT | O_EXCL | O_NOFOLLOW``, so a link planted in advance can
+  neither be guessed nor written through, and a stale temporary file is
+  simply never reused;
+- a file reaches its final name by ``rename`` (which replaces the *name*,
+  never a link's target) or, where an existing file must not be replaced, by
+  ``link`` (which fails if the name exists, whatever it is), both relative to
+  the directory descriptors;
+- a subdirectory (``done/``) is opened component by component with
+  ``O_NOFOLLOW``: a link planted in its place is refused.
 
 A file that must be whole or absent after a crash (a message in
 ``format = "files"``, the tail's position file) is written by
-:func:`atomic_write`: a temporary name created exclusively, the data,
-``fsync``, a rename over the final name, and an ``fsync`` of the directory
-so that the rename itself survives a power cut.
+:func:`atomic_write`: a fresh temporary file, the data, ``fsync``, a rename
+over the final name, and an ``fsync`` of the directory so that the rename
+itself survives a power cut.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
+import stat
 from pathlib import Path
+
+#: How every file the family creates starts and ends: hidden, skipped by the
+#: directory source, and never a name a message can have (those never start
+#: with a dot).
+TEMP_PREFIX = ".bridge-"
+TEMP_SUFFIX = ".tmp"
+
+#: Errors of ``link`` that mean "this file system has no hard links".
+_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Refused(OSError):
+    """What is at a name is not something we may read or write: a link, a FIFO, too big."""
+
+
+def open_directory(path: Path) -> int:
+    """A descriptor of a configured directory (the operator's path: links there are theirs)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def open_subdirectory(dir_fd: int, relative: str) -> int:
+    """A descriptor of ``relative`` under ``dir_fd``, refusing a link at any component.
+
+    Raises:
+      Refused: a component is a symbolic link or not a directory.
+      OSError: it does not exist, or cannot be opened.
+    """
+    fd = os.dup(dir_fd)
+    try:
+        for part in Path(relative).parts:
+            try:
+                child = os.open(
+                    part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                )
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused(
+                        exc.errno, f"{part!r} is a symbolic link or not a directory (refused)"
+                    ) from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(dir_fd: int, name: str, flags: int = _READ_FLAGS) -> tuple[int, os.stat_result]:
+    """Open ``name`` in ``dir_fd`` without following a link or blocking; a regular file only.
+
+    Returns:
+      the descriptor (the caller closes it) and its ``fstat``.
+
+    Raises:
+      Refused: a symbolic link, or not a regular file (FIFO, device, directory).
+      OSError: it cannot be opened (FileNotFoundError: it is gone).
+    """
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused(errno.ELOOP, "a symbolic link (not followed)") from None
+        if exc.errno == errno.ENXIO:  # a FIFO opened for writing with no reader, a socket
+            raise Refused(errno.ENXIO, "not a regular file") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused(errno.EINVAL, "not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def read_regular(dir_fd: int, name: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``name`` (at most ``limit``), checked on its descriptor.
+
+    Raises:
+      Refused: a link, not a regular file, or more than ``limit`` bytes
+        (checked by ``fstat`` and again while reading, for a file still growing).
+    """
+    fd, info = open_regular(dir_fd, name)
+    try:
+        if info.st_size > limit:
+            raise Refused(errno.EFBIG, f"{info.st_size} bytes, more than max_bytes = {limit}")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1024 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise Refused(errno.EFBIG, f"more than max_bytes = {limit} bytes (still growing)")
+        return data, info
+    finally:
+        os.close(fd)
+
+
+def fsync_fd(fd: int) -> None:
+    """``fsync`` a directory descriptor: its entries (creations, renames) become durable."""
+    os.fsync(fd)
 
 
 def fsync_dir(path: Path) -> None:
     """Make the directory's entries (creations, renames) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_directory(path)
     try:
         os.fsync(fd)
     finally:
@@ -30,36 +163,23 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def temporary_name(path: Path) -> Path:
-    """``.NAME.tmp`` next to ``path``: a name readers of the directory skip."""
-    return path.with_name(f".{path.name}.tmp")
+def create_temporary(dir_fd: int, flags: int = 0) -> tuple[str, int]:
+    """A new file under an unpredictable hidden name in ``dir_fd``: (name, write descriptor)."""
+    while True:
+        name = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        try:
+            return name, os.open(name, _CREATE_FLAGS | flags, 0o644, dir_fd=dir_fd)
+        except FileExistsError:  # pragma: no cover - 64 random bits
+            continue
 
 
-def _create_exclusive(temporary: Path) -> int:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        return os.open(temporary, flags, 0o644)
-    except FileExistsError:
-        # Left by a write that was killed half-way: never renamed, so nobody's file.
-        temporary.unlink(missing_ok=True)
-        return os.open(temporary, flags, 0o644)
-
-
-def atomic_write(path: Path, data: bytes, *, fsync: bool = True, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old file or the new, whole.
-
-    Args:
-      fsync: fsync the file before the rename (off only where the user
-        chose speed over durability).
-      sync_dir: fsync the directory after the rename; a caller that writes
-        many files to one directory passes False and calls :func:`fsync_dir`
-        once at the end.
+def write_temporary(dir_fd: int, data: bytes, *, fsync: bool = True) -> str:
+    """``data`` in a new temporary file of ``dir_fd`` (fsynced unless told); its name.
 
     Raises:
       OSError: the write failed; the temporary file is gone again.
     """
-    temporary = temporary_name(path)
-    fd = _create_exclusive(temporary)
+    name, fd = create_temporary(dir_fd)
     try:
         try:
             write_all(fd, data)
@@ -67,9 +187,98 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True, sync_dir: bool 
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, path)
-    except OSError:
-        temporary.unlink(missing_ok=True)
+    except BaseException:
+        unlink_quietly(dir_fd, name)
         raise
-    if fsync and sync_dir:
-        fsync_dir(path.parent)
+    return name
+
+
+def unlink_quietly(dir_fd: int, name: str) -> None:
+    """Remove ``name`` (a link itself, never its target); gone already is fine."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+
+
+def rename(dir_fd: int, name: str, new_dir_fd: int, new_name: str) -> None:
+    """Rename within or across directory descriptors, replacing a name (never a link's target)."""
+    os.rename(name, new_name, src_dir_fd=dir_fd, dst_dir_fd=new_dir_fd)
+
+
+def link_new(dir_fd: int, temporary: str, name: str) -> bool:
+    """Give the file ``temporary`` the name ``name`` unless that name exists; drop ``temporary``.
+
+    ``link`` fails when the name exists, whatever it is (a file, a link, a
+    FIFO): the no-replace rename. On a file system without hard links it
+    falls back to check-then-rename (which a concurrent writer could race).
+
+    Returns:
+      True if ``name`` is now the new file; False if the name was taken
+      (``temporary`` is kept: the caller decides what to do with it).
+    """
+    try:
+        os.link(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        try:
+            os.lstat(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            rename(dir_fd, temporary, dir_fd, name)
+            return True
+        return False
+    unlink_quietly(dir_fd, temporary)
+    return True
+
+
+def same_content(dir_fd: int, name: str, data: bytes) -> bool:
+    """True if ``name`` is a regular file holding exactly ``data`` (a link never is)."""
+    try:
+        fd, info = open_regular(dir_fd, name)
+    except OSError:
+        return False
+    try:
+        if info.st_size != len(data):
+            return False
+        view = memoryview(data)
+        while view:
+            chunk = os.read(fd, min(len(view), 1024 * 1024))
+            if not chunk or chunk != view[: len(chunk)]:
+                return False
+            view = view[len(chunk) :]
+        return os.read(fd, 1) == b""
+    finally:
+        os.close(fd)
+
+
+def atomic_write(
+    directory: Path, name: str, data: bytes, *, fsync: bool = True, sync_dir: bool = True
+) -> None:
+    """Replace ``directory/name`` with ``data``: a crash leaves the old file or the new, whole.
+
+    A link planted at ``name`` is replaced (never written through); the
+    temporary name is unpredictable and created exclusively.
+
+    Args:
+      fsync: fsync the file before the rename (off only where the user
+        chose speed over durability).
+      sync_dir: fsync the directory after the rename.
+
+    Raises:
+      OSError: the write failed; the temporary file is gone again.
+    """
+    dir_fd = open_directory(directory)
+    try:
+        temporary = write_temporary(dir_fd, data, fsync=fsync)
+        try:
+            rename(dir_fd, temporary, dir_fd, name)
+        except BaseException:
+            unlink_quietly(dir_fd, temporary)
+            raise
+        if fsync and sync_dir:
+            os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -11,10 +11,14 @@ that take ``*.jsonl`` only ever see complete files. A batch that fails
 ``.part`` files left by a process that was killed are finished at the next
 start: cut after their last complete line, then renamed.
 
-File-per-message mode (``format = "files"``): the body is written to a
-temporary ``.NAME.tmp``, fsynced, renamed to NAME (from the ``name``
-template, made safe as a file name), and the directory is fsynced once per
-batch. A message written twice (after a crash) replaces the first copy.
+File-per-message mode (``format = "files"``): see :mod:`._files` (names of
+at most 255 bytes, ``conflict`` = fail / replace / ignore / rename).
+
+Nothing planted in the directory is written through (see :mod:`._fs`): the
+sink works relative to the directory's descriptor, ``.part`` files are
+created exclusively without following links and reach their final name by
+``link`` (never replacing an existing file), and recovery leaves a ``.part``
+that is a link or not a regular file alone (logged).
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Literal
 
 import attrs
@@ -34,8 +37,9 @@ from attrs.validators import ge
 
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Message
-from ..._template import Template, TemplateError, safe_filename
-from ._fs import atomic_write, fsync_dir, write_all
+from ..._template import Template, TemplateError
+from ._files import FilesWriter
+from ._fs import Refused, link_new, open_directory, open_regular, unlink_quietly, write_all
 from ._records import encode_record, record_lines, record_text
 
 log = logging.getLogger("bridges.file")
@@ -55,6 +59,7 @@ class FileSinkConfig:
     rotate_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=ge(1))
     rotate_seconds: float = attrs.field(default=3600.0, validator=ge(0.001))
     name: str = "{id}"
+    conflict: Literal["fail", "replace", "ignore", "rename"] = "fail"
     fsync: bool = True
 
 
@@ -80,13 +85,23 @@ class FileSink:
         return f"file {self.path}/ ({self.config.format})"
 
     @asynccontextmanager
-    async def open(self) -> AsyncIterator[_JsonlWriter | _FilesWriter]:
+    async def open(self) -> AsyncIterator[_JsonlWriter | FilesWriter]:
         if self._create:
             await trio.to_thread.run_sync(lambda: self.path.mkdir(parents=True, exist_ok=True))
-        if self.config.format == "files":
-            yield _FilesWriter(self)
-            return
-        writer = _JsonlWriter(self)
+        dir_fd = await trio.to_thread.run_sync(open_directory, self.path)
+        try:
+            if self.config.format == "files":
+                config = self.config
+                yield FilesWriter(dir_fd, self.name, config.conflict, fsync=config.fsync)
+            else:
+                async with self._open_jsonl(dir_fd) as writer:
+                    yield writer
+        finally:
+            os.close(dir_fd)
+
+    @asynccontextmanager
+    async def _open_jsonl(self, dir_fd: int) -> AsyncIterator[_JsonlWriter]:
+        writer = _JsonlWriter(self, dir_fd)
         await trio.to_thread.run_sync(writer.recover)
         try:
             async with trio.open_nursery() as nursery:
@@ -103,12 +118,13 @@ class FileSink:
 
 
 class _JsonlWriter:
-    def __init__(self, sink: FileSink) -> None:
+    def __init__(self, sink: FileSink, dir_fd: int) -> None:
         self._sink = sink
         self._config = sink.config
+        self._dir_fd = dir_fd
         self.lock = trio.Lock()
         self._fd: int | None = None
-        self._part: Path | None = None
+        self._part: str | None = None
         self._size = 0
         self._opened_at = 0.0
 
@@ -166,14 +182,17 @@ class _JsonlWriter:
 
     def _start(self) -> None:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         for attempt in range(1000):
             suffix = f"-{attempt}" if attempt else ""
-            final = self._sink.path / f"{self._config.prefix}-{stamp}{suffix}.jsonl"
-            part = final.with_name(final.name + ".part")
-            if final.exists():
-                continue
+            part = f"{self._config.prefix}-{stamp}{suffix}.jsonl.part"
             try:
-                fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+                os.lstat(part.removesuffix(".part"), dir_fd=self._dir_fd)
+                continue  # that final name is taken
+            except FileNotFoundError:
+                pass
+            try:
+                fd = os.open(part, flags, 0o644, dir_fd=self._dir_fd)
             except FileExistsError:
                 continue
             break
@@ -182,26 +201,55 @@ class _JsonlWriter:
         self._fd, self._part, self._size = fd, part, 0
         self._opened_at = time.monotonic()
         if self._config.fsync:
-            fsync_dir(self._sink.path)
+            os.fsync(self._dir_fd)
 
     def finish(self) -> None:
-        """Close the current file and rename it to its final name."""
+        """Close the current file and give it its final name."""
         if self._fd is None or self._part is None:
             return
         fd, part = self._fd, self._part
         self._fd = self._part = None
         os.close(fd)
         if self._size == 0:
-            part.unlink(missing_ok=True)
+            unlink_quietly(self._dir_fd, part)
             return
-        os.replace(part, part.with_suffix(""))
+        self._publish(part)
+
+    def _publish(self, part: str) -> None:
+        """``NAME.jsonl.part`` -> ``NAME.jsonl`` (or ``NAME-N.jsonl``), never replacing a file."""
+        final = part.removesuffix(".part")
+        stem = final.removesuffix(".jsonl")
+        for attempt in range(1000):
+            name = f"{stem}-{attempt}.jsonl" if attempt else final
+            if link_new(self._dir_fd, part, name):
+                break
+        else:  # pragma: no cover - a thousand files of one name
+            raise OSError(f"cannot find a free file name for {part} in {self._sink.path}")
         if self._config.fsync:
-            fsync_dir(self._sink.path)
+            os.fsync(self._dir_fd)
 
     def recover(self) -> None:
-        """Finish ``.part`` files a killed process left: cut after the last line, rename."""
-        for part in sorted(self._sink.path.glob(f"{self._config.prefix}-*.jsonl.part")):
-            with open(part, "r+b") as file:
+        """Finish ``.part`` files a killed process left: cut after the last line, rename.
+
+        A ``.part`` that is a symbolic link or not a regular file is nobody's
+        output: it is logged and left alone (never followed, cut or renamed).
+        """
+        prefix = f"{self._config.prefix}-"
+        with os.scandir(self._dir_fd) as entries:
+            parts = sorted(
+                e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".part")
+            )
+        for part in parts:
+            try:
+                fd, _ = open_regular(self._dir_fd, part, os.O_RDWR)
+            except Refused as exc:
+                log.warning(
+                    "%s is %s; left alone", self._sink.path / part, exc.strerror or "refused"
+                )
+                continue
+            except FileNotFoundError:
+                continue
+            with os.fdopen(fd, "r+b") as file:
                 data = file.read()
                 keep = data.rfind(b"\n") + 1
                 if keep < len(data):
@@ -209,12 +257,12 @@ class _JsonlWriter:
                     file.flush()
                     os.fsync(file.fileno())
             if keep == 0:
-                part.unlink()
+                unlink_quietly(self._dir_fd, part)
             else:
-                os.replace(part, part.with_suffix(""))
-            log.info("finished %s left by an earlier run (%d bytes)", part.name, keep)
+                self._publish(part)
+            log.info("finished %s left by an earlier run (%d bytes)", part, keep)
         if self._config.fsync:
-            fsync_dir(self._sink.path)
+            os.fsync(self._dir_fd)
 
     async def rotate_when_old(self) -> None:
         """Rename a file that reached ``rotate_seconds`` even when no write comes."""
@@ -224,30 +272,3 @@ class _JsonlWriter:
             if self._fd is not None and time.monotonic() - self._opened_at >= period:
                 async with self.lock:
                     await trio.to_thread.run_sync(self.finish)
-
-
-class _FilesWriter:
-    def __init__(self, sink: FileSink) -> None:
-        self._sink = sink
-
-    async def write(self, batch: Sequence[Message]) -> None:
-        files = []
-        bad: list[int] = []
-        reason = ""
-        for index, message in enumerate(batch):
-            try:
-                files.append((safe_filename(self._sink.name.render(message)), message.body))
-            except TemplateError as exc:
-                bad.append(index)
-                reason = str(exc)
-        if bad:
-            raise MessageRejected(reason, bad)
-        await trio.to_thread.run_sync(self._write, files)
-
-    def _write(self, files: list[tuple[str, bytes]]) -> None:
-        directory = self._sink.path
-        fsync = self._sink.config.fsync
-        for name, body in files:
-            atomic_write(directory / name, body, fsync=fsync, sync_dir=False)
-        if fsync:
-            fsync_dir(directory)

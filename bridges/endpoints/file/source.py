@@ -12,11 +12,21 @@ the ack is it moved into ``done_dir`` (or deleted, ``after = "delete"``); a
 nacked file stays and is read again. A file that cannot be read is logged
 and left where it is.
 
+Nothing planted in the directory is followed or blocks (see
+:mod:`bridges.endpoints.file._fs`): each file is opened with ``O_NOFOLLOW |
+O_NONBLOCK`` relative to the directory's descriptor and checked on that
+descriptor (a regular file of at most ``max_bytes``), so a symbolic link or
+FIFO swapped in after the scan is logged and left alone; ``done_dir`` is
+opened without following links, and a link in its place stops the move (the
+file stays, logged) rather than moving it elsewhere.
+
 JSON-lines mode (``mode = "jsonl"``): the file is tailed; each complete
 line (ending in a newline) is one message, its id ``NAME:OFFSET``. The
 offset up to which every line was acked is persisted (written to a temporary
 file, fsynced, renamed) in ``position_file`` after acks, so a restart
-resumes after the last acked line. ``lines = "raw"`` makes the line the
+resumes after the last acked line. A line longer than ``max_line`` bytes is
+skipped (logged with its offset and length) without ever being held in
+memory whole. ``lines = "raw"`` makes the line the
 body; ``lines = "envelope"`` reads records as the ``file`` sink writes them
 (``id``, ``headers``, ``body`` or ``body_base64``, ``destination``). That
 mode lives in :mod:`bridges.endpoints.file.tail`.
@@ -41,6 +51,7 @@ from attrs.validators import ge
 
 from ..._endpoint import Context, InvalidSetting
 from ..._message import Envelope, Message
+from ._fs import Refused, open_directory, open_subdirectory, read_regular, rename, unlink_quietly
 from .tail import JsonlReceiver
 
 log = logging.getLogger("bridges.file")
@@ -62,6 +73,7 @@ class FileSourceConfig:
     max_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=ge(1))
     position_file: str | None = None
     lines: Literal["raw", "envelope"] = "raw"
+    max_line: int = attrs.field(default=1024 * 1024, validator=ge(1))
 
 
 class FileSource:
@@ -96,7 +108,11 @@ class FileSource:
         if self.config.mode == "directory":
             if self._create:
                 await trio.to_thread.run_sync(partial(self._make_dirs))
-            yield _DirectoryReceiver(self)
+            dir_fd = await trio.to_thread.run_sync(open_directory, self.path)
+            try:
+                yield _DirectoryReceiver(self, dir_fd)
+            finally:
+                os.close(dir_fd)
             return
         receiver = JsonlReceiver(self)
         await receiver.start()
@@ -123,8 +139,9 @@ class FileSource:
 
 
 class _DirectoryReceiver:
-    def __init__(self, source: FileSource) -> None:
+    def __init__(self, source: FileSource, dir_fd: int) -> None:
         self._source = source
+        self._dir_fd = dir_fd
         self._config = source.config
         self._ready: collections.deque[tuple[int, str]] = collections.deque()
         self._taken: set[str] = set()
@@ -138,14 +155,12 @@ class _DirectoryReceiver:
                     self._ready.extend(found)
                 else:
                     await trio.sleep(self._config.poll_interval)
-            mtime_ns, name = self._ready[0]
+            mtime_ns, name = self._ready.popleft()
             try:
-                body = await trio.to_thread.run_sync(self._read, name)
+                body, info = await trio.to_thread.run_sync(self._read, name)
             except FileNotFoundError:
-                self._ready.popleft()
                 continue
             except OSError as exc:
-                self._ready.popleft()
                 self._broken.add((name, mtime_ns))
                 log.error(
                     "cannot read %s (%s); it stays where it is",
@@ -153,7 +168,7 @@ class _DirectoryReceiver:
                     exc.strerror or exc,
                 )
                 continue
-            self._ready.popleft()
+            mtime_ns = info.st_mtime_ns
             self._taken.add(name)
             message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
             return Envelope(
@@ -168,7 +183,7 @@ class _DirectoryReceiver:
         settle_ns = int(config.settle * 1e9)
         now = time.time_ns()
         found = []
-        with os.scandir(self._source.path) as entries:
+        with os.scandir(self._dir_fd) as entries:
             for entry in entries:
                 name = entry.name
                 if name in taken or name.startswith(".") or name.endswith(_INCOMPLETE_SUFFIXES):
@@ -200,9 +215,8 @@ class _DirectoryReceiver:
         found.sort()
         return found
 
-    def _read(self, name: str) -> bytes:
-        with open(self._source.path / name, "rb") as file:
-            return file.read(self._config.max_bytes + 1)
+    def _read(self, name: str) -> tuple[bytes, os.stat_result]:
+        return read_regular(self._dir_fd, name, self._config.max_bytes)
 
     async def _ack(self, name: str) -> None:
         try:
@@ -220,11 +234,17 @@ class _DirectoryReceiver:
         self._taken.discard(name)
 
     def _finish(self, name: str) -> None:
-        source = self._source.path / name
         if self._config.after == "delete":
-            source.unlink(missing_ok=True)
-        else:
-            os.replace(source, self._source.done / name)
+            unlink_quietly(self._dir_fd, name)
+            return
+        try:
+            done_fd = open_subdirectory(self._dir_fd, self._config.done_dir)
+        except Refused as exc:
+            raise Refused(exc.errno, f"done_dir {self._source.done}: {exc.strerror}") from None
+        try:
+            rename(self._dir_fd, name, done_fd, name)
+        finally:
+            os.close(done_fd)
 
     async def _nack(self, name: str, error: BaseException | None) -> None:
         self._taken.discard(name)

@@ -7,6 +7,15 @@ of acks, so a restart resumes after the last acked line and repeats at most
 what was in flight. A nacked line is handed out again before new ones. A file
 replaced (new inode) or truncated is read again from its start, once nothing
 of the old one is in flight.
+
+The file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular
+file (``path`` names the file itself, not a link to it); a link or a FIFO
+found there is logged and waited out like a missing file, never followed
+or blocked on. The position file is read the same way (a link there is
+refused: an error) and replaced by a fresh temporary file, never written
+through. A line longer than ``max_line`` bytes is skipped as it streams past
+(logged with its offset and length): memory stays bounded by ``max_line``
+plus one read.
 """
 
 from __future__ import annotations
@@ -16,19 +25,24 @@ import json
 import logging
 import os
 from functools import partial
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 import attrs
 import trio
 
 from ..._message import Envelope, Message
-from ._fs import atomic_write
+from ._fs import Refused, atomic_write, open_directory, open_regular
 from ._records import parse_record
 
 if TYPE_CHECKING:
     from .source import FileSource
 
 log = logging.getLogger("bridges.file")
+
+#: One read of the tailed file, bytes.
+READ_SIZE: Final = 256 * 1024
+#: The largest position file read (it holds two numbers).
+_MAX_POSITION: Final = 4096
 
 
 class JsonlReceiver:
@@ -42,8 +56,10 @@ class JsonlReceiver:
         self._inode: int | None = None
         self._read_at = 0  # where the next read starts
         self._buffer = b""
-        self._lines: collections.deque[tuple[int, int, bytes]] = collections.deque()
-        self._again: list[tuple[int, int, bytes]] = []  # nacked, handed out first
+        self._skipping: int | None = None  # start of an over-long line being skipped
+        self._refused = False  # logged that the path is not a regular file
+        self._lines: collections.deque[tuple[int, int, bytes | None]] = collections.deque()
+        self._again: list[tuple[int, int, bytes | None]] = []  # nacked, handed out first
         # start offset -> [end offset, acked]; in offset order
         self._open: collections.OrderedDict[int, list[int | bool]] = collections.OrderedDict()
         self.committed = 0
@@ -57,13 +73,25 @@ class JsonlReceiver:
         self._persisted = (inode, offset)
 
     def _load_position(self) -> tuple[int | None, int]:
+        position = self._source.position
         try:
-            data = json.loads(self._source.position.read_text(encoding="utf-8"))
+            dir_fd = open_directory(position.parent)
+            try:
+                fd, _ = open_regular(dir_fd, position.name)
+            finally:
+                os.close(dir_fd)
+            try:
+                text = os.read(fd, _MAX_POSITION)
+            finally:
+                os.close(fd)
+            data = json.loads(text)
             return (data.get("inode"), int(data["offset"]))
         except FileNotFoundError:
             return (None, 0)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise OSError(f"the position file {self._source.position} is unusable: {exc}") from exc
+        except Refused as exc:
+            raise OSError(f"the position file {position} is {exc.strerror}: refused") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise OSError(f"the position file {position} is unusable: {exc}") from exc
 
     def close(self) -> None:
         if self._file is not None:
@@ -86,9 +114,19 @@ class JsonlReceiver:
             if envelope is not None:
                 return envelope
 
-    def _envelope(self, start: int, end: int, line: bytes) -> Envelope | None:
+    def _envelope(self, start: int, end: int, line: bytes | None) -> Envelope | None:
         if start not in self._open:
             self._open[start] = [end, False]
+        if line is None:
+            log.warning(
+                "%s at offset %d: a line of %d bytes, more than max_line = %d; skipped",
+                self._name,
+                start,
+                end - start,
+                self._config.max_line,
+            )
+            self._settle(start)
+            return None
         text = line.rstrip(b"\r")
         if not text.strip():
             self._settle(start)
@@ -111,37 +149,71 @@ class JsonlReceiver:
             origin=f"file {self._source.path}:{start}",
         )
 
+    def _open_file(self) -> bool:
+        path = self._source.path
+        try:
+            dir_fd = open_directory(path.parent)
+            try:
+                fd, info = open_regular(dir_fd, path.name)
+            finally:
+                os.close(dir_fd)
+        except FileNotFoundError:
+            return False
+        except Refused as exc:
+            if not self._refused:
+                self._refused = True
+                log.error("%s is %s; waiting for a regular file there", path, exc.strerror)
+            return False
+        self._refused = False
+        self._file = os.fdopen(fd, "rb")
+        if self._inode is not None and info.st_ino != self._inode:
+            log.warning("%s was replaced; reading the new file from its start", self._name)
+            self._read_at = self.committed = 0
+        self._inode = info.st_ino
+        self._file.seek(self._read_at)
+        return True
+
     def _read_more(self) -> bool:
         """Read what was appended; False when there was nothing (the caller waits)."""
-        if self._file is None:
-            try:
-                self._file = open(self._source.path, "rb")  # noqa: SIM115 - kept open
-            except FileNotFoundError:
-                return False
-            inode = os.fstat(self._file.fileno()).st_ino
-            if self._inode is not None and inode != self._inode:
-                log.warning("%s was replaced; reading the new file from its start", self._name)
-                self._read_at = self.committed = 0
-            self._inode = inode
-            self._file.seek(self._read_at)
-        chunk = self._file.read(256 * 1024)
+        if self._file is None and not self._open_file():
+            return False
+        assert self._file is not None
+        chunk = self._file.read(READ_SIZE)
         if not chunk:
             self._check_replaced()
             return False
-        data = self._buffer + chunk
         offset = self._read_at - len(self._buffer)
-        end = data.rfind(b"\n") + 1
-        self._buffer = data[end:]
         self._read_at += len(chunk)
+        if self._skipping is not None:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                return True
+            end = offset + newline + 1
+            self._lines.append((self._skipping, end, None))
+            self._skipping = None
+            chunk = chunk[newline + 1 :]
+            offset = end
+        self._split(self._buffer + chunk, offset)
+        return True
+
+    def _split(self, data: bytes, offset: int) -> None:
+        """Queue the complete lines of ``data`` (starting at ``offset``); keep the rest."""
+        limit = self._config.max_line
+        end = data.rfind(b"\n") + 1
         pos = offset
         for line in data[:end].split(b"\n")[:-1]:
-            self._lines.append((pos, pos + len(line) + 1, line))
-            pos += len(line) + 1
-        return True
+            size = len(line) + 1
+            self._lines.append((pos, pos + size, line if size <= limit else None))
+            pos += size
+        if len(data) - end > limit:  # an unterminated line past the limit: stop holding it
+            self._buffer = b""
+            self._skipping = pos
+        else:
+            self._buffer = data[end:]
 
     def _check_replaced(self) -> None:
         try:
-            stat = os.stat(self._source.path)
+            stat = os.lstat(self._source.path)
         except FileNotFoundError:
             return
         if stat.st_ino != self._inode and not self._open and not self._lines:
@@ -150,6 +222,7 @@ class JsonlReceiver:
             log.warning("%s was truncated; reading it from its start", self._name)
             self._read_at = self.committed = 0
             self._buffer = b""
+            self._skipping = None
             if self._file is not None:
                 self._file.seek(0)
 
@@ -191,4 +264,5 @@ class JsonlReceiver:
 
     def _write_position(self, state: tuple[int | None, int]) -> None:
         data = json.dumps({"inode": state[0], "offset": state[1]}).encode()
-        atomic_write(self._source.position, data)
+        position = self._source.position
+        atomic_write(position.parent, position.name, data)

@@ -6,6 +6,15 @@ in order, so its RECEIPT covers the batch), or the batch in a transaction
 whose COMMIT carries the receipt (``confirm = "transaction"``). Each SEND
 carries ``bridge-id: <message id>`` so that the id survives the broker and a
 ``stomp`` source downstream hands out the same one.
+
+A message whose frame would be larger than ``max_message_bytes`` (its body
+plus its headers) is rejected alone, before anything is sent: it goes to the
+dead-letter sink with a reason naming its size and the limit, and the rest
+of its batch goes through. Without the check, the broker would answer the
+oversized frame with an ERROR and close the connection, and the whole batch
+would be retried until the route gave up on all of it. The limit defaults
+to the embedded broker's frame limit for ``url = "embedded"`` (or a URL that
+reaches it), else to :data:`DEFAULT_MAX_MESSAGE_BYTES`.
 """
 
 from __future__ import annotations
@@ -17,11 +26,20 @@ from typing import Final, Literal
 import attrs
 
 import trio_stomp
+from trio_stomp.broker import Limits
 
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Message
 from ..._template import Template, TemplateError
 from ._connection import ID_HEADER, Connector, StompConnection
+
+#: The size limit for a broker other than the embedded one: 16 MiB, the
+#: embedded broker's frame limit and RabbitMQ 4's default ``max_message_size``
+#: (ActiveMQ's STOMP frames may be larger). Raise it with ``max_message_bytes``.
+DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
+#: Bytes of a SEND frame besides the body and the message's own headers
+#: (command, destination, content-length, receipt, bridge-id names, separators).
+_FRAME_OVERHEAD: Final = 160
 
 #: Headers a SEND must not copy from the message (the client or the broker sets them).
 _NOT_SENT: Final = frozenset(
@@ -47,6 +65,9 @@ class StompSinkConfig(StompConnection):
     confirm: Literal["receipt", "transaction"] = "receipt"
     persistent: bool = False
     headers: dict[str, str] = attrs.field(factory=dict)
+    max_message_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
 
 
 class StompSink:
@@ -78,6 +99,16 @@ class StompSink:
         """How a batch is confirmed: "receipt" or "transaction"."""
         return self._config.confirm
 
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest frame (body and headers) this sink sends, bytes."""
+        if self._config.max_message_bytes is not None:
+            return self._config.max_message_bytes
+        if self._connector.embedded:
+            broker = self._connector.broker
+            return (broker.limits if broker is not None else Limits()).max_frame_size
+        return DEFAULT_MAX_MESSAGE_BYTES
+
     def describe(self) -> str:
         where = self._config.destination or "the message's destination"
         return f"stomp {where} on {self._connector.where}"
@@ -108,7 +139,19 @@ class StompSink:
             headers[name] = value
         headers.update(self._extra)
         headers[ID_HEADER] = message.id
+        self._check_size(message.body, destination, headers)
         return destination, headers
+
+    def _check_size(self, body: bytes, destination: str, headers: dict[str, str]) -> None:
+        limit = self.max_message_bytes
+        size = len(body) + _FRAME_OVERHEAD + len(destination.encode())
+        for name, value in headers.items():
+            size += len(name.encode()) + len(value.encode()) + 2
+        if size > limit:
+            raise ValueError(
+                f"the message is {size} bytes (a body of {len(body)} and its headers), "
+                f"more than max_message_bytes = {limit}"
+            )
 
 
 class _StompWriter:

@@ -100,7 +100,7 @@ async def test_a_read_error_is_logged_and_the_file_left_in_place(
         assert isinstance(receiver, _DirectoryReceiver)
         real = receiver._read
 
-        def read(name: str) -> bytes:
+        def read(name: str) -> tuple[bytes, os.stat_result]:
             if name == "locked":
                 raise PermissionError(errno.EACCES, "Permission denied")
             return real(name)
@@ -264,7 +264,9 @@ async def test_files_sink_writes_one_file_per_message_atomically(
                 Message(b"2", {"file-name": "../evil"}, "y"),
             ]
         )
-        await writer.write([Message(b"3", {"file-name": "a.txt"}, "x")])  # a repeat replaces
+        await writer.write([Message(b"1", {"file-name": "a.txt"}, "x")])  # a repeat: no conflict
+        with pytest.raises(MessageRejected, match="conflict = fail"):  # never overwritten
+            await writer.write([Message(b"3", {"file-name": "a.txt"}, "x")])
         with pytest.raises(MessageRejected, match="no 'file-name' header"):
             await writer.write([Message(b"4", {}, "z")])
 
@@ -275,4 +277,4 @@ async def test_files_sink_writes_one_file_per_message_atomically(
         with pytest.raises(OSError, match="No space"):
             await writer.write([Message(b"5", {"file-name": "b.txt"}, "w")])
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_.._evil", "a.txt"]
-    assert (tmp_path / "out" / "a.txt").read_bytes() == b"3"
+    assert (tmp_path / "out" / "a.txt").read_bytes() == b"1"

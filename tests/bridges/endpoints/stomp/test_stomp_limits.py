@@ -1,0 +1,74 @@
+"""The stomp sink's size limit: an oversized message is rejected alone (issue 11 §3)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+import trio_stomp
+from bridges import Context, Message, MessageRejected, Route, open_shared
+from bridges.endpoints.stomp import EMBEDDED_BROKER, StompSink, StompSinkConfig
+from bridges.testing import FakeSink, FakeSource
+from trio_stomp.broker import Broker, Limits, open_broker
+
+
+@pytest.fixture
+async def small_broker() -> AsyncIterator[Broker]:
+    async with open_broker(limits=Limits(max_frame_size=64 * 1024)) as broker:
+        yield broker
+
+
+async def received(url: str, destination: str) -> list[bytes]:
+    bodies = []
+    async with trio_stomp.connect(url) as client, client.subscribe(destination) as sub:
+        with trio.move_on_after(0.5):
+            async for message in sub:
+                bodies.append(message.body)
+    return bodies
+
+
+async def test_a_message_over_max_message_bytes_is_rejected_alone(small_broker: Broker) -> None:
+    config = StompSinkConfig(url=small_broker.url, destination="/queue/a", max_message_bytes=1000)
+    sink = StompSink(config, Context(route="s"))
+    batch = [Message(b"one", {}, "1"), Message(b"x" * 2000, {}, "2"), Message(b"three", {}, "3")]
+    async with sink.open() as writer:
+        with pytest.raises(MessageRejected) as caught:
+            await writer.write(batch)
+        assert caught.value.indices == (1,)
+        assert "2000" in caught.value.reason
+        assert "max_message_bytes = 1000" in caught.value.reason
+        # The headers count too: a body just under the limit with a big header is too big.
+        with pytest.raises(MessageRejected):
+            await writer.write([Message(b"y" * 900, {"h": "z" * 200}, "4")])
+        await writer.write([batch[0], batch[2]])
+    assert await received(small_broker.url, "/queue/a") == [b"one", b"three"]
+
+
+async def test_the_embedded_brokers_frame_limit_is_the_default_and_the_rest_goes_through(
+    small_broker: Broker,
+) -> None:
+    """A 100 KiB file into a broker whose frame limit is 64 KiB: dead-lettered, not a stall."""
+    async with open_shared() as shared:
+        shared.provide(EMBEDDED_BROKER, small_broker)
+        context = Context(route="r", role="sink", embedded=True, shared=shared)
+        sink = StompSink(StompSinkConfig(url="embedded", destination="/queue/b"), context)
+        big = Message(b"z" * (100 * 1024), {"file-name": "big.bin"}, "big")
+        source = FakeSource([Message(b"a", {}, "a"), big, Message(b"c", {}, "c")])
+        dead = FakeSink()
+        route = Route("r", source, sink, dead_letter=dead, batch_count=10, batch_time=0.05)
+        with trio.fail_after(10):
+            await route.run()
+    assert sorted(source.acked) == ["a", "big", "c"]
+    [[letter]] = dead.batches
+    assert letter.id == "big"
+    error = letter.headers["bridge-error"]
+    assert str(100 * 1024) in error
+    assert str(64 * 1024) in error
+    assert await received(small_broker.url, "/queue/b") == [b"a", b"c"]
+
+
+def test_max_message_bytes_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_message_bytes"):
+        StompSinkConfig(max_message_bytes=0)
