@@ -235,12 +235,15 @@ def _header_value(value: str) -> str:
 
 
 def _redact(url: str) -> str:
-    """``url`` without user info and query (which may hold tokens)."""
+    """``url`` as far as its host: user info, path and query may all hold tokens
+    (Slack's and Discord's webhook URLs carry theirs in the path)."""
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL:
         return "<invalid URL>"
-    return str(parsed.copy_with(userinfo=b"", query=None, fragment=None))
+    port = f":{parsed.port}" if parsed.port is not None else ""
+    rest = "/..." if parsed.raw_path not in (b"", b"/") else "/"
+    return f"{parsed.scheme}://{parsed.host}{port}{rest}"
 
 
 class _HttpWriter:

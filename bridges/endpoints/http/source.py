@@ -75,6 +75,7 @@ class HttpSourceConfig:
     id_header: str = "webhook-id"
     status: int = attrs.field(default=204, validator=[ge(200), le(299)])
     accept_timeout: float = attrs.field(default=5.0, validator=gt(0.0))
+    body_timeout: float = attrs.field(default=30.0, validator=gt(0.0))
     retry_after: int = attrs.field(default=5, validator=ge(0))
     certfile: str | None = None
     keyfile: str | None = None
@@ -287,9 +288,13 @@ class _HttpReceiver:
             )
             return 413, b"body too large\n", []
         try:
-            body = await _read_body(receive, limit)
+            with trio.fail_after(self._config.body_timeout):
+                body = await _read_body(receive, limit)
         except _Disconnected:
             return 400, b"", []
+        except trio.TooSlowError:
+            log.warning("%s: 408 for %s: body not received in body_timeout", self._origin, client)
+            return 408, b"body too slow\n", [(b"connection", b"close")]
         if body is None:
             log.warning("%s: 413 for %s: body > max_body %d", self._origin, client, limit)
             return 413, b"body too large\n", []

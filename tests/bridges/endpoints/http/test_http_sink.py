@@ -199,7 +199,7 @@ def test_settings_that_cannot_work_are_refused(settings: dict[str, Any], key: st
 
 def test_secrets_are_not_in_the_description_or_the_repr() -> None:
     config = HttpSinkConfig(
-        url="https://user:pw@hooks.example/x?token=abc",
+        url="https://user:pw@hooks.example/services/T0K3N?token=abc",
         signature="github",
         secret="s3cr3t",
         bearer_token="b34r3r",
@@ -209,3 +209,5 @@ def test_secrets_are_not_in_the_description_or_the_repr() -> None:
         assert secret not in text
     assert "pw" not in HttpSink(config, CTX).describe()
     assert "abc" not in HttpSink(config, CTX).describe()
+    assert "T0K3N" not in HttpSink(config, CTX).describe()
+    assert HttpSink(config, CTX).describe() == "http POST https://hooks.example/..."

@@ -338,3 +338,25 @@ def test_settings_that_cannot_work_are_refused() -> None:
         build(certfile="cert.pem")
     assert info.value.key == "certfile"
     assert "s3cr3t" not in repr(HttpSourceConfig("127.0.0.1:1", "/", secret="s3cr3t"))
+
+
+async def test_a_body_that_trickles_in_is_cut_off_with_408() -> None:
+    sink = FakeSink()
+    async with running_source(sink, body_timeout=0.3) as (url, route, _):
+        host, port = url.removeprefix("http://").split(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(
+                b"POST /hooks HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n0123456789"
+            )
+            started = trio.current_time()
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert trio.current_time() - started < 3
+        assert route.stats.received == 0
+    assert sink.batches == []
