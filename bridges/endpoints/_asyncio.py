@@ -50,6 +50,7 @@ import trio
 import trio_asyncio  # type: ignore[import-untyped]  # trio-asyncio ships no type hints
 
 from bridges import Context, shared_resource
+from trio_stomp.util import unwrap_group
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -62,8 +63,16 @@ __all__ = ["LOOP_KEY", "AsyncioLoop", "AsyncioSender", "Batcher", "asyncio_loop"
 
 @asynccontextmanager
 async def _open_loop() -> AsyncIterator[AsyncioLoop]:
-    async with trio_asyncio.open_loop() as loop:
-        yield AsyncioLoop(loop)
+    try:
+        async with trio_asyncio.open_loop() as loop:
+            yield AsyncioLoop(loop)
+    except BaseExceptionGroup as group:
+        # open_loop's nurseries wrap what the block raised: the caller of a
+        # private loop sees the error itself, as with a shared one.
+        error = unwrap_group(group)
+        if error is group:
+            raise
+        raise error from error.__cause__
 
 
 def asyncio_loop(context: Context) -> AbstractAsyncContextManager[AsyncioLoop]:

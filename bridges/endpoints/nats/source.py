@@ -48,8 +48,9 @@ from ._connection import (
 
 #: Most messages one fetch asks for.
 MAX_FETCH: Final = 256
-#: How long one fetch waits on the server when there is nothing to get, s.
-FETCH_WAIT: Final = 2.0
+#: How long one fetch waits on the server when there is nothing to get, s. Closing
+#: waits for the fetch under way, so this bounds how long a close takes.
+FETCH_WAIT: Final = 0.5
 
 #: What a settled message needs: "ack", "nak" (with the delay) or "wpi".
 _Op = tuple[Any, str, float]
@@ -134,6 +135,11 @@ class NatsSource:
                 try:
                     yield receiver
                 finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(FETCH_WAIT + 1):
+                        # A pull request still open on the server would take the
+                        # messages we nak now, and they would come back only after
+                        # ack_wait: let the last fetch end instead of cancelling it.
+                        await receiver.stop_fetching()
                     receiver.give_back()
                     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                         try:
@@ -165,27 +171,43 @@ class _NatsReceiver:
         #: Messages handed out (or fetched) and not settled: id -> (msg, last sign of life).
         self.held: dict[int, tuple[Any, float]] = {}
         self._room = trio.Event()
+        self._stopping = False
+        self._fetch_stopped = trio.Event()
         self.settler: Batcher[_Op] = Batcher(aio, _send_ops)
 
     async def fetch_forever(self, connector: Connector) -> None:
         """Pull as many messages as the window has room for, and queue them."""
         held = self.held
-        while True:
-            room = min(self._window - len(held), self._fetch)
-            if room <= 0:
-                self._room = trio.Event()
-                await self._room.wait()
-                continue
-            try:
-                msgs = await self._aio.run(self._subscription.fetch, room, FETCH_WAIT)
-            except TimeoutError:  # nothing to get (nats.errors.TimeoutError is one)
-                continue
-            except nats.errors.Error as exc:
-                raise connector.error("fetching", exc) from None
-            now = trio.current_time()
-            for msg in msgs:
-                held[id(msg)] = (msg, now)
-                self._send.send_nowait(msg)  # (the window bounds what is queued)
+        try:
+            while not self._stopping:
+                room = min(self._window - len(held), self._fetch)
+                if room <= 0:
+                    self._room = trio.Event()
+                    await self._room.wait()
+                    continue
+                # Shielded (and bounded): a fetch cancelled half-way would drop what
+                # it had already taken off the wire, and the server would hold those
+                # messages back until ack_wait. Each one ends within FETCH_WAIT.
+                msgs = []
+                with trio.CancelScope(shield=True), trio.move_on_after(FETCH_WAIT + 5):
+                    try:
+                        msgs = await self._aio.run(self._subscription.fetch, room, FETCH_WAIT)
+                    except TimeoutError:  # nothing to get (nats.errors.TimeoutError is one)
+                        pass
+                    except nats.errors.Error as exc:
+                        raise connector.error("fetching", exc) from None
+                now = trio.current_time()
+                for msg in msgs:
+                    held[id(msg)] = (msg, now)
+                    self._send.send_nowait(msg)  # (the window bounds what is queued)
+        finally:
+            self._fetch_stopped.set()
+
+    async def stop_fetching(self) -> None:
+        """Let the fetch under way end (at most FETCH_WAIT), and start no other."""
+        self._stopping = True
+        self._room.set()
+        await self._fetch_stopped.wait()
 
     async def keep_in_progress(self, every: float) -> None:
         """Mark messages held for longer than ``every`` as in progress, every ``every`` s."""
@@ -207,12 +229,8 @@ class _NatsReceiver:
         return _NatsEnvelope(Message(msg.data, headers, stable), self, msg)
 
     def give_back(self) -> None:
-        """Nak (no delay) what was fetched but never handed out, so it comes back at once."""
-        while True:
-            try:
-                msg = self._fetched.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
+        """Nak (no delay) every message not settled, handed out or not: it comes back at once."""
+        for msg, _ in list(self.held.values()):
             self.settle(msg, "nak", 0.0)
 
     def settle(self, msg: Any, op: str, delay: float) -> None:
