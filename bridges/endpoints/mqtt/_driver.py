@@ -25,6 +25,7 @@ bench/mqtt_throughput.py measures this driver against paho's own thread.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -285,16 +286,39 @@ class PahoDriver:
         self._unconfirmed = 0
 
     async def _goodbye(self) -> None:
-        """DISCONNECT, written out (bounded by the caller)."""
+        """DISCONNECT, written out, and the broker's close awaited (bounded by the caller).
+
+        paho closes its socket as soon as DISCONNECT is written; a duplicate of
+        the descriptor lets us wait for the broker to close its end, which it
+        does only after it handled everything sent before (our last PUBACKs).
+        Without that wait a reconnect under the same client id could take the
+        session over before the broker read those acks, and get the messages
+        again.
+        """
         client = self.client
         sock = client.socket()
-        if sock is None or self._broken.is_set():
+        if not isinstance(sock, socket.socket) or self.error is not None:
             return
-        client.disconnect()
-        while client.want_write() and client.socket() is not None:
-            client.loop_write()
-            if client.want_write() and client.socket() is not None:
-                await trio.lowlevel.wait_writable(sock)
+        watch = socket.socket(fileno=os.dup(sock.fileno()))
+        try:
+            client.disconnect()
+            while client.want_write() and client.socket() is not None:
+                client.loop_write()
+                if client.want_write() and client.socket() is not None:
+                    await trio.lowlevel.wait_writable(sock)
+            watch.setblocking(False)
+            while True:
+                await trio.lowlevel.wait_readable(watch)
+                try:
+                    if not watch.recv(65536):
+                        return
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return
+        finally:
+            trio.lowlevel.notify_closing(watch)
+            watch.close()
 
 
 def _resolve_error(broker: Broker, exc: OSError) -> MqttError:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, Literal
@@ -97,18 +98,33 @@ class RedisSource:
         """Connect, create the group when missing, and read in the receiver's own tasks."""
         config = self._config
         ssl_context = tls_context(config, self._server, self._context)
-        async with open_client(config, self._server, ssl_context) as client:
-            await self._ensure_group(client)
-            receiver = _RedisReceiver(self, client)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(receiver.read)
-                nursery.start_soon(receiver.send_acks)
-                try:
-                    yield receiver
-                finally:
-                    nursery.cancel_scope.cancel()
-                    with trio.CancelScope(shield=True), trio.move_on_after(_FLUSH_TIMEOUT):
-                        await receiver.flush_acks()
+        receiver: _RedisReceiver | None = None
+        try:
+            async with open_client(config, self._server, ssl_context) as client:
+                await self._ensure_group(client)
+                receiver = _RedisReceiver(self, client)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(receiver.read)
+                    nursery.start_soon(receiver.send_acks)
+                    try:
+                        yield receiver
+                    finally:
+                        nursery.cancel_scope.cancel()
+        finally:
+            if receiver is not None and receiver.acks_pending:
+                # On a connection of its own: when the route is cancelled, the tasks of
+                # the client above are too, and an ack must not be lost to that.
+                with trio.CancelScope(shield=True), trio.move_on_after(_FLUSH_TIMEOUT):
+                    await self._last_acks(receiver, ssl_context)
+
+    async def _last_acks(
+        self, receiver: _RedisReceiver, ssl_context: ssl.SSLContext | None
+    ) -> None:
+        try:
+            async with open_client(self._config, self._server, ssl_context) as client:
+                await receiver.flush_acks(client)
+        except Exception as exc:  # the entries stay pending: delivered again (at least once)
+            log.warning("%s: the last acks were not sent: %s", self.describe(), exc)
 
     async def _ensure_group(self, client: coredis.Redis[bytes]) -> None:
         try:
@@ -275,12 +291,18 @@ class _RedisReceiver:
             self._acks_waiting = trio.Event()
             await self.flush_acks()
 
-    async def flush_acks(self) -> None:
-        """XACK every ack collected so far."""
+    @property
+    def acks_pending(self) -> bool:
+        """True when acks were collected and not yet sent."""
+        return bool(self._acks)
+
+    async def flush_acks(self, client: coredis.Redis[bytes] | None = None) -> None:
+        """XACK every ack collected so far (on ``client``, else the receiver's own)."""
+        client = client or self._client
         while self._acks:
             ids, self._acks = self._acks, []
             try:
-                await self._client.xack(self._stream, self._group, ids)
+                await client.xack(self._stream, self._group, ids)
             except BaseException:
                 self._acks[:0] = ids  # for the final flush; else delivered again (at least once)
                 raise
