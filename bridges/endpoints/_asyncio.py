@@ -57,6 +57,8 @@ P = ParamSpec("P")
 
 #: The key of the process's asyncio loop in :class:`bridges.Shared`.
 LOOP_KEY: Final = "asyncio-loop"
+#: Bound on one :meth:`Batcher.flush`, s.
+FLUSH_TIMEOUT: Final = 10.0
 
 __all__ = ["LOOP_KEY", "AsyncioLoop", "AsyncioSender", "Batcher", "asyncio_loop"]
 
@@ -265,8 +267,19 @@ class Batcher(Generic[T]):
             await self.flush()
 
     async def flush(self) -> None:
-        """Send everything recorded so far (after any flush already under way)."""
+        """Send everything recorded so far (after any flush already under way).
+
+        Shielded and bounded (:data:`FLUSH_TIMEOUT`): acks taken off the list
+        must reach the wire even when the endpoint is being cancelled, or the
+        server would hand out again what the sink already holds.
+        """
         async with self._lock:
             items, self._items = self._items, []
             if items:
-                await self._aio.run(self._send, items)
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + FLUSH_TIMEOUT
+                    await self._aio.run(self._send, items)
+                if scope.cancelled_caught:
+                    raise trio.BrokenResourceError(
+                        f"settling {len(items)} message(s) took over {FLUSH_TIMEOUT:g} s"
+                    )

@@ -14,7 +14,7 @@ settled out of order. A nack (with an error, or a release at shutdown) is
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -115,14 +115,14 @@ class _AmqpReceiver:
         self._open: collections.deque[int] = collections.deque()
         #: Settled tags not yet sent: tag -> True (ack) or False (requeue).
         self._settled: dict[int, bool] = {}
-        self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self._send)
+        self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self.send_settled)
 
     async def receive(self) -> Envelope:
         incoming = await self._deliveries.receive()
         headers, stable = to_headers(incoming)
         tag = incoming.delivery_tag
         assert tag is not None  # (no_ack=False: every delivery has one)
-        self._open.append(tag)
+        self.note_delivered((tag,))
         return _AmqpEnvelope(Message(incoming.body, headers, stable), self, tag)
 
     async def watch(self, channel: aio_pika.abc.AbstractChannel) -> None:
@@ -134,7 +134,11 @@ class _AmqpReceiver:
             await closed.wait()
         raise ConnectionError(f"{self.origin}: the broker closed the channel")
 
-    async def _send(self, settled: list[tuple[int, bool]]) -> None:
+    def note_delivered(self, tags: Iterable[int]) -> None:
+        """Delivery tags handed out, in order: open until settled."""
+        self._open.extend(tags)
+
+    async def send_settled(self, settled: list[tuple[int, bool]]) -> None:
         """Runs in asyncio, one flush at a time: acks and requeues in as few frames as possible."""
         self._settled.update(settled)
         pending = self._settled
