@@ -43,7 +43,8 @@ async def stream_sink() -> AsyncIterator[SinkCase]:
             found = await client.xrange(stream)
         held = []
         for entry in found:
-            body = (entry.field_values or {}).get(b"body", b"")
+            fields: dict[str | bytes, str | bytes] = dict(entry.field_values or {})
+            body = fields.get(b"body", b"")
             assert isinstance(body, bytes)
             held.append(Message(body))
         return held
