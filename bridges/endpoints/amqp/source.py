@@ -42,6 +42,9 @@ class AmqpSourceConfig(AmqpConnection):
     prefetch: int | None = attrs.field(
         default=None, validator=optional(and_(ge(1), le(MAX_PREFETCH)))
     )
+    declare: bool = False
+    bind_exchange: str | None = None
+    bind_key: str = ""
 
 
 class AmqpSource:
@@ -52,6 +55,8 @@ class AmqpSource:
             raise InvalidSetting("queue", "missing (required)")
         if len(config.queue.encode()) > SHORTSTR:
             raise InvalidSetting("queue", "longer than 255 bytes")
+        if config.bind_exchange and not config.declare:
+            raise InvalidSetting("bind_exchange", "needs declare = true")
         self._config = config
         self._context = context
         self._connector = Connector(config, context)
@@ -71,7 +76,12 @@ class AmqpSource:
         async with connector.connect(confirms=False) as (aio, channel):
             try:
                 await aio.run(channel.set_qos, prefetch_count=self._window)
-                queue = await aio.run(channel.get_queue, name, ensure=True)
+                if self._config.declare:
+                    queue = await aio.run(channel.declare_queue, name, durable=True)
+                    if self._config.bind_exchange:
+                        await aio.run(queue.bind, self._config.bind_exchange, self._config.bind_key)
+                else:
+                    queue = await aio.run(channel.get_queue, name, ensure=True)
                 underlay = await aio.run(channel.get_underlay_channel)
             except aiormq.exceptions.AMQPError as exc:
                 raise connector.error(f"queue {name!r}", exc) from None

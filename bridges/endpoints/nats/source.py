@@ -66,6 +66,7 @@ class NatsSourceConfig(NatsConnection):
     ack_wait: float = attrs.field(default=30.0, validator=ge(1.0))
     nak_delay: float = attrs.field(default=5.0, validator=ge(0.0))
     fetch: int | None = attrs.field(default=None, validator=optional(ge(1)))
+    create_stream: bool = False
 
 
 class NatsSource:
@@ -115,6 +116,8 @@ class NatsSource:
         async with connector.connect() as (aio, client, closed):
             try:
                 js = await aio.call(client.jetstream)
+                if config.create_stream:
+                    await aio.run(_ensure_stream, js, config.stream, config.subject)
                 subscription = await aio.run(
                     js.pull_subscribe,
                     config.subject or "",
@@ -148,6 +151,14 @@ class NatsSource:
                         except Exception:  # gone: the server redelivers after ack_wait
                             pass
                     nursery.cancel_scope.cancel()
+
+
+async def _ensure_stream(js: Any, name: str, subject: str) -> None:
+    """Runs in asyncio: create stream ``name`` (file storage, capturing ``subject``) if missing."""
+    try:
+        await js.stream_info(name)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(name=name, subjects=[subject or f"{name}.>"])
 
 
 async def _fail_when_set(closed: trio.Event, where: str) -> None:
