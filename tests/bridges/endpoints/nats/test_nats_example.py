@@ -83,3 +83,35 @@ async def test_stomp_to_nats_to_stomp_through_bridges_run(tmp_path: Path) -> Non
     # The STOMP message's id went out as Nats-Msg-Id and came back as the bridge-id.
     assert len({m.headers["bridge-id"] for m in got}) == 20
     assert all(m.headers["bridge-id"] for m in got)
+
+
+def test_bridges_check_warns_that_a_core_nats_sink_is_at_most_once(tmp_path: Path) -> None:
+    config = tmp_path / "core.toml"
+    config.write_text(
+        "[routes.core]\n"
+        'source = { type = "file", path = "in" }\n'
+        'sink = { type = "nats", subject = "events.x", jetstream = false }\n'
+    )
+    done = subprocess.run(
+        [*bridges_command(), "check", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "core: warning: nats sink with jetstream = false" in done.stderr
+    assert "at most once" in done.stderr
+    jetstream_config = config.read_text().replace(", jetstream = false", "")
+    config.write_text(jetstream_config)
+    done = subprocess.run(
+        [*bridges_command(), "check", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr
