@@ -5,13 +5,17 @@
     bridges plugins          list the source, sink and transform types
 
 Config problems are printed one per line (file, route, key) with status 2;
-nothing is printed as a traceback for an expected failure.
+nothing is printed as a traceback for an expected failure. ``run`` exits 0
+when it stopped with every message it took acknowledged, and 3 when its
+last line says that messages were left unacknowledged (handed back to their
+sources) or lost (a volatile embedded broker).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -19,10 +23,21 @@ from functools import partial
 import trio
 
 PROG = "bridges"
+#: ``bridges run`` stopped, but left messages unacknowledged or lost (its last line says).
+EXIT_LEFT_BEHIND = 3
 
 
 def _say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _exit_now(stopped: object) -> None:
+    """``bridges run``'s last resort when cleanup overruns its bound: exit without waiting.
+
+    Safe for the data: nothing unacknowledged was acknowledged to its source.
+    """
+    sys.stderr.flush()
+    os._exit(EXIT_LEFT_BEHIND)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             datefmt="%H:%M:%S",
         )
         freeze_heap()
-        trio.run(partial(run_bridge, config, registry, say=_say))
+        stopped = trio.run(partial(run_bridge, config, registry, say=_say, hard_stop=_exit_now))
+        if not stopped.clean:
+            return EXIT_LEFT_BEHIND
     except ConfigError as exc:
         for problem in exc.problems:
             _say(str(problem))

@@ -267,7 +267,8 @@ def structure(cls: type[T], data: object, where: Where) -> T | Any:
                 where.at(name).problem("missing (required)")
                 ok = False
             continue
-        value = convert(hints[field.name], data[name], where.at(name))
+        converter = _convert_secret if field.metadata.get("secret") else convert
+        value = converter(hints[field.name], data[name], where.at(name))
         if value is INVALID or not _validate(field, value, where.at(name)):
             ok = False
         else:
@@ -281,6 +282,19 @@ def structure(cls: type[T], data: object, where: Where) -> T | Any:
         return INVALID
 
 
+def _convert_secret(tp: Any, value: object, where: Where) -> Any:
+    """:func:`convert` for a secret: a problem names the key and the type, never the value."""
+    trial = Where(where.file, where.route, where.keys, where.base_dir)
+    result = convert(tp, value, trial)
+    if result is INVALID:
+        kind = describe(value).rpartition(" ")[2].strip("()")  # the type only
+        if isinstance(value, str):  # (a string: only an unset ${VAR} fails, and names it)
+            where.problems.extend(trial.problems)
+        else:
+            where.problem(f"expected {_type_name(tp)}, got a TOML {kind} (a secret: not shown)")
+    return result
+
+
 def _validate(field: attrs.Attribute[Any], value: object, where: Where) -> bool:
     """Run the field's own validators, so each problem is reported at its key."""
     if field.validator is None:
@@ -289,7 +303,8 @@ def _validate(field: attrs.Attribute[Any], value: object, where: Where) -> bool:
         field.validator(None, field, value)
     except (ValueError, TypeError) as exc:
         message = str(exc).removeprefix(f"'{field.name}' ")
-        where.problem(message)
+        secret = field.metadata.get("secret")
+        where.problem("not valid (a secret: not shown)" if secret else message)
         return False
     return True
 

@@ -12,6 +12,19 @@ Shutdown (first SIGTERM or SIGINT) runs in two phases within
 When the deadline passes (or at a second signal), every route is aborted:
 in-flight messages are nacked, shielded and bounded, and connections close.
 The embedded broker stops last.
+
+Stopping is bounded whatever a peer does: each cleanup on the wire is
+bounded (a route's hand-back, an endpoint's DISCONNECT), and
+:func:`run_bridge` takes a ``hard_stop`` that ``bridges run`` uses as the
+last resort: if the process is still not done :data:`STOP_NOW_WITHIN` s
+after the abort (a thread stuck on a hung disk, a plugin ignoring
+cancellation), it prints what was left and exits at once. Nothing is lost
+either way: whatever was not acknowledged stays with its source.
+
+:func:`run_bridge` returns a :class:`Stopped`: how many messages were left
+unacknowledged (handed back to their sources) and how many were lost with a
+volatile embedded broker; ``bridges run`` makes its exit status and last
+line of those.
 """
 
 from __future__ import annotations
@@ -20,8 +33,9 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
+import attrs
 import trio
 
 from .._config import Config
@@ -36,6 +50,68 @@ from ._routes import build_routes
 log = logging.getLogger("bridges")
 
 Say = Callable[[str], None]
+
+#: After the shutdown deadline or a second signal: how long what is left may
+#: take (handing back, closing connections, stopping the embedded broker)
+#: before ``hard_stop`` is called, s.
+STOP_NOW_WITHIN: Final = 0.8
+
+
+@attrs.frozen
+class Stopped:
+    """How a bridge process stopped: what it left unacknowledged.
+
+    Attributes:
+      unacknowledged: messages in flight when the routes were aborted (at
+        the deadline or a second signal): handed back to their sources,
+        which deliver them again at the next start.
+      lost: messages left in the queues of the volatile (in-memory)
+        embedded broker.
+    """
+
+    unacknowledged: int = 0
+    lost: int = 0
+
+    @property
+    def clean(self) -> bool:
+        """True when every message taken was acknowledged and nothing was left behind."""
+        return not (self.unacknowledged or self.lost)
+
+    def summary(self) -> str:
+        """The last line ``bridges run`` prints."""
+        if self.clean:
+            return "stopped"
+        parts = []
+        if self.unacknowledged:
+            parts.append(
+                f"{self.unacknowledged} message(s) not acknowledged (handed back to their "
+                "sources, which deliver them again)"
+            )
+        if self.lost:
+            parts.append(f"{self.lost} message(s) lost with the volatile embedded broker")
+        return "stopped; " + "; ".join(parts)
+
+
+@attrs.define
+class _Stopping:
+    """The shutdown's state, shared by the signal watcher, :func:`shutdown` and the guard."""
+
+    routes: Sequence[Route] = ()
+    signalled: bool = False
+    #: Set when the routes are aborted, or have stopped after a signal: the last stretch.
+    final: trio.Event = attrs.field(factory=trio.Event)
+    unacknowledged: int | None = None
+    lost: int = 0
+
+    def abort(self) -> None:
+        if self.unacknowledged is None:
+            self.unacknowledged = sum(route.in_flight for route in self.routes)
+        for route in self.routes:
+            route.abort()
+        self.final.set()
+
+    def result(self) -> Stopped:
+        return Stopped(self.unacknowledged or 0, self.lost)
 
 
 def freeze_heap() -> None:
@@ -62,8 +138,15 @@ def _busy(route: Route) -> bool:
     return not route.finished.is_set() and ((volatile_backlog(route) or 0) + route.in_flight) > 0
 
 
-async def shutdown(routes: Sequence[Route], grace: float, say: Say) -> None:
-    """Stop ``routes`` in the two phases of the module docs; abort them after ``grace`` s."""
+async def shutdown(
+    routes: Sequence[Route], grace: float, say: Say, stopping: _Stopping | None = None
+) -> None:
+    """Stop ``routes`` in the two phases of the module docs; abort them after ``grace`` s.
+
+    Args:
+      stopping: where the counts of what was left go (run_bridge's own).
+    """
+    stopping = stopping if stopping is not None else _Stopping(routes)
     feeders = [r for r in routes if volatile_backlog(r) is None]
     drainers = [r for r in routes if volatile_backlog(r) is not None]
     with trio.move_on_after(grace) as scope:
@@ -84,12 +167,12 @@ async def shutdown(routes: Sequence[Route], grace: float, say: Say) -> None:
             await route.finished.wait()
     left_behind = sum(volatile_backlog(r) or 0 for r in drainers)
     if left_behind:
+        stopping.lost = left_behind
         say(f"{left_behind} message(s) left in the embedded broker's queues are lost")
     if scope.cancelled_caught:
         left = sum(r.in_flight for r in routes)
         say(f"shutdown deadline ({grace:g} s) passed; handing back {left} in-flight message(s)")
-        for route in routes:
-            route.abort()
+        stopping.abort()
 
 
 async def run_bridge(
@@ -97,59 +180,99 @@ async def run_bridge(
     registry: Registry,
     *,
     say: Say = print,
+    hard_stop: Callable[[Stopped], object] | None = None,
     task_status: trio.TaskStatus[list[Route]] = trio.TASK_STATUS_IGNORED,
-) -> None:
+) -> Stopped:
     """Run ``config`` until SIGTERM/SIGINT (then shut down gracefully) or every route ends.
+
+    Args:
+      say: prints one status line (the last one is :meth:`Stopped.summary`).
+      hard_stop: called with what is left if the process is not done
+        :data:`STOP_NOW_WITHIN` s after its routes were aborted (or had
+        stopped, after a signal); ``bridges run`` exits there. None (tests,
+        embedding): wait for the bounded cleanups however long they take.
+
+    Returns:
+      what was left unacknowledged or lost.
 
     Raises:
       ConfigError: the embedded broker cannot listen, or an endpoint refused its settings.
     """
+    stopping = _Stopping()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        # The embedded broker outside the shared resources: it stops last.
-        async with open_embedded(config) as broker:
+        try:
+            async with trio.open_nursery() as guard:
+                if hard_stop is not None:
+                    guard.start_soon(_stop_now_guard, stopping, say, hard_stop)
+                await _run(config, registry, say, signals, stopping, task_status)
+                guard.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # A config problem found while building is one line for the user, not a group.
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ConfigError):
+                raise group.exceptions[0] from None
+            raise
+    stopped = stopping.result()
+    say(stopped.summary())
+    return stopped
+
+
+async def _run(
+    config: Config,
+    registry: Registry,
+    say: Say,
+    signals: AsyncIterator[int],
+    stopping: _Stopping,
+    task_status: trio.TaskStatus[list[Route]],
+) -> None:
+    # The embedded broker outside the shared resources: it stops last.
+    async with open_embedded(config) as broker:
+        if broker is not None:
+            say(f"embedded broker listening on {broker.url}")
+        async with open_shared() as shared:
             if broker is not None:
-                say(f"embedded broker listening on {broker.url}")
-            try:
-                async with open_shared() as shared:
-                    if broker is not None:
-                        shared.provide(EMBEDDED_BROKER, broker)
-                    routes = build_routes(config, registry, shared=shared)
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(_announce, routes, config, say)
-                        nursery.start_soon(_watch_signals, signals, routes, config, say, nursery)
-                        task_status.started(routes)
-                        await run_routes(routes)
-                        nursery.cancel_scope.cancel()
-            except BaseExceptionGroup as group:
-                # A config problem found while building is one line for the user, not a group.
-                if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ConfigError):
-                    raise group.exceptions[0] from None
-                raise
-    say("stopped")
+                shared.provide(EMBEDDED_BROKER, broker)
+            routes = stopping.routes = build_routes(config, registry, shared=shared)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_announce, routes, config, say)
+                nursery.start_soon(_watch_signals, signals, stopping, config, say, nursery)
+                task_status.started(routes)
+                await run_routes(routes)
+                nursery.cancel_scope.cancel()
+            if stopping.signalled:
+                stopping.final.set()  # what is left: shared resources, the broker
+
+
+async def _stop_now_guard(
+    stopping: _Stopping, say: Say, hard_stop: Callable[[Stopped], object]
+) -> None:
+    await stopping.final.wait()
+    await trio.sleep(STOP_NOW_WITHIN)
+    say(f"cleanup not done {STOP_NOW_WITHIN:g} s after the stop: exiting now")
+    stopped = stopping.result()
+    say(stopped.summary())
+    hard_stop(stopped)
 
 
 async def _watch_signals(
     signals: AsyncIterator[int],
-    routes: Sequence[Route],
+    stopping: _Stopping,
     config: Config,
     say: Say,
     nursery: trio.Nursery,
 ) -> None:
-    stopping = False
     async for signum in signals:
         name = signal.Signals(signum).name
-        if not stopping:
-            stopping = True
+        if not stopping.signalled:
+            stopping.signalled = True
             timeout = config.bridge.shutdown_timeout
             say(
                 f"{name}: stopping (finishing in-flight messages, at most {timeout:g} s; "
                 "again to stop now)"
             )
-            nursery.start_soon(shutdown, routes, timeout, say)
+            nursery.start_soon(shutdown, stopping.routes, timeout, say, stopping)
         else:
             say(f"{name} again: stopping now")
-            for route in routes:
-                route.abort()
+            stopping.abort()
 
 
 async def _announce(routes: Sequence[Route], config: Config, say: Say) -> None:

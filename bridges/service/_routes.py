@@ -9,6 +9,12 @@ from .._engine import Route
 from .._registry import Registry
 from .._shared import Shared
 
+#: Bound on handing a route's in-flight envelopes back when it stops or
+#: restarts, s: a nack that does not get through only means the source
+#: delivers the message again (a broker does so once the connection closes).
+#: Short, so that a frozen peer cannot hold up a stop (see :mod:`._process`).
+RELEASE_TIMEOUT = 0.3
+
 
 def build_routes(
     config: Config, registry: Registry, *, shared: Shared | None = None, checking: bool = False
@@ -65,6 +71,7 @@ def build_routes(
                 batch_count=spec.batch.count,
                 batch_time=spec.batch.time,
                 retry=spec.retry,
+                release_timeout=RELEASE_TIMEOUT,
             )
         )
     if problems:

@@ -27,6 +27,12 @@ ID_HEADER: Final = "bridge-id"
 EMBEDDED: Final = "embedded"
 #: The key under which the service provides the running embedded broker.
 EMBEDDED_BROKER: Final = "embedded-broker"
+#: Bound on each cleanup on the wire when an endpoint closes (UNSUBSCRIBE, the
+#: RECEIPT of DISCONNECT), s. Everything durable was confirmed before (a
+#: batch's RECEIPT; acks precede the DISCONNECT on the socket), so a broker
+#: that does not answer costs at most a redelivery, and never holds up a stop
+#: (``bridges run`` stops within ``shutdown_timeout`` + 1 s, a second signal in 1 s).
+DISCONNECT_TIMEOUT: Final = 0.25
 
 
 def _heartbeat(
@@ -129,4 +135,5 @@ class Connector:
             vhost=config.vhost,
             heartbeat=(send_ms, expect_ms),
             connect_timeout=config.connect_timeout,
+            disconnect_timeout=DISCONNECT_TIMEOUT,
         )
