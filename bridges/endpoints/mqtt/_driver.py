@@ -45,6 +45,8 @@ from ._connection import Broker, MqttConnection, MqttError
 _GOODBYE_TIMEOUT: Final = 2.0
 #: Seconds between paho's housekeeping calls (keep-alive PINGREQ, its timeout).
 _MISC_INTERVAL: Final = 1.0
+#: Linux's TCP_CORK (None elsewhere: there, TCP_NODELAY alone).
+_TCP_CORK: Final[int | None] = getattr(socket, "TCP_CORK", None)
 #: loop_read calls per socket wakeup at most (then other tasks get a turn).
 _READS_PER_WAKEUP: Final = 256
 
@@ -204,11 +206,19 @@ class PahoDriver:
 
     async def _write(self, sock: socket.socket) -> None:
         client = self.client
+        # paho sends each packet with a send() of its own: corked, a burst (a batch's
+        # PUBLISHes, a batch's PUBACKs) leaves in full segments, and at once when
+        # uncorked (TCP_NODELAY is set), never held back for the peer's delayed ACK.
+        cork = _TCP_CORK if sock.family in (socket.AF_INET, socket.AF_INET6) else None
         while True:
             await self._write_wanted.wait()
             self._write_wanted = trio.Event()
             while client.want_write() and self.error is None:
+                if cork is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
                 rc = client.loop_write()
+                if cork is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, cork, 0)
                 if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or client.socket() is None:
                     self._break(self._failed(rc))
                     return
@@ -400,6 +410,10 @@ async def open_paho(
         sock = client.socket()
         if not isinstance(sock, socket.socket):
             raise MqttError(f"mqtt {broker.where}: no socket after connect")
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # paho writes a packet per send(): without this, a batch's last PUBLISH
+            # (or PUBACK) can wait for the peer's delayed ACK (40 ms on Linux).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         driver._install()  # noqa: SLF001 (the driver's own module)
         driver.kick()
         try:

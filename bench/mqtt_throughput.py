@@ -1,0 +1,339 @@
+"""MQTT endpoints against paho-mqtt used bare, on a private Mosquitto, in one run.
+
+    .venv/bin/python bench/mqtt_throughput.py [--count 20000] [--size 100] [--batch 100]
+        [--window 1000] [--rounds 3] [--json]
+
+Starts its own ``mosquitto`` (Debian's binary; loopback, a free port, no
+persistence, no queue or in-flight limits) so that nothing else disturbs it,
+and prints one table: messages/s (best of ``--rounds``), CPU time per
+message (this process, all threads), and the ratio to the bare library in
+the same direction. Everything is MQTT 5, QoS 1.
+
+consume: ``count`` messages wait in a persistent session; then
+
+- *paho bare*: paho's own network thread (``loop_start``), ``manual_ack``,
+  ``ack()`` called in ``on_message``: the plain loop, the limit;
+- *paho thread + from_thread*: the design we did not choose: paho's thread
+  hands each message to Trio with ``trio.from_thread.run_sync`` and Trio
+  acks it;
+- *bridge mqtt source*: a route from the ``mqtt`` source (paho driven by Trio
+  tasks, ``bridges/endpoints/mqtt/_driver.py``) to a sink that only counts,
+  ``in_flight = --window``, batches of ``--batch``: PUBACK after each batch.
+
+publish: ``count`` messages,
+
+- *paho bare*: batches of ``--batch`` publishes, then every PUBACK awaited
+  (``wait_for_publish``), on paho's own thread;
+- *bridge mqtt sink*: a route from an in-memory source to the ``mqtt`` sink,
+  batches of ``--batch`` (the sink awaits every PUBACK of a batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as paho
+import trio
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from bridges import Context, Message, Route
+from bridges.endpoints.mqtt import MqttSink, MqttSinkConfig, MqttSource, MqttSourceConfig
+from bridges.testing import FakeSource
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def private_mosquitto() -> Iterator[int]:
+    """A mosquitto of our own for the block; yields its port."""
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    port = free_port()
+    with tempfile.TemporaryDirectory() as work:
+        config = Path(work) / "mosquitto.conf"
+        config.write_text(
+            f"listener {port} {HOST}\nallow_anonymous true\npersistence false\n"
+            "max_inflight_messages 0\nmax_queued_messages 0\nset_tcp_nodelay true\n"
+        )
+        process = subprocess.Popen(
+            [binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection((HOST, port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or process.poll() is not None:
+                        raise SystemExit(f"mosquitto ({binary}) did not start") from None
+                    time.sleep(0.05)
+            yield port
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def bare_client(client_id: str, *, manual_ack: bool = False) -> paho.Client:
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        protocol=paho.MQTTv5,
+        manual_ack=manual_ack,
+    )
+    client.max_inflight_messages_set(0)
+    client.max_queued_messages_set(0)
+    return client
+
+
+def session_properties() -> Properties:
+    properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+    properties.SessionExpiryInterval = 3600
+    return properties
+
+
+def create_session(port: int, client_id: str, topic: str) -> None:
+    """Connect once as ``client_id`` with a persistent session subscribed to ``topic``."""
+    client = bare_client(client_id)
+    subscribed = threading.Event()
+    client.on_subscribe = lambda *args: subscribed.set()
+    client.connect(HOST, port, clean_start=False, properties=session_properties())
+    client.loop_start()
+    client.subscribe(topic, qos=1)
+    if not subscribed.wait(10):
+        raise SystemExit("no SUBACK")
+    client.disconnect()
+    client.loop_stop()
+
+
+def publish_bare(port: int, topic: str, count: int, size: int, batch: int) -> None:
+    """``count`` QoS 1 messages in batches of ``batch``, each batch's PUBACKs awaited."""
+    client = bare_client(f"pub-{uuid.uuid4().hex[:8]}")
+    client.connect(HOST, port)
+    client.loop_start()
+    try:
+        body = b"x" * size
+        for start in range(0, count, batch):
+            infos = [client.publish(topic, body, qos=1) for _ in range(min(batch, count - start))]
+            for info in infos:
+                info.wait_for_publish(30)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def consume_bare(port: int, client_id: str, count: int) -> None:
+    """Drain ``count`` messages from the session: PUBACK from on_message (manual_ack)."""
+    client = bare_client(client_id, manual_ack=True)
+    done = threading.Event()
+    got = 0
+
+    def on_message(client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        nonlocal got
+        client.ack(message.mid, message.qos)
+        got += 1
+        if got >= count:
+            done.set()
+
+    client.on_message = on_message
+    client.connect(HOST, port, clean_start=False, properties=session_properties())
+    client.loop_start()
+    try:
+        if not done.wait(120):
+            raise SystemExit(f"paho bare got {got} of {count}")
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+async def consume_thread_bridged(port: int, client_id: str, count: int) -> None:
+    """The alternative design: paho's thread hands each message to Trio, which acks it."""
+    client = bare_client(client_id, manual_ack=True)
+    send, receive = trio.open_memory_channel[paho.MQTTMessage](count)
+    token = trio.lowlevel.current_trio_token()
+
+    def on_message(client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        trio.from_thread.run_sync(send.send_nowait, message, trio_token=token)
+
+    client.on_message = on_message
+    await trio.to_thread.run_sync(
+        lambda: client.connect(HOST, port, clean_start=False, properties=session_properties())
+    )
+    client.loop_start()
+    try:
+        got = 0
+        async for message in receive:
+            client.ack(message.mid, message.qos)
+            got += 1
+            if got >= count:
+                break
+    finally:
+        client.disconnect()
+        await trio.to_thread.run_sync(client.loop_stop)
+
+
+class CountingSink:
+    """A sink that only counts (the route's cost without a destination's)."""
+
+    def __init__(self, goal: int, done: trio.Event) -> None:
+        self.count = 0
+        self._goal = goal
+        self._done = done
+
+    def describe(self) -> str:
+        return "count"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[CountingSink]:
+        yield self
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        self.count += len(batch)
+        if self.count >= self._goal:
+            self._done.set()
+        await trio.lowlevel.checkpoint()
+
+
+async def consume_bridge(port: int, client_id: str, topic: str, count: int, args: Any) -> None:
+    context = Context(route="bench", in_flight=args.window)
+    config = MqttSourceConfig(url=f"mqtt://{HOST}:{port}", topics=[topic], client_id=client_id)
+    done = trio.Event()
+    route = Route(
+        "bench",
+        MqttSource(config, context),
+        CountingSink(count, done),
+        in_flight=args.window,
+        batch_count=args.batch,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(route.run)
+        with trio.fail_after(120):
+            await done.wait()
+        route.stop()
+
+
+async def publish_bridge(port: int, topic: str, count: int, args: Any) -> None:
+    body = b"x" * args.size
+    source = FakeSource([Message(body, {}, f"m{i}") for i in range(count)])
+    config = MqttSinkConfig(url=f"mqtt://{HOST}:{port}", topic=topic)
+    route = Route(
+        "bench",
+        source,
+        MqttSink(config, Context(route="bench", role="sink")),
+        in_flight=args.window,
+        batch_count=args.batch,
+    )
+    with trio.fail_after(120):
+        await route.run()
+    if len(source.acked) != count:
+        raise SystemExit(f"bridge sink wrote {len(source.acked)} of {count}")
+
+
+def timed(run: Callable[[], None], count: int) -> tuple[float, float]:
+    """(messages/s, CPU µs per message) of ``run``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return count / wall, cpu / count * 1e6
+
+
+def measure(port: int, args: Any) -> list[dict[str, Any]]:
+    count = args.count
+    rows: list[dict[str, Any]] = []
+
+    def consume_case(name: str, direction: str, runner: Callable[[str, str], None]) -> None:
+        best: tuple[float, float] = (0.0, 0.0)
+        for _ in range(args.rounds):
+            client_id, topic = f"bench-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:8]}"
+            create_session(port, client_id, topic)
+            publish_bare(port, topic, count, args.size, 1000)
+            result = timed(lambda: runner(client_id, topic), count)  # noqa: B023 (run at once)
+            best = max(best, result)
+        rows.append({"direction": direction, "name": name, "rate": best[0], "cpu_us": best[1]})
+
+    consume_case(
+        "paho bare (its thread)", "mqtt -> (consume)", lambda c, t: consume_bare(port, c, count)
+    )
+    consume_case(
+        "paho thread + trio.from_thread",
+        "mqtt -> (consume)",
+        lambda c, t: trio.run(consume_thread_bridged, port, c, count),
+    )
+    consume_case(
+        "bridge mqtt source",
+        "mqtt -> (consume)",
+        lambda c, t: trio.run(consume_bridge, port, c, t, count, args),
+    )
+
+    def publish_case(name: str, runner: Callable[[str], None]) -> None:
+        best: tuple[float, float] = (0.0, 0.0)
+        for _ in range(args.rounds):
+            topic = f"bench/{uuid.uuid4().hex[:8]}"
+            best = max(best, timed(lambda: runner(topic), count))  # noqa: B023 (run at once)
+        rows.append(
+            {"direction": "(publish) -> mqtt", "name": name, "rate": best[0], "cpu_us": best[1]}
+        )
+
+    publish_case(
+        "paho bare (its thread)", lambda t: publish_bare(port, t, count, args.size, args.batch)
+    )
+    publish_case("bridge mqtt sink", lambda t: trio.run(publish_bridge, port, t, count, args))
+    for row in rows:
+        bare = next(r for r in rows if r["direction"] == row["direction"])
+        row["ratio"] = row["rate"] / bare["rate"]
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with private_mosquitto() as port:
+        rows = measure(port, args)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(
+        f"MQTT 5, QoS 1, {args.count} messages of {args.size} B, batch {args.batch}, "
+        f"window {args.window}; best of {args.rounds}; mosquitto on loopback"
+    )
+    print(
+        f"| {'direction':<18} | {'client':<31} | {'msg/s':>8} | {'CPU us/msg':>10} | {'ratio':>6} |"
+    )
+    print(f"|{'-' * 20}|{'-' * 33}|{'-' * 10}|{'-' * 12}|{'-' * 8}|")
+    for row in rows:
+        print(
+            f"| {row['direction']:<18} | {row['name']:<31} | {row['rate']:>8,.0f} | "
+            f"{row['cpu_us']:>10.1f} | {row['ratio']:>5.0%} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
