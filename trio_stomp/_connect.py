@@ -1,9 +1,15 @@
 """The ways in: :func:`connect` (a broker URL, or several) and :func:`wrap_stream`.
 
 Each is an async context manager that opens a nursery around the caller's
-block, runs the :class:`Client`'s tasks in it, and shuts the session down
+block, runs the client's tasks in it, and shuts the session down
 (DISCONNECT with receipt, shielded and bounded) when the block is left. No
 task outlives the block; no single-exception group escapes it.
+
+Opening a connection is here too: the options of CONNECT (:class:`Options`),
+and :func:`open_any`, which walks the failover list with the
+:class:`Reconnect` policy's backoff and returns the first
+:class:`Connection` that said CONNECTED. It makes the first connection and,
+through the reconnect supervisor, every later one.
 """
 
 from __future__ import annotations
@@ -16,34 +22,146 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from ._client import Client, EventCallback
-from ._groups import unwrap_group
-from ._opening import Options, Target, open_any
-from ._reconnect import Reconnect
+from ._client import Client
+from ._connection import Connection
+from ._core import Core
+from ._errors import ConnectFailed, RemoteProtocolError
+from ._reconnect import EventCallback, Reconnect, Supervisor
+from ._transport import open_stream
 from ._url import Endpoint
 from .frame import VERSIONS
 
 
-@asynccontextmanager
-async def _session(client: Client) -> AsyncIterator[Client]:
-    """Run ``client``'s tasks around the caller's block; shut down after it."""
-    sole: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._supervise)
-            try:
-                with trio.CancelScope() as client._body_scope:
-                    yield client
-            finally:
-                await client._shutdown()
-    except BaseExceptionGroup as group:
-        sole = unwrap_group(group)
-        if sole is group or isinstance(sole, BaseExceptionGroup):
+@attrs.frozen
+class Options:
+    """How to open and greet a connection (all of connect()'s connection arguments)."""
+
+    login: str | None = None
+    passcode: str | None = None
+    vhost: str = "/"
+    heartbeat: tuple[int, int] = (10_000, 10_000)
+    versions: Sequence[str] = VERSIONS
+    heartbeat_tolerance: float = 2.0
+    connect_timeout: float = 10.0
+    disconnect_timeout: float = 5.0
+    lenient: bool = False
+    max_frame_size: int | None = None
+    ssl_context: ssl.SSLContext | None = None
+
+    def __attrs_post_init__(self) -> None:
+        # The message names the type only: the value may be a passcode.
+        for name in ("login", "passcode"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be str or None, got {type(value).__name__}")
+
+    async def greet(
+        self,
+        stream: trio.abc.Stream,
+        url: str,
+        login: str | None = None,
+        passcode: str | None = None,
+    ) -> Connection:
+        """CONNECT over ``stream``; close it on any failure.
+
+        Raises:
+          ConnectFailed: with the reason (the stream is closed).
+        """
+        conn = Connection(
+            stream,
+            url,
+            heartbeat_tolerance=self.heartbeat_tolerance,
+            lenient=self.lenient,
+            max_frame_size=self.max_frame_size,
+        )
+        try:
+            with trio.fail_after(self.connect_timeout):
+                await conn.handshake(
+                    login=login if login is not None else self.login,
+                    passcode=passcode if passcode is not None else self.passcode,
+                    host=self.vhost,
+                    heartbeat=self.heartbeat,
+                    versions=self.versions,
+                )
+        except trio.TooSlowError:
+            await conn.aclose()
+            raise ConnectFailed(
+                f"no CONNECTED from {url} within {self.connect_timeout} s"
+            ) from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            await conn.aclose()
+            raise ConnectFailed(f"the connection to {url} failed during CONNECT: {exc!r}") from exc
+        except RemoteProtocolError as exc:
+            await conn.aclose()
+            raise ConnectFailed(f"the reply of {url} to CONNECT is not valid STOMP: {exc}") from exc
+        except BaseException:
+            await conn.aclose()
             raise
-    if sole is not None:
-        raise sole
-    if client._error is not None and not client._disconnected:
-        raise client._error
+        return conn
+
+
+@attrs.frozen
+class Target:
+    """One broker address of a failover list."""
+
+    url: str
+    endpoint: Endpoint
+
+
+async def open_any(
+    targets: Sequence[Target],
+    options: Options,
+    policy: Reconnect | None,
+    rng: random.Random,
+    *,
+    start: int = 0,
+    initial: bool,
+) -> tuple[Connection, int]:
+    """Connect to the first target that answers; return it and the attempts it took.
+
+    Without a policy each target is tried once. With one, targets are tried
+    in turn with backoff until one answers or ``max_attempts`` is reached.
+    On the first connect, a broker that refuses (ERROR to CONNECT, no common
+    version) ends the attempts at once: retrying would not change its mind.
+
+    Raises:
+      ConnectFailed: every attempt failed (the message lists why).
+    """
+    failures: list[str] = []
+    count = len(targets)
+    order = list(range(count))
+    attempt = 0
+    while True:
+        if policy is not None and policy.shuffle and attempt % count == 0:
+            rng.shuffle(order)
+        target = targets[order[(start + attempt) % count]]
+        attempt += 1
+        try:
+            with trio.fail_after(options.connect_timeout):
+                stream = await open_stream(target.endpoint, ssl_context=options.ssl_context)
+            # The connection is named by its credential-free URL (errors and logs).
+            conn = await options.greet(
+                stream, target.endpoint.url, target.endpoint.login, target.endpoint.passcode
+            )
+            return conn, attempt
+        except trio.TooSlowError:
+            failures.append(f"{target.endpoint.url}: timed out after {options.connect_timeout} s")
+        except ConnectFailed as exc:
+            if initial and exc.frame is not None:
+                raise
+            failures.append(f"{target.endpoint.url}: {exc}")
+        if policy is None:
+            if attempt >= count:
+                break
+        elif policy.max_attempts is not None and attempt >= policy.max_attempts:
+            break
+        elif attempt % count == 0:
+            # Every URL failed this round: back off before the next one.
+            await trio.sleep(policy.delay(attempt // count, rng))
+    if len(failures) == 1:
+        raise ConnectFailed(failures[0].split(": ", 1)[1])
+    shown = "; ".join(failures[-count:])
+    raise ConnectFailed(f"no broker answered after {attempt} attempts: {shown}")
 
 
 @asynccontextmanager
@@ -79,8 +197,9 @@ async def wrap_stream(
         max_frame_size=max_frame_size,
     )
     conn = await options.greet(stream, "the stream")
-    async with _session(Client(conn, options)) as client:
-        yield client
+    core = Core(conn, disconnect_timeout=disconnect_timeout)
+    async with core.running():
+        yield Client(core)
 
 
 @asynccontextmanager
@@ -199,6 +318,14 @@ async def connect(
         ]
     rng = random.Random()
     conn, _ = await open_any(targets, options, reconnect, rng, initial=True)
-    client = Client(conn, options, targets=targets, reconnect=reconnect, on_event=on_event)
-    async with _session(client) as session:
-        yield session
+    supervisor = None
+    if reconnect is not None:
+
+        async def reopen(failed_url: str) -> tuple[Connection, int]:
+            index = next((i for i, t in enumerate(targets) if t.endpoint.url == failed_url), -1)
+            return await open_any(targets, options, reconnect, rng, start=index + 1, initial=False)
+
+        supervisor = Supervisor(reconnect, reopen, on_event)
+    core = Core(conn, disconnect_timeout=disconnect_timeout, supervisor=supervisor)
+    async with core.running():
+        yield Client(core)

@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from ._errors import ClientClosed, LocalProtocolError
 from .frame import Frame, Headers
 
 if TYPE_CHECKING:
-    from ._subscription import Subscription
-    from ._transaction import Transaction
+    from ._sender import Sender
+
+AckCommand = Literal["ACK", "NACK"]
+
+
+class TransactionScope(Protocol):
+    """What acknowledging inside a transaction needs of it (a :class:`~trio_stomp.Transaction`)."""
+
+    @property
+    def id(self) -> str:
+        """The transaction's id, sent in the ``transaction`` header."""
+
+    def check_usable(self, sender: Sender) -> None:
+        """Raise unless the transaction is open on ``sender``'s current connection."""
+
+
+#: How a message is acknowledged: its subscription's ``acknowledge``, given the
+#: message, ACK or NACK, whether to await a receipt, the transaction (or None)
+#: and the connection generation the message came on.
+AckCallback = Callable[
+    ["Message", AckCommand, bool, "TransactionScope | None", int], Awaitable[None]
+]
 
 
 class Message:
@@ -22,11 +42,16 @@ class Message:
     :meth:`Transaction.ack`).
     """
 
-    __slots__ = ("_generation", "_subscription", "frame")
+    __slots__ = ("_ack", "_generation", "_subscription_id", "frame")
 
-    def __init__(self, frame: Frame, subscription: Subscription, generation: int = 0) -> None:
+    def __init__(
+        self, frame: Frame, ack: AckCallback, subscription_id: str, generation: int = 0
+    ) -> None:
         self.frame = frame
-        self._subscription = subscription
+        # The subscription's acknowledge: a message holds no reference to its
+        # subscription or client, only what acknowledging it takes.
+        self._ack = ack
+        self._subscription_id = subscription_id
         # Which connection of the client it came on: acks are per connection.
         self._generation = generation
 
@@ -63,7 +88,7 @@ class Message:
     @property
     def subscription(self) -> str:
         """The id of the subscription that received it."""
-        return self.headers.get("subscription", self._subscription.id)
+        return self.headers.get("subscription", self._subscription_id)
 
     @property
     def redelivered(self) -> bool:
@@ -81,7 +106,7 @@ class Message:
             broker will redeliver the message, so it must not be acked now.
           LocalProtocolError: the subscription's ack mode is ``auto``.
         """
-        await self._subscription._client._acknowledge(self, "ACK", receipt=receipt)
+        await self._ack(self, "ACK", receipt, None, self._generation)
 
     async def nack(self, *, receipt: bool = False) -> None:
         """Reject the message: the broker redelivers it or dead-letters it.
@@ -91,39 +116,20 @@ class Message:
           LocalProtocolError: the ack mode is ``auto``, or the session
             speaks STOMP 1.0, which has no NACK.
         """
-        await self._subscription._client._acknowledge(self, "NACK", receipt=receipt)
+        await self._ack(self, "NACK", receipt, None, self._generation)
 
+    async def acknowledge(
+        self,
+        command: AckCommand,
+        *,
+        receipt: bool = False,
+        transaction: TransactionScope | None = None,
+    ) -> None:
+        """ACK or NACK the message, inside ``transaction`` when given: the general form
+        of :meth:`ack`, :meth:`nack` and :meth:`Transaction.ack`.
 
-def ack_headers(
-    message: Message, command: str, version: str, transaction: Transaction | None
-) -> list[tuple[str, str]]:
-    """The headers of an ACK or NACK for ``message`` under ``version``.
-
-    1.2 names the MESSAGE's ``ack`` header in ``id``; 1.1 uses
-    ``message-id`` and ``subscription``; 1.0 has only ``message-id``.
-    """
-    subscription = message._subscription
-    if subscription.ack == "auto":
-        raise LocalProtocolError(
-            f"{message!r} came from an ack='auto' subscription and needs no {command}"
-        )
-    if not subscription.active:
-        raise ClientClosed(
-            f"cannot {command} {message!r}: its subscription or connection has gone; "
-            "the broker will redeliver it"
-        )
-    if command == "NACK" and version == "1.0":
-        raise LocalProtocolError("STOMP 1.0 has no NACK")
-    headers = message.headers
-    if version == "1.2":
-        ack_id = headers.get("ack")
-        if ack_id is None:
-            raise LocalProtocolError(f"{message!r} has no 'ack' header to acknowledge it by")
-        pairs = [("id", ack_id)]
-    elif version == "1.1":
-        pairs = [("message-id", message.message_id), ("subscription", message.subscription)]
-    else:
-        pairs = [("message-id", message.message_id)]
-    if transaction is not None:
-        pairs.append(("transaction", transaction.id))
-    return pairs
+        Raises:
+          ClientClosed, LocalProtocolError: as for :meth:`ack` and :meth:`nack`.
+          TransactionError: ``transaction`` is not open on this message's connection.
+        """
+        await self._ack(self, command, receipt, transaction, self._generation)

@@ -1,25 +1,220 @@
-"""Subscriptions: an async context manager and an async iterator of messages."""
+"""Subscriptions: SUBSCRIBE on entry, messages in order, UNSUBSCRIBE on exit.
+
+A subscription owns its state and its frames (:class:`SubscriptionState`);
+it reaches the connection only through a :class:`~trio_stomp._sender.Sender`.
+The client keeps a :class:`SubscriptionTable` of the open ones, to route each
+MESSAGE to its buffer and to re-subscribe them after a reconnect.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
-from ._errors import LocalProtocolError, StompError, SubscriptionOverflow
-from ._message import Message
-from .frame import ACK_MODES, DEFAULT_PREFETCH, PREFETCH_HEADERS, Frame
-
-if TYPE_CHECKING:
-    from ._client import Client
+from ._errors import ClientClosed, LocalProtocolError, StompError, SubscriptionOverflow
+from ._message import AckCommand, Message, TransactionScope
+from ._sender import Pairs, Sender
+from .frame import ACK_MODES, DEFAULT_PREFETCH, PREFETCH_HEADERS, Frame, Headers
 
 #: Buffer of an auto-ack subscription, where brokers may ignore the window.
 DEFAULT_AUTO_BUFFER: Final = 10_000
 #: The consumer yields to the scheduler at least this often while messages are buffered.
 _YIELD_EVERY: Final = 64
+
+
+class SubscriptionTable:
+    """The client's open subscriptions by id, and the ids it has ended."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, SubscriptionState] = {}
+        #: Ids of subscriptions we unsubscribed (RabbitMQ may still name them).
+        self.ended: set[str] = set()
+
+    def find(self, headers: Headers) -> SubscriptionState | None:
+        """The subscription a MESSAGE with ``headers`` is for, if it is still open."""
+        sub_id = headers.get("subscription")
+        if sub_id is not None:
+            return self.by_id.get(sub_id)
+        # Some 1.0 brokers leave the id out: match by destination.
+        destination = headers.get("destination")
+        return next((s for s in self.by_id.values() if s.destination == destination), None)
+
+
+class SubscriptionState:
+    """One subscription's buffer, flags and frames; what the client's reader and
+    supervisor act on (they never wait on it)."""
+
+    def __init__(
+        self,
+        sender: Sender,
+        table: SubscriptionTable,
+        subscription_id: str,
+        destination: str,
+        ack: str,
+        headers: Pairs,
+        buffer_size: int | None,
+    ) -> None:
+        if ack not in ACK_MODES:
+            raise LocalProtocolError(f"unknown ack mode {ack!r}; expected one of {ACK_MODES}")
+        self.sender = sender
+        self.table = table
+        self.id = subscription_id
+        self.destination = destination
+        self.ack = ack
+        window = next((int(v) for k, v in headers if k in PREFETCH_HEADERS and v.isdigit()), None)
+        if window is None:
+            window = DEFAULT_PREFETCH
+            headers = [*headers, *((name, str(window)) for name in PREFETCH_HEADERS)]
+        if buffer_size is None:
+            buffer_size = window if ack != "auto" else max(window, DEFAULT_AUTO_BUFFER)
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be at least 1, got {buffer_size}")
+        self.buffer_size = buffer_size
+        self.headers = headers
+        self.buffer: deque[Message] = deque()
+        self.lot = trio.lowlevel.ParkingLot()
+        self.since_yield = 0
+        self.error: StompError | None = None
+        self.dropped = 0
+        #: True between a successful SUBSCRIBE and the UNSUBSCRIBE.
+        self.active = False
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.id!r} to {self.destination!r} ack={self.ack!r}>"
+
+    # -- frames -------------------------------------------------------------
+
+    def subscribe_pairs(self) -> Pairs:
+        return [
+            ("id", self.id),
+            ("destination", self.destination),
+            ("ack", self.ack),
+            *self.headers,
+        ]
+
+    def unsubscribe_pairs(self) -> Pairs:
+        pairs = [("id", self.id)]
+        if self.sender.version == "1.0":
+            pairs.append(("destination", self.destination))
+        return pairs
+
+    async def start(self, receipt: bool) -> None:
+        """SUBSCRIBE (awaiting its receipt when asked); registered from the moment it
+        is queued, so that no MESSAGE is missed."""
+        sender = self.sender
+        if not sender.connected:
+            await sender.wait_connected()
+        self.table.by_id[self.id] = self
+        self.active = True
+        try:
+            waiter = await sender.queue_frame("SUBSCRIBE", self.subscribe_pairs(), b"", receipt)
+        except BaseException:
+            self.close()
+            del self.table.by_id[self.id]
+            raise
+        try:
+            await sender.await_receipt(waiter)
+        except BaseException:
+            await self.end()
+            raise
+
+    async def end(self) -> None:
+        """UNSUBSCRIBE (shielded, bounded; skipped when the connection is down)."""
+        self.close()
+        if self.table.by_id.pop(self.id, None) is None:
+            return
+        self.table.ended.add(self.id)
+        await self.sender.send_cleanup("UNSUBSCRIBE", self.unsubscribe_pairs())
+
+    # -- what the reader task and the supervisor call: never blocks ------------
+
+    def deliver(self, frame: Frame, generation: int) -> None:
+        if self.error is not None or not self.active:
+            return
+        if len(self.buffer) >= self.buffer_size:
+            self.dropped += 1
+            self.error = SubscriptionOverflow(
+                f"{self!r} buffer of {self.buffer_size} messages is full; the consumer is "
+                "slower than the broker and the broker does not respect the prefetch window"
+            )
+            # The reader cannot wait, so the UNSUBSCRIBE skips the queue bound.
+            self.table.by_id.pop(self.id, None)
+            self.close()
+            self.sender.send_now("UNSUBSCRIBE", self.unsubscribe_pairs())
+        else:
+            self.buffer.append(Message(frame, self.acknowledge, self.id, generation))
+        if self.lot:
+            self.lot.unpark()
+
+    def connection_lost(self) -> None:
+        """The connection dropped and a new one is coming: drop what can no longer be acked."""
+        if self.ack != "auto":
+            self.buffer.clear()
+
+    def close(self, error: StompError | None = None) -> None:
+        """Stop delivering; wake the consumer. Buffered messages are still handed out."""
+        self.active = False
+        if error is not None and self.error is None:
+            self.error = error
+        if error is not None and self.ack != "auto":
+            # The connection failed: buffered messages can no longer be acked.
+            self.buffer.clear()
+        self.lot.unpark_all()
+
+    # -- acknowledging ------------------------------------------------------
+
+    async def acknowledge(
+        self,
+        message: Message,
+        command: AckCommand,
+        receipt: bool,
+        transaction: TransactionScope | None,
+        generation: int,
+    ) -> None:
+        """ACK or NACK ``message`` (each :class:`Message` holds this as its callback)."""
+        sender = self.sender
+        if generation != sender.generation:
+            raise ClientClosed(
+                f"cannot {command} {message!r}: the connection it came on was lost; "
+                "the broker will redeliver it"
+            )
+        if transaction is not None:
+            transaction.check_usable(sender)
+        pairs = self._ack_pairs(message, command, sender.version)
+        if transaction is not None:
+            pairs.append(("transaction", transaction.id))
+        await sender.send_ack(command, pairs, receipt=receipt, message=message)
+
+    def _ack_pairs(self, message: Message, command: str, version: str) -> Pairs:
+        """The headers of an ACK or NACK for ``message`` under ``version``.
+
+        1.2 names the MESSAGE's ``ack`` header in ``id``; 1.1 uses
+        ``message-id`` and ``subscription``; 1.0 has only ``message-id``.
+        """
+        if self.ack == "auto":
+            raise LocalProtocolError(
+                f"{message!r} came from an ack='auto' subscription and needs no {command}"
+            )
+        if not self.active:
+            raise ClientClosed(
+                f"cannot {command} {message!r}: its subscription or connection has gone; "
+                "the broker will redeliver it"
+            )
+        if command == "NACK" and version == "1.0":
+            raise LocalProtocolError("STOMP 1.0 has no NACK")
+        headers = message.headers
+        if version == "1.2":
+            ack_id = headers.get("ack")
+            if ack_id is None:
+                raise LocalProtocolError(f"{message!r} has no 'ack' header to acknowledge it by")
+            return [("id", ack_id)]
+        if version == "1.1":
+            return [("message-id", message.message_id), ("subscription", message.subscription)]
+        return [("message-id", message.message_id)]
 
 
 class Subscription:
@@ -45,46 +240,40 @@ class Subscription:
     it did buffer. Size the buffer with ``buffer_size`` when that matters.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        subscription_id: str,
-        destination: str,
-        ack: str,
-        headers: list[tuple[str, str]],
-        buffer_size: int | None,
-        receipt: bool,
-    ) -> None:
-        if ack not in ACK_MODES:
-            raise LocalProtocolError(f"unknown ack mode {ack!r}; expected one of {ACK_MODES}")
-        self._client = client
-        self.id = subscription_id
-        self.destination = destination
-        self.ack = ack
-        window = next((int(v) for k, v in headers if k in PREFETCH_HEADERS and v.isdigit()), None)
-        if window is None:
-            window = DEFAULT_PREFETCH
-            headers = [*headers, *((name, str(window)) for name in PREFETCH_HEADERS)]
-        if buffer_size is None:
-            buffer_size = window if ack != "auto" else max(window, DEFAULT_AUTO_BUFFER)
-        if buffer_size < 1:
-            raise ValueError(f"buffer_size must be at least 1, got {buffer_size}")
-        self.buffer_size = buffer_size
-        self._headers = headers
+    def __init__(self, state: SubscriptionState, receipt: bool) -> None:
+        self._state = state
         self._receipt = receipt
-        self._buffer: deque[Message] = deque()
-        self._lot = trio.lowlevel.ParkingLot()
-        self._since_yield = 0
-        self._error: StompError | None = None
-        self._dropped = 0
-        #: True between a successful SUBSCRIBE and the UNSUBSCRIBE.
-        self.active = False
+
+    @property
+    def id(self) -> str:
+        """The subscription's id on the connection."""
+        return self._state.id
+
+    @property
+    def destination(self) -> str:
+        """Where the messages come from."""
+        return self._state.destination
+
+    @property
+    def ack(self) -> str:
+        """The ack mode: "auto", "client" or "client-individual"."""
+        return self._state.ack
+
+    @property
+    def buffer_size(self) -> int:
+        """How many received messages may wait for the consumer."""
+        return self._state.buffer_size
+
+    @property
+    def active(self) -> bool:
+        """True between a successful SUBSCRIBE and the UNSUBSCRIBE."""
+        return self._state.active
 
     def __repr__(self) -> str:
-        return f"<Subscription {self.id!r} to {self.destination!r} ack={self.ack!r}>"
+        return repr(self._state)
 
     async def __aenter__(self) -> Subscription:
-        await self._client._start_subscription(self, self._receipt)
+        await self._state.start(self._receipt)
         return self
 
     async def __aexit__(
@@ -93,7 +282,7 @@ class Subscription:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._client._end_subscription(self)
+        await self._state.end()
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self
@@ -107,51 +296,20 @@ class Subscription:
           StompError: the connection failed.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        buffer = self._buffer
+        state = self._state
+        buffer = state.buffer
         while not buffer:
-            if self._error is not None:
-                raise self._error
-            if not self.active:
+            if state.error is not None:
+                raise state.error
+            if not state.active:
                 raise StopAsyncIteration
-            await self._lot.park()
-        self._since_yield += 1
+            await state.lot.park()
+        state.since_yield += 1
         # Yield at least every _YIELD_EVERY messages, but less often while a
         # backlog is waiting: the reader adds a whole read (hundreds of
         # messages) per turn, and a consumer that yielded every 64 would fall
         # ever further behind a fast broker.
-        if self._since_yield >= _YIELD_EVERY and self._since_yield >= len(buffer) >> 2:
-            self._since_yield = 0
+        if state.since_yield >= _YIELD_EVERY and state.since_yield >= len(buffer) >> 2:
+            state.since_yield = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
         return buffer.popleft()
-
-    # What the client's reader task calls: never blocks.
-
-    def _deliver(self, frame: Frame) -> None:
-        if self._error is not None or not self.active:
-            return
-        if len(self._buffer) >= self.buffer_size:
-            self._dropped += 1
-            self._error = SubscriptionOverflow(
-                f"{self!r} buffer of {self.buffer_size} messages is full; the consumer is "
-                "slower than the broker and the broker does not respect the prefetch window"
-            )
-            self._client._overflowed(self)
-        else:
-            self._buffer.append(Message(frame, self, self._client._generation))
-        if self._lot:
-            self._lot.unpark()
-
-    def _connection_lost(self) -> None:
-        """The connection dropped and a new one is coming: drop what can no longer be acked."""
-        if self.ack != "auto":
-            self._buffer.clear()
-
-    def _close(self, error: StompError | None = None) -> None:
-        """Stop delivering; wake the consumer. Buffered messages are still handed out."""
-        self.active = False
-        if error is not None and self._error is None:
-            self._error = error
-        if error is not None and self.ack != "auto":
-            # The connection failed: buffered messages can no longer be acked.
-            self._buffer.clear()
-        self._lot.unpark_all()

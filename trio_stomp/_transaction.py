@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
 
-from ._errors import TransactionError
+from ._errors import ClientClosed, ConnectionLost, LocalProtocolError, TransactionError
 from ._message import Message
-
-if TYPE_CHECKING:
-    from ._client import Client
+from ._sender import Sender
 
 
 class Transaction:
@@ -29,8 +26,8 @@ class Transaction:
     cancellation propagates as usual.
     """
 
-    def __init__(self, client: Client, transaction_id: str, receipt: bool) -> None:
-        self._client = client
+    def __init__(self, sender: Sender, transaction_id: str, receipt: bool) -> None:
+        self._sender = sender
         self.id = transaction_id
         self._receipt = receipt
         #: "new", "open", "committed", "aborted" or "failed".
@@ -40,9 +37,24 @@ class Transaction:
     def __repr__(self) -> str:
         return f"<Transaction {self.id!r} {self.state}>"
 
-    def _check_open(self) -> None:
+    def check_usable(self, sender: Sender) -> None:
+        """Raise unless the transaction is open on ``sender``'s current connection.
+
+        Raises:
+          LocalProtocolError: ``sender`` is another client (a message received
+            on one connection acknowledged in a transaction of another).
+          TransactionError: not open, or its connection was lost (the broker
+            rolled it back).
+        """
+        if sender is not self._sender:
+            raise LocalProtocolError(f"{self!r} belongs to another connection")
         if self.state != "open":
             raise TransactionError(f"{self!r} is not open")
+        if self._generation != sender.generation:
+            self.state = "failed"
+            raise TransactionError(
+                f"{self!r} was rolled back: the connection was lost while it was open"
+            )
 
     async def send(
         self,
@@ -54,23 +66,28 @@ class Transaction:
         receipt: bool = False,
     ) -> None:
         """Send a message as part of the transaction (see :meth:`Client.send`)."""
-        self._check_open()
-        await self._client._send_message(
-            destination, body, headers, content_type, receipt, transaction=self
-        )
+        self.check_usable(self._sender)
+        await self._sender.send_message(destination, body, headers, content_type, receipt, self.id)
 
     async def ack(self, message: Message, *, receipt: bool = False) -> None:
         """Acknowledge ``message`` as part of the transaction."""
-        self._check_open()
-        await self._client._acknowledge(message, "ACK", receipt=receipt, transaction=self)
+        self.check_usable(self._sender)
+        await message.acknowledge("ACK", receipt=receipt, transaction=self)
 
     async def nack(self, message: Message, *, receipt: bool = False) -> None:
         """Reject ``message`` as part of the transaction."""
-        self._check_open()
-        await self._client._acknowledge(message, "NACK", receipt=receipt, transaction=self)
+        self.check_usable(self._sender)
+        await message.acknowledge("NACK", receipt=receipt, transaction=self)
 
     async def __aenter__(self) -> Transaction:
-        await self._client._begin(self)
+        if self.state != "new":
+            raise TransactionError(f"{self!r} was already used")
+        sender = self._sender
+        if not sender.connected:
+            await sender.wait_connected()
+        self._generation = sender.generation
+        await sender.send_frame("BEGIN", [("transaction", self.id)], receipt=False)
+        self.state = "open"
         return self
 
     async def __aexit__(
@@ -80,6 +97,24 @@ class Transaction:
         tb: TracebackType | None,
     ) -> None:
         if exc is None:
-            await self._client._commit(self)
+            await self._commit()
         else:
-            await self._client._abort(self)
+            await self._abort()
+
+    async def _commit(self) -> None:
+        self.check_usable(self._sender)
+        self.state = "failed"
+        try:
+            await self._sender.send_frame(
+                "COMMIT", [("transaction", self.id)], receipt=self._receipt
+            )
+        except (ClientClosed, ConnectionLost) as exc:
+            raise TransactionError(f"{self!r} may not have committed: {exc}") from exc
+        self.state = "committed"
+
+    async def _abort(self) -> None:
+        if self.state != "open":
+            return
+        self.state = "aborted"
+        if self._generation == self._sender.generation:
+            await self._sender.send_cleanup("ABORT", [("transaction", self.id)])

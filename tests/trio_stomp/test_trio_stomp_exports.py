@@ -6,8 +6,10 @@ in the same commit, and say so in the README when users see the change.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+import pathlib
 import subprocess
 import sys
 import types
@@ -154,3 +156,72 @@ def test_importing_util_imports_no_trio() -> None:
     modules = _imported_by("import trio_stomp.util")
     assert not {m for m in modules if m == "trio" or m.startswith("trio.")}
     assert "trio_stomp._client" not in modules
+
+
+def _imports(path: pathlib.Path, package: str) -> set[str]:
+    """The trio_stomp modules ``path`` imports, at run time or under TYPE_CHECKING alike."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+                names = [f"{target}.{alias.name}" for alias in node.names]
+            else:
+                target = node.module or ""
+                names = [f"{target}.{alias.name}" for alias in node.names]
+            found.update(name for name in [target, *names] if name.startswith("trio_stomp"))
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("trio_stomp"))
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """trio_stomp module -> the trio_stomp modules it imports."""
+    root = pathlib.Path(trio_stomp_root())
+    modules: dict[str, pathlib.Path] = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        # The broker's session and router refer to each other under TYPE_CHECKING
+        # (broker/ is another piece of work); the client and everything else may not.
+        if not name.startswith("trio_stomp.broker."):
+            modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        # A package imports its own submodules to re-export them: not a cycle.
+        graph[name] = {
+            m
+            for m in _imports(path, package)
+            if m in modules and m != name and not name.startswith(f"{m}.")
+        }
+    return graph
+
+
+def test_no_import_cycle_among_trio_stomp_modules() -> None:
+    """Not even under TYPE_CHECKING: each layer knows only the ones below it (the
+    client's modules, frame/, testing/, cli/; broker/ is left out, see above)."""
+    graph = _import_graph()
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        seen[name] = 1
+        for target in sorted(graph[name]):
+            if seen.get(target) == 1:
+                cycle = [*path[path.index(target) :], target] if target in path else [name, target]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if target not in seen:
+                visit(target, [*path, target])
+        seen[name] = 2
+
+    for name in sorted(graph):
+        if name not in seen:
+            visit(name, [name])
+    assert "trio_stomp._client" in graph["trio_stomp._connect"]  # the graph is not empty
+
+
+def trio_stomp_root() -> str:
+    import trio_stomp
+
+    return str(pathlib.Path(trio_stomp.__file__).parent)

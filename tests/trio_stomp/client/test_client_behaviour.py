@@ -20,8 +20,8 @@ async def _probe(client: trio_stomp.Client, dest: str) -> None:
         async for message in sub:
             assert message.body == b"probe"
             break
-    assert client._receipts == {}
-    assert client._subscriptions == {}
+    assert client._core.receipts == {}
+    assert client._core.subscriptions.by_id == {}
 
 
 class _CancelAfterSteps(trio.abc.Instrument):
@@ -125,7 +125,7 @@ async def test_slow_consumer_does_not_stall_receipts(
             # Nobody reads `sub`; its buffer is full, yet receipts still arrive.
             with trio.fail_after(2):
                 await client.send(unique("queue"), b"x", receipt=True)
-            assert len(sub._buffer) == 10
+            assert len(sub._state.buffer) == 10
             got = []
             async for message in sub:
                 got.append(message)
@@ -271,7 +271,7 @@ async def test_many_sends_are_batched_into_few_writes(
 ) -> None:
     dest = unique("queue")
     async with trio_stomp.connect(embedded.url) as client:
-        stream = client._conn.stream
+        stream = client._core.conn.stream
         writes = 0
         original = stream.send_all
 

@@ -321,7 +321,7 @@ async def test_error_frame_surfaces_as_server_error(target: Target) -> None:
     with pytest.raises(trio_stomp.ServerError) as info:
         async with trio_stomp.connect(target.url) as client:
             # COMMIT of a transaction that was never begun: every broker refuses it.
-            await client._send_frame("COMMIT", [("transaction", "never-begun")], receipt=True)
+            await client._core.send_frame("COMMIT", [("transaction", "never-begun")], receipt=True)
             await trio.sleep(5)
     assert info.value.message
 

@@ -208,7 +208,7 @@ async def test_error_frame_leads_to_the_same_reconnect_path(
         async with c.subscribe(dest, receipt=True) as sub:
             # COMMIT of a transaction never begun: the broker sends ERROR and closes.
             with pytest.raises(trio_stomp.ConnectionLost):
-                await c._send_frame("COMMIT", [("transaction", "never-begun")], receipt=True)
+                await c._core.send_frame("COMMIT", [("transaction", "never-begun")], receipt=True)
             await c.send(dest, b"after the error", receipt=True)
             assert (await anext(aiter(sub))).body == b"after the error"
     assert [e.kind for e in events] == ["lost", "restored"]

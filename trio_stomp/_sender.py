@@ -1,0 +1,101 @@
+"""The narrow interface between the client and what it hands out.
+
+A :class:`~trio_stomp.Subscription`, a :class:`~trio_stomp.Transaction` and a
+:class:`~trio_stomp.Message` own their state and build their own frames; all
+they need of the client is a :class:`Sender`: send a frame (waiting for its
+receipt or not), send a cleanup frame (shielded, bounded), the negotiated
+version, and which connection of the session is current. The client
+implements it; nothing here imports the client, so there is no cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+import trio
+
+from ._errors import StompError
+
+HeaderArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
+Pairs = list[tuple[str, str]]
+
+
+class ReceiptWaiter:
+    """Waits for one RECEIPT, or for the connection to fail."""
+
+    __slots__ = ("_error", "_event")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._error: StompError | None = None
+
+    def set(self) -> None:
+        self._event.set()
+
+    def fail(self, error: StompError) -> None:
+        self._error = error
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+
+
+class Sender(Protocol):
+    """What subscriptions, transactions and messages need of their client."""
+
+    @property
+    def version(self) -> str:
+        """The STOMP version of the current connection."""
+
+    @property
+    def generation(self) -> int:
+        """Which connection of the session is current: it grows on each reconnect.
+        An ack or a transaction is valid only on the connection it started on."""
+
+    @property
+    def connected(self) -> bool:
+        """False while a reconnect is under way."""
+
+    def check_open(self) -> None:
+        """Raise the session's error, or ClientClosed once it is closed."""
+
+    async def wait_connected(self) -> None:
+        """Return once a connection is up (at once, usually); raise as :meth:`check_open`."""
+
+    async def queue_frame(
+        self, command: str, pairs: Pairs, body: bytes, receipt: bool
+    ) -> ReceiptWaiter | None:
+        """Queue one frame; return its receipt's waiter when ``receipt``. Nothing is
+        sent when it raises (invalid frame, connection down, cancelled)."""
+
+    async def await_receipt(self, waiter: ReceiptWaiter | None) -> None:
+        """Wait for the receipt :meth:`queue_frame` asked for (nothing if None)."""
+
+    async def send_frame(
+        self, command: str, pairs: Pairs, body: bytes = b"", *, receipt: bool
+    ) -> None:
+        """:meth:`queue_frame`, then :meth:`await_receipt`."""
+
+    async def send_cleanup(self, command: str, pairs: Pairs) -> None:
+        """Send a frame that must reach the wire even when the caller is cancelled:
+        shielded, bounded by ``disconnect_timeout``, skipped on a broken connection."""
+
+    def send_now(self, command: str, pairs: Pairs) -> None:
+        """Queue a frame without waiting (past the queue's bound): for the reader task."""
+
+    async def send_ack(self, command: str, pairs: Pairs, *, receipt: bool, message: object) -> None:
+        """Send an ACK or NACK of ``message`` (named in errors)."""
+
+    async def send_message(
+        self,
+        destination: str,
+        body: bytes | str,
+        headers: HeaderArg,
+        content_type: str | None,
+        receipt: bool,
+        transaction: str | None,
+    ) -> None:
+        """Send a SEND frame (in ``transaction`` when given)."""
