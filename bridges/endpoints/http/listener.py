@@ -150,7 +150,8 @@ class HttpListener:
         if path in self._mounts:
             raise ValueError(f"{path} is already served on {self.url}")
         self._mounts[path] = app
-        self._known.add(path)
+        if path != HEALTH_PATH:  # (without its override, the built-in one answers again)
+            self._known.add(path)
         try:
             yield
         finally:
@@ -253,14 +254,29 @@ async def open_listener(address: ListenAddress) -> AsyncIterator[HttpListener]:
                 task_status=task_status,
             )
 
+    failed: OSError | None = None
     async with trio.open_nursery() as nursery:
-        listener.urls = await nursery.start(run)
-        log.info("listening on %s", " ".join(listener.urls))
         try:
-            yield listener
-        finally:
-            stop.set()
-            shield.deadline = trio.current_time() + GRACEFUL_TIMEOUT + 1.0
+            listener.urls = await nursery.start(run)
+        except* OSError as group:
+            failed = _first_os_error(group)
+        if failed is None:
+            log.info("listening on %s", " ".join(listener.urls))
+            try:
+                yield listener
+            finally:
+                stop.set()
+                shield.deadline = trio.current_time() + GRACEFUL_TIMEOUT + 1.0
+    if failed is not None:  # one plain error, outside the nursery and its group
+        message = f"cannot listen on {address.bind}: {failed.strerror or failed}"
+        raise OSError(failed.errno, message) from None
+
+
+def _first_os_error(error: BaseException) -> OSError:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    assert isinstance(error, OSError)
+    return error
 
 
 def listen(

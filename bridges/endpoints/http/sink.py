@@ -121,7 +121,7 @@ class HttpSink:
         self._cafile = context.path(config.cafile) if config.cafile else None
         if self._cafile is not None and config.insecure:
             raise InvalidSetting("insecure", "give cafile or insecure, not both")
-        if self._cafile is not None and not context.checking and not self._cafile.is_file():
+        if self._cafile is not None and not self._cafile.is_file():
             raise InvalidSetting("cafile", f"{self._cafile} is not a file")
         # Answers to messages of a batch that failed as a whole: id(message) ->
         # (message, None if delivered else why rejected). The message is kept so

@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Final
 
 import attrs
@@ -41,7 +42,7 @@ from attrs.validators import ge, gt, le
 
 from bridges import Context, Envelope, InvalidSetting, Message
 
-from .listener import ListenAddress, Receive, Scope, Send, listen, respond
+from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
 from .signatures import (
     Scheme,
     SignatureError,
@@ -121,6 +122,9 @@ class HttpSource:
         except ValueError as exc:
             key = "listen" if "certfile" not in str(exc) else "certfile"
             raise InvalidSetting(key, str(exc)) from None
+        for key, name in (("certfile", tls[0]), ("keyfile", tls[1])):
+            if name is not None and not Path(name).is_file():
+                raise InvalidSetting(key, f"{name} is not a file")
         if not config.path.startswith("/") or "?" in config.path or "#" in config.path:
             raise InvalidSetting(
                 "path", f"must start with '/' and have no query, got {config.path!r}"
@@ -147,7 +151,7 @@ class HttpSource:
         self._keep = tuple(name.lower() for name in config.keep_headers)
         self._context = context
         #: The server it is mounted on, while open (its ``url`` has the real port).
-        self.listener: object | None = None
+        self.listener: HttpListener | None = None
 
     @classmethod
     def build(cls, config: HttpSourceConfig, context: Context) -> HttpSource:

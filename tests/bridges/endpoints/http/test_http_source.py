@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import base64
 import datetime
+import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import standardwebhooks
 import trio
+import trustme
 from http_helpers import running_source
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import trio_stomp
 from bridges import Context, InvalidSetting, RetryPolicy, open_shared
-from bridges.endpoints.http import HttpSource, HttpSourceConfig, signatures
+from bridges.endpoints.http import HttpSource, HttpSourceConfig, listen, respond, signatures
 from bridges.endpoints.stomp import StompSink, StompSinkConfig
 from bridges.testing import FakeSink, wait_until
 
@@ -360,3 +367,98 @@ async def test_a_body_that_trickles_in_is_cut_off_with_408() -> None:
         assert trio.current_time() - started < 3
         assert route.stats.received == 0
     assert sink.batches == []
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_a_port_in_use_is_one_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        source = HttpSource(HttpSourceConfig(listen=f"127.0.0.1:{port}", path="/x"), CTX)
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}: Address already"):
+            async with source.open():
+                pass  # pragma: no cover
+
+
+def tls_files(tmp_path: Path) -> tuple[str, str, str]:
+    """certfile, keyfile and the CA that signed them, for 127.0.0.1."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    paths = [tmp_path / name for name in ("cert.pem", "key.pem", "ca.pem")]
+    cert.private_key_and_cert_chain_pem.write_to_path(paths[0])
+    cert.private_key_pem.write_to_path(paths[1])
+    ca.cert_pem.write_to_path(paths[2])
+    return str(paths[0]), str(paths[1]), str(paths[2])
+
+
+async def test_https_webhooks_and_one_tls_setting_per_address(tmp_path: Path) -> None:
+    certfile, keyfile, cafile = tls_files(tmp_path)
+    port = free_port()
+    sink = FakeSink()
+    async with open_shared() as shared:
+        context = Context(route="h", shared=shared)
+        listen_at = f"127.0.0.1:{port}"
+        async with running_source(
+            sink, context=context, listen=listen_at, certfile=certfile, keyfile=keyfile
+        ) as (url, _, source):
+            assert url.startswith("https://")
+            assert source.describe().startswith("http https://127.0.0.1:")
+            verify = ssl.create_default_context(cafile=cafile)
+            async with httpx.AsyncClient(verify=verify, trust_env=False) as client:
+                assert (await client.post(f"{url}/hooks", content=b"s")).status_code == 204
+            # Another route on the same address without TLS cannot share the server.
+            plain = HttpSource(HttpSourceConfig(listen=f"127.0.0.1:{port}", path="/p"), context)
+            with pytest.raises(ValueError, match="other TLS files"):
+                async with plain.open():
+                    pass  # pragma: no cover
+    assert [m.body for b in sink.batches for m in b] == [b"s"]
+
+
+async def test_other_code_mounts_paths_and_may_replace_healthz(
+    client: httpx.AsyncClient,
+) -> None:
+    async def metrics(scope: Any, receive: Any, send: Any) -> None:
+        await respond(send, 200, b"metrics 1\n")
+
+    async with open_shared() as shared:
+        context = Context(route="service", shared=shared)
+        address = f"127.0.0.1:{free_port()}"
+        async with running_source(FakeSink(), context=context, listen=address) as (url, _, source):
+            async with listen(context, address) as listener:
+                assert listener is source.listener  # the same server
+                with listener.mount("/metrics", metrics), listener.mount("/healthz", metrics):
+                    assert (await client.get(f"{url}/metrics")).text == "metrics 1\n"
+                    assert (await client.get(f"{url}/healthz")).text == "metrics 1\n"
+                    with pytest.raises(ValueError, match="already served"):
+                        with listener.mount("/metrics", metrics):
+                            pass  # pragma: no cover
+                assert (await client.get(f"{url}/healthz")).text == "not running: /metrics\n"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(garbage=st.binary(min_size=1, max_size=300))
+def test_whatever_bytes_arrive_the_listener_keeps_serving(garbage: bytes) -> None:
+    async def main() -> None:
+        sink = FakeSink()
+        async with running_source(sink, max_body=100) as (url, route, _):
+            host, port = url.removeprefix("http://").split(":")
+            for prefix in (b"", b"POST /hooks HTTP/1.1\r\nhost: x\r\n"):
+                stream = await trio.open_tcp_stream(host, int(port))
+                async with stream:
+                    with trio.move_on_after(0.5):
+                        await stream.send_all(prefix + garbage)
+                        await stream.send_eof()
+                        while await stream.receive_some(4096):
+                            pass
+            async with httpx.AsyncClient(trust_env=False) as client:
+                assert (await client.post(f"{url}/hooks", content=b"ok")).status_code == 204
+            assert route.stats.received <= 3  # at most the good one and two lucky requests
+
+    trio.run(main)  # (bounded: the 0.5 s per connection, and running_source's own limits)
