@@ -141,6 +141,7 @@ class HttpSink:
         config = self.config
         verify: ssl.SSLContext | bool = True
         if config.insecure:
+            log.warning("%s: TLS certificates are not verified (insecure = true)", self.describe())
             verify = False
         elif self._cafile is not None:
             verify = ssl.create_default_context(cafile=str(self._cafile))

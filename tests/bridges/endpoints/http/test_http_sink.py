@@ -101,7 +101,7 @@ async def test_a_receiver_that_is_down_is_retried_until_it_is_up() -> None:
 
 
 async def test_a_4xx_is_dead_lettered_with_the_status_and_the_rest_is_sent_once() -> None:
-    recorder = Recorder(script=[(200, {}, b""), (422, {}, b"invalid order " + b"x" * 500)])
+    recorder = Recorder(script=[(200, {}, b""), (400, {}, b"invalid order " + b"x" * 500)])
     dead = FakeSink()
     async with receiver(recorder) as server:
         source = FakeSource(messages(4))
@@ -111,7 +111,7 @@ async def test_a_4xx_is_dead_lettered_with_the_status_and_the_rest_is_sent_once(
     letters = [m for b in dead.batches for m in b]
     assert [m.id for m in letters] == ["m1"]
     error = letters[0].headers["bridge-error"]
-    assert "HTTP 422" in error
+    assert "HTTP 400" in error
     assert "invalid order" in error
     assert len(error) < 400  # the first 200 bytes of the answer, not all of it
     assert recorder.ids() == ["m0", "m1", "m2", "m3"]  # nothing sent twice
@@ -174,7 +174,11 @@ async def test_https_with_a_private_ca_and_http2(tmp_path: Path, http2: bool) ->
             assert untrusted.acked == []
             assert [i for i, _ in untrusted.nacked] == ["m0"]
             assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted.nacked[0][1])
-    assert sorted(recorder.ids()) == ["m0", "m1"]
+            # insecure = true verifies nothing (and says so in the log).
+            anyway = FakeSource(messages(1, prefix="i"))
+            await Route("o", anyway, sink_for(server.url + "/in", insecure=True)).run()
+            assert anyway.acked == ["i0"]
+    assert sorted(recorder.ids()) == ["i0", "m0", "m1"]
 
 
 @pytest.mark.parametrize(
