@@ -49,6 +49,8 @@ log = logging.getLogger("bridges.http")
 ERROR_BODY_BYTES: Final = 200
 #: How much of a 2xx answer is read (so the connection can be reused); more closes it.
 DRAIN_BYTES: Final = 64 * 1024
+#: Most answers remembered across failed writes (see :class:`HttpSink`).
+MAX_REMEMBERED: Final = 100_000
 #: Statuses that mean "try again later".
 TRANSIENT: Final = frozenset({408, 429})
 #: Headers a ``headers`` setting may not set (the sink sets them).
@@ -268,6 +270,8 @@ class _HttpWriter:
         if todo:
             await self._send_all(batch, todo, results)
         failed = [r for r in results if isinstance(r, BaseException)]
+        if len(answered) > MAX_REMEMBERED:  # batches that never complete: forget (resend)
+            answered.clear()
         for index in todo:
             result = results[index]
             if not isinstance(result, BaseException):
