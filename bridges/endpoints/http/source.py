@@ -77,6 +77,7 @@ class HttpSourceConfig:
     status: int = attrs.field(default=204, validator=[ge(200), le(299)])
     accept_timeout: float = attrs.field(default=5.0, validator=gt(0.0))
     body_timeout: float = attrs.field(default=30.0, validator=gt(0.0))
+    max_pending: int = attrs.field(default=256, validator=ge(1))
     retry_after: int = attrs.field(default=5, validator=ge(0))
     certfile: str | None = None
     keyfile: str | None = None
@@ -247,6 +248,7 @@ class _HttpReceiver:
         self._config = source.config
         self._send, self._receive = trio.open_memory_channel[Envelope](0)
         self._pending: set[_Outcome] = set()
+        self._handling = 0
         self._retry_after = [(b"retry-after", str(source.config.retry_after).encode())]
         self._origin = f"http {source.config.path}"
 
@@ -263,8 +265,20 @@ class _HttpReceiver:
             outcome.done.set()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI app mounted on the path: check, queue, wait for the outcome, answer."""
-        status, body, extra = await self._process(scope, receive)
+        """The ASGI app mounted on the path: check, queue, wait for the outcome, answer.
+
+        At most ``max_pending`` requests are handled at once (so at most that
+        many bodies of ``max_body`` are held); more get 503 before their body
+        is read.
+        """
+        if self._handling >= self._config.max_pending:
+            status, body, extra = 503, b"too many requests in progress\n", self._retry_after
+        else:
+            self._handling += 1
+            try:
+                status, body, extra = await self._process(scope, receive)
+            finally:
+                self._handling -= 1
         try:
             await respond(send, status, body, extra)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):

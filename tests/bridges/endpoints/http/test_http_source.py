@@ -462,3 +462,27 @@ def test_whatever_bytes_arrive_the_listener_keeps_serving(garbage: bytes) -> Non
             assert route.stats.received <= 3  # at most the good one and two lucky requests
 
     trio.run(main)  # (bounded: the 0.5 s per connection, and running_source's own limits)
+
+
+async def test_requests_past_max_pending_get_503_before_their_body_is_read(
+    client: httpx.AsyncClient,
+) -> None:
+    sink = FakeSink()
+    sink.gate = trio.Event()
+    async with running_source(sink, max_pending=2) as (url, route, _):
+        answers: list[int] = []
+
+        async def post(body: bytes) -> None:
+            answers.append((await client.post(f"{url}/hooks", content=body)).status_code)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(post, b"1")
+            nursery.start_soon(post, b"2")
+            await wait_until(lambda: route.stats.received == 2)
+            refused = await client.post(f"{url}/hooks", content=b"3")
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "5"
+            sink.gate.set()
+        assert answers == [204, 204]
+        assert (await client.post(f"{url}/hooks", content=b"4")).status_code == 204
+    assert sorted(m.body for b in sink.batches for m in b) == [b"1", b"2", b"4"]
