@@ -58,6 +58,7 @@ log = logging.getLogger("bridges.http")
 #: Longest sender id (``webhook-id``) taken as the message id; longer ones get a fresh id.
 MAX_ID_LENGTH: Final = 256
 _SECRET: Final = {"secret": True}
+STANDARD_HEADERS: Final = ("webhook-id", "webhook-timestamp", "webhook-signature")
 
 
 @attrs.frozen
@@ -185,6 +186,8 @@ class HttpSource:
             verify_bearer(self._bearer, headers)
         if self.scheme == "standard-webhooks":
             if body is None:
+                if not all(headers.get(name) for name in STANDARD_HEADERS):
+                    raise SignatureError("missing " + ", ".join(STANDARD_HEADERS))
                 check_timestamp(
                     headers.get("webhook-timestamp", ""),
                     now=time.time(),
