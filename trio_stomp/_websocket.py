@@ -20,7 +20,7 @@ lifetime is the lifetime of the object; nothing can outlive the caller's
 Framing: STOMP-over-WebSocket peers such as ActiveMQ expect each STOMP frame
 in one message, and a heart-beat EOL as a message of its own.
 ``send_all`` therefore finds frame boundaries in what it is given
-(:class:`FrameSplitter`: the header block, then ``content-length`` or the
+(:class:`~trio_stomp.frame.FrameSplitter`: the header block, then ``content-length`` or the
 NUL) and sends one binary message per frame; a frame cut across two
 ``send_all`` calls continues as a fragment of the same message. Incoming
 text and binary messages are both delivered as bytes, in order; message
@@ -31,7 +31,6 @@ message and memory stays bounded by one transport read.
 
 from __future__ import annotations
 
-import enum
 import operator
 from collections.abc import Iterable, Sequence
 from typing import Final
@@ -43,10 +42,10 @@ import wsproto.utilities
 from wsproto.connection import ConnectionState, ConnectionType
 
 from ._errors import ConnectFailed
+from .frame import FrameSplitter
 
 __all__ = [
     "STOMP_SUBPROTOCOLS",
-    "FrameSplitter",
     "WebSocketStream",
     "accept_websocket",
     "connect_websocket",
@@ -63,132 +62,6 @@ _NORMAL_CLOSURES: Final = frozenset({1000, 1001, 1005})
 _OPEN: Final = ConnectionState.OPEN
 
 
-class _Part(enum.Enum):
-    BETWEEN = "between frames"
-    CR = "after a CR between frames"
-    HEAD = "in a command or header line"
-    BODY_LENGTH = "in a body with content-length"
-    BODY_NUL = "in a body ended by NUL"
-
-
-class FrameSplitter:
-    """Cuts outgoing bytes at STOMP frame boundaries (sans-IO).
-
-    Feed it bytes with :meth:`split`; it returns ``(piece, ends_message)``
-    pairs whose concatenation is exactly the input. A piece that ends a frame
-    (or a heart-beat EOL) ends its message; the last piece of a call may
-    leave a frame open, and the next call continues it.
-
-    It trusts its input to be STOMP written by an encoder (it does not
-    validate): a frame ends after ``content-length`` body bytes and a NUL
-    when the first ``content-length`` header holds digits, else at the first
-    NUL after the blank line. Whatever the bytes, every byte comes out once,
-    in order, and the work is linear in the input.
-    """
-
-    __slots__ = ("_head", "_part", "_remaining")
-
-    def __init__(self) -> None:
-        self._part = _Part.BETWEEN
-        self._head = bytearray()  # the header block so far, when cut across calls
-        self._remaining = 0  # body bytes plus the NUL still to come (BODY_LENGTH)
-
-    def split(self, data: bytes) -> list[tuple[bytes, bool]]:
-        """Cut ``data``; see the class documentation."""
-        pieces: list[tuple[bytes, bool]] = []
-        start = pos = 0  # start: where the current piece began
-        end = len(data)
-        while pos < end:
-            part = self._part
-            if part is _Part.BETWEEN:
-                byte = data[pos]
-                if byte == 0x0A:  # a heart-beat: its own message
-                    pieces.append((data[pos : pos + 1], True))
-                    start = pos = pos + 1
-                elif byte == 0x0D:
-                    self._part = _Part.CR
-                    pos += 1
-                else:
-                    self._part = _Part.HEAD
-            elif part is _Part.CR:
-                if data[pos] == 0x0A:
-                    pos += 1
-                pieces.append((data[start:pos], True))
-                start = pos
-                self._part = _Part.BETWEEN
-            elif part is _Part.HEAD:
-                pos = self._scan_head(data, pos)
-            elif part is _Part.BODY_LENGTH:
-                take = min(self._remaining, end - pos)
-                pos += take
-                self._remaining -= take
-                if not self._remaining:
-                    pieces.append((data[start:pos], True))
-                    start = pos
-                    self._part = _Part.BETWEEN
-            else:  # BODY_NUL
-                nul = data.find(b"\0", pos)
-                if nul < 0:
-                    pos = end
-                else:
-                    pos = nul + 1
-                    pieces.append((data[start:pos], True))
-                    start = pos
-                    self._part = _Part.BETWEEN
-        if start < end:
-            pieces.append((data[start:end], False))
-        return pieces
-
-    def _scan_head(self, data: bytes, pos: int) -> int:
-        """Look for the blank line ending the headers; return where scanning stopped."""
-        head = self._head
-        if head:
-            # Cut across calls (rare): search the saved tail joined to the new bytes.
-            seen = len(head)
-            head += data[pos:]
-            found = _end_of_head(head, max(0, seen - 2))
-            if found < 0:
-                return len(data)
-            body_at = found - seen + pos
-            block = bytes(head[:found])
-            head.clear()
-        else:
-            found = _end_of_head(data, pos)
-            if found < 0:
-                head += data[pos:]
-                return len(data)
-            body_at = found
-            block = data[pos:found]
-        length = _content_length(block)
-        if length is None:
-            self._part = _Part.BODY_NUL
-        else:
-            self._part = _Part.BODY_LENGTH
-            self._remaining = length + 1
-        return body_at
-
-
-def _end_of_head(data: bytes | bytearray, pos: int) -> int:
-    """Where the body starts (after the blank line), or -1 if the headers go on."""
-    lf = data.find(b"\n\n", pos)
-    # A CRLF blank line can only come first if it starts before the LF one.
-    crlf = data.find(b"\n\r\n", pos, len(data) if lf < 0 else lf + 2)
-    if crlf >= 0 and (lf < 0 or crlf < lf):
-        return crlf + 3
-    return lf + 2 if lf >= 0 else -1
-
-
-def _content_length(block: bytes) -> int | None:
-    """The first content-length header of a header block, if it holds digits."""
-    at = block.find(b"\ncontent-length:")
-    if at < 0:
-        return None
-    start = at + len(b"\ncontent-length:")
-    stop = block.find(b"\n", start)
-    value = block[start : stop if stop >= 0 else len(block)].rstrip(b"\r")
-    return int(value) if value.isdigit() else None
-
-
 class WebSocketStream(trio.abc.HalfCloseableStream):
     """A byte stream over one open WebSocket connection (client or server side).
 
@@ -196,7 +69,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
     owns ``transport`` and closes it.
 
     - ``send_all`` sends each STOMP frame in its own binary message (see
-      :class:`FrameSplitter`).
+      :class:`~trio_stomp.frame.FrameSplitter`).
     - ``receive_some`` returns the payload of incoming text and binary
       messages as bytes (text is UTF-8), answers pings, and returns ``b""``
       once the peer has closed the WebSocket (answering its Close) or the

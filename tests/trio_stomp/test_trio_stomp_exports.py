@@ -54,6 +54,7 @@ SURFACES: dict[str, set[str]] = {
         "Event",
         "Frame",
         "FrameParser",
+        "FrameSplitter",
         "HEARTBEAT",
         "Headers",
         "HeadersLike",

@@ -5,6 +5,8 @@ neither Trio nor the client (Spark executors use it without an event loop).
 
 - :class:`FrameParser` (bytes in, :class:`Frame` and :data:`HEARTBEAT` out) and
   :func:`encode` (a frame in, bytes out), for STOMP 1.0, 1.1 and 1.2.
+- :class:`FrameSplitter`: cuts a stream of encoded frames at frame
+  boundaries (one WebSocket message per frame).
 - :class:`Headers`: ordered, repeatable, first value wins on lookup.
 - The error family: :class:`LocalProtocolError` (we were asked to produce
   something invalid), :class:`RemoteProtocolError` (the peer sent it).
@@ -33,3 +35,4 @@ from ._spec import RESERVED_HEADERS as RESERVED_HEADERS
 from ._spec import SEND_RESERVED_HEADERS as SEND_RESERVED_HEADERS
 from ._spec import SUBSCRIBE_RESERVED_HEADERS as SUBSCRIBE_RESERVED_HEADERS
 from ._spec import AckMode as AckMode
+from ._splitter import FrameSplitter as FrameSplitter

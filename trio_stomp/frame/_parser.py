@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from typing import Final
 
 from ._errors import RemoteProtocolError
-from ._escaping import unescape
 from ._frame import (
     BODY_COMMANDS,
-    COMMANDS,
     HEARTBEAT,
-    UNESCAPED_COMMANDS,
     Frame,
     Heartbeat,
     Version,
     check_version,
     trusted_frame,
 )
+from ._head import COMMAND_NAMES, command_named, decode_head, find_blank_line, parse_head
 from ._headers import Headers
-from ._headers import trusted_headers as _headers
 
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 DEFAULT_MAX_HEADER_COUNT: Final = 1000
@@ -34,14 +29,6 @@ _UNTIL_NUL: Final = -1  # body without content-length: runs to the first NUL
 #: No command line is longer than this (the longest command has 11
 #: characters), so a longer partial one fails at once instead of waiting.
 _MAX_COMMAND_LINE: Final = 32
-#: Exact spellings of the commands: one dict lookup on the hot path.
-_COMMAND_NAMES: Final = {command: command for command in COMMANDS}
-#: The blank line that ends a 1.0 head: 1.0 strips trailing spaces and
-#: carriage returns from every line, so a line of them is blank.
-_BLANK_LINE_1_0: Final = re.compile(rb"\n[ \r]*\n")
-#: Digits in the largest content-length compared as a number; longer ones
-#: (after leading zeros) exceed any max_frame_size without calling int().
-_MAX_LENGTH_DIGITS: Final = 18
 
 
 class FrameParser:
@@ -229,12 +216,12 @@ class FrameParser:
     def _parse_frames(self, buf: bytes, pos: int, events: list[Event]) -> None:
         """Parse every complete event in ``buf[pos:]``; keep what remains.
 
-        The hot path: one frame per iteration, with the common case (whole
-        frame in ``buf``) handled inline without copying the body twice.
+        One event per iteration: a heart-beat, or a frame whose head
+        :meth:`_head_at` finds and whose body :meth:`_body_end` bounds. The
+        common case (a whole frame in ``buf``) copies the body once.
         """
         size = len(buf)
         append = events.append
-        version = self._version
         while pos < size:
             first = buf[pos]
             if first == 10:  # LF: a heart-beat
@@ -249,62 +236,20 @@ class FrameParser:
                 append(HEARTBEAT)
                 pos += 2
                 continue
-            # Fast path: the first LF LF ends the head, which is valid UTF-8
-            # holding no NUL and (in 1.2) no CR; one decode and two cheap
-            # searches of the text check all that. Anything else (a partial
-            # head, CR LF lines, 1.0, a NUL right after the headers, bad
-            # UTF-8) goes through _find_head, which is exact.
-            text = None
-            end = -1 if version == "1.0" else buf.find(b"\n\n", pos)
-            if end >= 0:
-                try:
-                    text = buf[pos:end].decode()
-                except UnicodeDecodeError:
-                    pass
-            if text is None or "\0" in text or ("\r" in text and version == "1.2"):
-                found = self._find_head(buf, pos)
-                if found is None:
-                    break
-                end, body_start, nul = found
-                text = _decode(buf[pos:end])
-            else:
-                body_start = end + 2
-                nul = -1
-            command, headers, length = self._parse_head(text, end - pos)
+            head = self._head_at(buf, pos)
+            if head is None:
+                break
+            text, end, body_start, nul_ended = head
+            command, headers, length = parse_head(text, end - pos, self)
             budget = self.max_frame_size - (body_start - pos)
             if budget < 0:
                 raise RemoteProtocolError(
                     f"a frame head is larger than max_frame_size={self.max_frame_size}"
                 )
-            if length is not None:
-                if length > budget:
-                    raise RemoteProtocolError(
-                        f"content-length {length} exceeds max_frame_size={self.max_frame_size}"
-                    )
-                if length:
-                    if command not in BODY_COMMANDS:
-                        raise RemoteProtocolError(f"a {command} frame may not have a body")
-                    if nul >= 0:
-                        raise RemoteProtocolError(
-                            "a frame with a content-length ended by NUL right after its headers"
-                        )
-                stop = body_start + length
-                if stop >= size:
-                    self._start_body(command, headers, length + 1, budget, buf, body_start)
-                    return
-                if buf[stop] != 0:
-                    raise RemoteProtocolError("content-length bytes are not followed by NUL")
-            else:
-                stop = buf.find(b"\0", body_start)
-                if stop < 0:
-                    self._start_body(command, headers, _UNTIL_NUL, budget, buf, body_start)
-                    return
-                if stop - body_start > budget:
-                    raise RemoteProtocolError(
-                        f"a body exceeds max_frame_size={self.max_frame_size}"
-                    )
-                if stop > body_start and command not in BODY_COMMANDS:
-                    raise RemoteProtocolError(f"a {command} frame may not have a body")
+            stop = self._body_end(buf, body_start, command, length, budget, nul_ended)
+            if stop is None:
+                self._start_body(command, headers, length, budget, buf, body_start)
+                return
             append(trusted_frame(command, headers, buf[body_start:stop]))
             pos = stop + 1
             if self._pause:
@@ -313,172 +258,104 @@ class FrameParser:
         if pos < size:
             self._buffer_head(buf, pos)
 
-    def _find_head(self, buf: bytes, pos: int) -> tuple[int, int, int] | None:
+    def _head_at(self, buf: bytes, pos: int) -> tuple[str, int, int, bool] | None:
+        """The head starting at ``pos`` if it is all in ``buf``: its text, where it ends,
+        where the body starts, and whether the frame's NUL ended it. None if incomplete.
+
+        The fast path: the first LF LF ends the head, which is valid UTF-8
+        holding no NUL and (in 1.2) no CR; one decode and two cheap searches of
+        the text check all that. Anything else (a partial head, CR LF lines,
+        1.0, a NUL right after the headers, bad UTF-8) takes :meth:`_find_head`,
+        which is exact.
+        """
+        version = self._version
+        if version != "1.0":
+            end = buf.find(b"\n\n", pos)
+            if end >= 0:
+                try:
+                    text = buf[pos:end].decode()
+                except UnicodeDecodeError:
+                    text = "\0"  # not the fast path
+                if "\0" not in text and ("\r" not in text or version != "1.2"):
+                    return text, end, end + 2, False
+        found = self._find_head(buf, pos)
+        if found is None:
+            return None
+        end, body_start, nul_ended = found
+        return decode_head(buf[pos:end]), end, body_start, nul_ended
+
+    def _body_end(
+        self,
+        buf: bytes,
+        body_start: int,
+        command: str,
+        length: int | None,
+        budget: int,
+        nul_ended: bool,
+    ) -> int | None:
+        """Where the NUL ending the body that starts at ``body_start`` is; None when the
+        body goes on past ``buf``. Checks it against ``budget`` and the command."""
+        if length is None:
+            stop = buf.find(b"\0", body_start)
+            if stop < 0:
+                return None
+            if stop - body_start > budget:
+                raise RemoteProtocolError(f"a body exceeds max_frame_size={self.max_frame_size}")
+            if stop > body_start and command not in BODY_COMMANDS:
+                raise RemoteProtocolError(f"a {command} frame may not have a body")
+            return stop
+        if length > budget:
+            raise RemoteProtocolError(
+                f"content-length {length} exceeds max_frame_size={self.max_frame_size}"
+            )
+        if length and command not in BODY_COMMANDS:
+            raise RemoteProtocolError(f"a {command} frame may not have a body")
+        if length and nul_ended:
+            raise RemoteProtocolError(
+                "a frame with a content-length ended by NUL right after its headers"
+            )
+        stop = body_start + length
+        if stop >= len(buf):
+            return None
+        if buf[stop] != 0:
+            raise RemoteProtocolError("content-length bytes are not followed by NUL")
+        return stop
+
+    def _find_head(self, buf: bytes, pos: int) -> tuple[int, int, bool] | None:
         """Find the end of the frame head starting at ``pos``, if it is all there.
 
         Returns the position of the LF that ends its last line, where the
-        body starts, and where the NUL that ended the head is (-1 when a
-        blank line did); None when the head is still incomplete.
+        body starts, and whether the frame's NUL ended the head (True) or a
+        blank line did; None when the head is still incomplete.
 
         Beyond the grammar, a head that the frame's NUL ends right after its
         last line is accepted: the 1.1 and 1.2 specs show DISCONNECT and
         RECEIPT that way, and it is unambiguous (the frame has no body). A
         NUL anywhere else in a head is an error.
         """
-        version = self._version
-        size = len(buf)
-        if version == "1.0":
-            match = _BLANK_LINE_1_0.search(buf, pos)
-            end, body_start = (match.start(), match.end()) if match else (-1, -1)
-        else:
-            end = buf.find(b"\n\n", pos)
-            body_start = end + 2
-            if version == "1.2":
-                # A CR LF blank line may come first; it may also end at
-                # `end` (a body starting with LF), hence the + 1.
-                crlf = buf.find(b"\n\r\n", pos, size if end < 0 else end + 1)
-                if crlf >= 0:
-                    end, body_start = crlf, crlf + 3
-        nul = buf.find(b"\0", pos, size if end < 0 else end)
+        blank = find_blank_line(buf, pos, self._version)
+        nul = buf.find(b"\0", pos, len(buf) if blank is None else blank[0])
         if nul < 0:
-            return None if end < 0 else (end, body_start, -1)
+            return None if blank is None else (*blank, False)
         line_end = buf.rfind(b"\n", pos, nul)
         rest = buf[line_end + 1 : nul]
-        if version == "1.0":
+        if self._version == "1.0":
             rest = rest.strip(b" \r")
         if line_end < 0 or rest:
             raise RemoteProtocolError("a NUL byte inside a frame head")
-        return line_end, nul, nul
-
-    def _parse_head(self, text: str, size: int) -> tuple[str, Headers, int | None]:
-        """Parse a frame head of ``size`` bytes: command, headers, content-length.
-
-        ``text`` is the head without its blank line (nor the LF that ends its
-        last line).
-        """
-        lines = text.split("\n")
-        version = self._version
-        # Whether `lines` are the text's lines as sent (no EOL clean-up).
-        as_sent = True
-        if version == "1.0":
-            lines = [line.rstrip(" \r") for line in lines]
-            as_sent = False
-        elif version == "1.2" and "\r" in text:
-            lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
-            if any("\r" in line for line in lines):
-                raise RemoteProtocolError("a raw carriage return inside a header line")
-            as_sent = False
-        command = _COMMAND_NAMES.get(lines[0]) or _command(lines[0])
-        count = len(lines) - 1
-        if count > self.max_header_count:
-            raise RemoteProtocolError(
-                f"a frame has more than max_header_count={self.max_header_count} headers"
-            )
-        if size > self.max_header_length:
-            self._check_line_lengths(text.split("\n")[1:])
-        pairs: list[tuple[str, str]] = []
-        append = pairs.append
-        if (
-            version != "1.0"
-            and command not in UNESCAPED_COMMANDS
-            and (version == "1.1" or self.lenient or text.count(":") == count)
-        ):
-            # The usual frame: escaped headers, and in strict 1.2 as many
-            # colons as lines, which (since every line needs one) rules out
-            # a raw colon in a value without looking at each.
-            if "\\" not in text:
-                for line in lines[1:]:
-                    name, colon, value = line.partition(":")
-                    if not colon or not name:
-                        raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
-                    append((name, value))
-            else:
-                lenient = self.lenient
-                for line in lines[1:]:
-                    name, colon, value = line.partition(":")
-                    if not colon or not name:
-                        raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
-                    if "\\" in line:
-                        if "\\" in name:
-                            name = unescape(name, version, lenient)
-                        if "\\" in value:
-                            value = unescape(value, version, lenient)
-                    append((name, value))
-        else:
-            self._other_headers(lines, command, append)
-        if as_sent:
-            # Read it from the text: an escaped name cannot spell
-            # content-length (escapes only make \n : \\ and CR), and a value
-            # that is all digits as sent is all digits unescaped.
-            found = text.find("\ncontent-length:")
-            length = None
-            if found >= 0:
-                stop = text.find("\n", found + 16)
-                length = _content_length(text[found + 16 : stop if stop >= 0 else None])
-        elif "content-length" in text or (version == "1.0" and "content-length" in text.lower()):
-            length = self._find_content_length(pairs)
-        else:
-            length = None
-        return command, _headers(tuple(pairs)), length
-
-    def _other_headers(
-        self,
-        lines: list[str],
-        command: str,
-        append: Callable[[tuple[str, str]], None],
-    ) -> None:
-        """Parse header lines that are unescaped (1.0, CONNECT...) or suspect."""
-        version = self._version
-        escaped = version != "1.0" and command not in UNESCAPED_COMMANDS
-        lenient = self.lenient
-        for line in lines[1:]:
-            name, colon, value = line.partition(":")
-            if not colon or not name:
-                raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
-            if version == "1.0":
-                value = value.lstrip(" ")
-            elif escaped:
-                if version == "1.2" and not lenient and ":" in value:
-                    raise RemoteProtocolError(f"a raw colon in the value of header {name!r}")
-                if "\\" in name:
-                    name = unescape(name, version, lenient)
-                if "\\" in value:
-                    value = unescape(value, version, lenient)
-            append((name, value))
-
-    def _find_content_length(self, pairs: list[tuple[str, str]]) -> int | None:
-        """The first content-length header as a number (None when absent)."""
-        # STOMP 1.0 treats header names case-insensitively; framing must too.
-        fold = self._version == "1.0"
-        for name, value in pairs:
-            if (name.lower() if fold else name) == "content-length":
-                return _content_length(value)
-        return None
-
-    def _check_line_lengths(self, lines: list[str]) -> None:
-        # In bytes as sent, less the CR of a CR LF: as _walk_head counts them.
-        crlf = self._version != "1.1"
-        limit = self.max_header_length
-        for line in lines:
-            if len(line) * 4 > limit:  # else its UTF-8 cannot be too long
-                length = len(line.encode())
-                if crlf and line[-1:] == "\r":
-                    length -= 1
-                if length > limit:
-                    raise RemoteProtocolError(
-                        f"a header line is longer than max_header_length={limit}"
-                    )
+        return line_end, nul, True
 
     def _start_body(
         self,
         command: str,
         headers: Headers,
-        need: int,
+        length: int | None,
         budget: int,
         buf: bytes,
         start: int,
     ) -> None:
         """Keep the start of a body that ``buf`` does not complete."""
+        need = _UNTIL_NUL if length is None else length + 1
         self._command, self._headers, self._need, self._budget = command, headers, need, budget
         # A view, not a copy: the body is copied once, when it is complete.
         self._parts = [memoryview(buf)[start:]]
@@ -604,36 +481,5 @@ class FrameParser:
             line = line.rstrip(" \r")
         elif self._version == "1.2" and line[-1:] == "\r":
             line = line[:-1]
-        if line not in _COMMAND_NAMES:
-            _command(line)
-
-
-def _decode(head: bytes) -> str:
-    try:
-        return head.decode()
-    except UnicodeDecodeError as exc:
-        raise RemoteProtocolError(f"frame head is not valid UTF-8: {exc}") from None
-
-
-def _content_length(value: str) -> int:
-    if not (value.isascii() and value.isdigit()):
-        raise RemoteProtocolError(f"content-length is not a number: {value[:64]!r}")
-    if len(value) > _MAX_LENGTH_DIGITS:
-        # Longer than any length we could accept (int() would even refuse
-        # some): keep only what leading zeros leave, and judge that.
-        value = value.lstrip("0") or "0"
-        if len(value) > _MAX_LENGTH_DIGITS:
-            return 10**_MAX_LENGTH_DIGITS
-    return int(value)
-
-
-def _command(line: str) -> str:
-    """The command a command line names, other than by its exact spelling.
-
-    Commands are case-insensitive on input; only ASCII case folds, so that
-    ``"\u017fend"`` (long s, which ``str.upper`` turns into S) is not SEND.
-    """
-    command = line.upper() if line.isascii() else line
-    if command not in COMMANDS:
-        raise RemoteProtocolError(f"unknown command {line[:64]!r}")
-    return command
+        if line not in COMMAND_NAMES:
+            command_named(line)

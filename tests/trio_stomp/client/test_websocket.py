@@ -22,13 +22,12 @@ import trio_stomp
 from trio_stomp._transport import open_stream
 from trio_stomp._url import Endpoint
 from trio_stomp._websocket import (
-    FrameSplitter,
     WebSocketStream,
     accept_websocket,
     connect_websocket,
 )
 from trio_stomp.broker import Broker, Limits, open_broker, serve_broker
-from trio_stomp.frame import Frame, FrameParser, encode
+from trio_stomp.frame import Frame, FrameParser, FrameSplitter, encode
 
 from conftest import REAL_BROKERS, all_tasks, require_real_broker
 

@@ -1,0 +1,211 @@
+"""Frame heads: where one ends, and what it says (command, headers, content-length).
+
+Shared by the parser and the WebSocket :class:`~trio_stomp.frame.FrameSplitter`:
+:func:`find_blank_line` is the one scan for the end of a head.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from ._errors import RemoteProtocolError
+from ._escaping import unescape
+from ._frame import COMMANDS, UNESCAPED_COMMANDS
+from ._headers import Headers
+from ._headers import trusted_headers as _headers
+
+#: Exact spellings of the commands: one dict lookup on the hot path.
+COMMAND_NAMES: Final = {command: command for command in COMMANDS}
+#: The blank line that ends a 1.0 head: 1.0 strips trailing spaces and
+#: carriage returns from every line, so a line of them is blank.
+_BLANK_LINE_1_0: Final = re.compile(rb"\n[ \r]*\n")
+#: Digits in the largest content-length compared as a number; longer ones
+#: (after leading zeros) exceed any max_frame_size without calling int().
+_MAX_LENGTH_DIGITS: Final = 18
+_CONTENT_LENGTH_LINE: Final = "\ncontent-length:"
+
+Pair = tuple[str, str]
+
+
+def find_blank_line(buf: bytes | bytearray, pos: int, version: str) -> tuple[int, int] | None:
+    """Where the blank line after the head starting at ``pos`` is: the position of the
+    LF that ends the last header line, and where the body starts. None when the
+    head goes on past ``buf``.
+
+    1.1 ends a head with LF LF only; 1.2 also with LF CR LF; 1.0 with any line
+    of spaces and carriage returns (it strips them from every line).
+    """
+    if version == "1.0":
+        match = _BLANK_LINE_1_0.search(buf, pos)
+        return (match.start(), match.end()) if match else None
+    end = buf.find(b"\n\n", pos)
+    if version == "1.2":
+        # A CR LF blank line may come first; it may also end at `end` (a body
+        # starting with LF), hence the + 1.
+        crlf = buf.find(b"\n\r\n", pos, len(buf) if end < 0 else end + 1)
+        if crlf >= 0:
+            return crlf, crlf + 3
+    return None if end < 0 else (end, end + 2)
+
+
+def decode_head(head: bytes) -> str:
+    try:
+        return head.decode()
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"frame head is not valid UTF-8: {exc}") from None
+
+
+def content_length(value: str) -> int:
+    """A content-length value as a number; oversized ones compare as huge."""
+    if not (value.isascii() and value.isdigit()):
+        raise RemoteProtocolError(f"content-length is not a number: {value[:64]!r}")
+    if len(value) > _MAX_LENGTH_DIGITS:
+        # Longer than any length we could accept (int() would even refuse
+        # some): keep only what leading zeros leave, and judge that.
+        value = value.lstrip("0") or "0"
+        if len(value) > _MAX_LENGTH_DIGITS:
+            return 10**_MAX_LENGTH_DIGITS
+    return int(value)
+
+
+def command_named(line: str) -> str:
+    """The command a command line names, other than by its exact spelling.
+
+    Commands are case-insensitive on input; only ASCII case folds, so that
+    ``"\\u017fend"`` (long s, which ``str.upper`` turns into S) is not SEND.
+    """
+    command = line.upper() if line.isascii() else line
+    if command not in COMMANDS:
+        raise RemoteProtocolError(f"unknown command {line[:64]!r}")
+    return command
+
+
+class HeadRules(Protocol):
+    """How a parser reads heads (a :class:`~trio_stomp.frame.FrameParser`): its version
+    and limits, read at each call, so that they may change between frames."""
+
+    @property
+    def version(self) -> str: ...
+
+    max_header_count: int
+    max_header_length: int
+    lenient: bool
+
+
+def parse_head(text: str, size: int, rules: HeadRules) -> tuple[str, Headers, int | None]:
+    """Parse a frame head of ``size`` bytes: command, headers, content-length.
+
+    ``text`` is the head without its blank line (nor the LF that ends its
+    last line).
+    """
+    version = rules.version
+    lines, as_sent = _lines(text, version)
+    command = COMMAND_NAMES.get(lines[0]) or command_named(lines[0])
+    count = len(lines) - 1
+    if count > rules.max_header_count:
+        raise RemoteProtocolError(
+            f"a frame has more than max_header_count={rules.max_header_count} headers"
+        )
+    if size > rules.max_header_length:
+        _check_line_lengths(text.split("\n")[1:], version, rules.max_header_length)
+    pairs: list[Pair] = []
+    if (
+        version != "1.0"
+        and command not in UNESCAPED_COMMANDS
+        and (version == "1.1" or rules.lenient or text.count(":") == count)
+    ):
+        # The usual frame: escaped headers, and in strict 1.2 as many colons
+        # as lines, which (since every line needs one) rules out a raw colon
+        # in a value without looking at each.
+        _escaped_headers(lines, "\\" in text, version, rules.lenient, pairs.append)
+    else:
+        _other_headers(lines, version, command, rules.lenient, pairs.append)
+    return command, _headers(tuple(pairs)), _stated_length(text, pairs, as_sent, version)
+
+
+def _lines(text: str, version: str) -> tuple[list[str], bool]:
+    """The head's lines without end-of-line clean-up, and whether they are as sent."""
+    lines = text.split("\n")
+    if version == "1.0":
+        return [line.rstrip(" \r") for line in lines], False
+    if version == "1.2" and "\r" in text:
+        lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
+        if any("\r" in line for line in lines):
+            raise RemoteProtocolError("a raw carriage return inside a header line")
+        return lines, False
+    return lines, True
+
+
+def _escaped_headers(
+    lines: list[str], escapes: bool, version: str, lenient: bool, append: Callable[[Pair], None]
+) -> None:
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not name:
+            raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+        if escapes and "\\" in line:
+            if "\\" in name:
+                name = unescape(name, version, lenient)
+            if "\\" in value:
+                value = unescape(value, version, lenient)
+        append((name, value))
+
+
+def _other_headers(
+    lines: list[str], version: str, command: str, lenient: bool, append: Callable[[Pair], None]
+) -> None:
+    """Parse header lines that are unescaped (1.0, CONNECT...) or suspect."""
+    escaped = version != "1.0" and command not in UNESCAPED_COMMANDS
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not name:
+            raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+        if version == "1.0":
+            value = value.lstrip(" ")
+        elif escaped:
+            if version == "1.2" and not lenient and ":" in value:
+                raise RemoteProtocolError(f"a raw colon in the value of header {name!r}")
+            if "\\" in name:
+                name = unescape(name, version, lenient)
+            if "\\" in value:
+                value = unescape(value, version, lenient)
+        append((name, value))
+
+
+def _stated_length(text: str, pairs: list[Pair], as_sent: bool, version: str) -> int | None:
+    """The first content-length header as a number (None when absent).
+
+    From the text when its lines are as sent (an escaped name cannot spell
+    content-length: escapes only make newline, colon, backslash and CR; and a
+    value that is all digits as sent is all digits unescaped); else from the
+    parsed headers (1.0 header names are case-insensitive, and framing must
+    be too).
+    """
+    if as_sent:
+        found = text.find(_CONTENT_LENGTH_LINE)
+        if found < 0:
+            return None
+        start = found + len(_CONTENT_LENGTH_LINE)
+        stop = text.find("\n", start)
+        return content_length(text[start : stop if stop >= 0 else None])
+    fold = version == "1.0"
+    if "content-length" not in (text.lower() if fold else text):
+        return None
+    for name, value in pairs:
+        if (name.lower() if fold else name) == "content-length":
+            return content_length(value)
+    return None
+
+
+def _check_line_lengths(lines: list[str], version: str, limit: int) -> None:
+    # In bytes as sent, less the CR of a CR LF: as the parser's head walk counts them.
+    crlf = version != "1.1"
+    for line in lines:
+        if len(line) * 4 > limit:  # else its UTF-8 cannot be too long
+            length = len(line.encode())
+            if crlf and line[-1:] == "\r":
+                length -= 1
+            if length > limit:
+                raise RemoteProtocolError(f"a header line is longer than max_header_length={limit}")
