@@ -212,7 +212,10 @@ class _RedisReceiver:
                 next_claim = trio.current_time() + self._claim_idle
 
     async def _wait_for_room(self) -> int:
-        while len(self._held) >= self._window:
+        # Wait until a quarter of the window is free (or all of it is): reading a few
+        # entries at a time, as acks trickle in, would cost a round trip for each few.
+        wanted = max(1, min(self._window // 4, self._window - len(self._ready)))
+        while self._window - len(self._held) < wanted:
             if self._room.is_set():
                 self._room = trio.Event()
             await self._room.wait()
