@@ -22,6 +22,7 @@ batches, one asyncio call per batch (:class:`~bridges.endpoints._asyncio.Batcher
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -51,6 +52,9 @@ MAX_FETCH: Final = 256
 #: How long one fetch waits on the server when there is nothing to get, s. Closing
 #: waits for the fetch under way, so this bounds how long a close takes.
 FETCH_WAIT: Final = 0.5
+
+#: JetStream's error code for "consumer not found" (vs. 10059, "stream not found").
+CONSUMER_NOT_FOUND: Final = 10014
 
 #: What a settled message needs: "ack", "nak" (with the delay) or "wpi".
 _Op = tuple[Any, str, float]
@@ -114,24 +118,19 @@ class NatsSource:
         config = self._config
         connector = self._connector
         async with connector.connect() as (aio, client, closed):
+            receiver = _NatsReceiver(aio, client, config, self._window, self._fetch)
             try:
                 js = await aio.call(client.jetstream)
                 if config.create_stream:
                     await aio.run(_ensure_stream, js, config.stream, config.subject)
-                subscription = await aio.run(
-                    js.pull_subscribe,
-                    config.subject or "",
-                    durable=config.durable,
-                    stream=config.stream,
-                    config=self.consumer_config(),
-                )
+                await aio.run(_bind_consumer, js, config.stream, self.consumer_config())
+                await aio.run(client.subscribe, receiver.inbox, cb=receiver.on_message)
             except (nats.errors.Error, TimeoutError) as exc:
                 raise connector.error(
                     f"stream {config.stream!r} consumer {config.durable!r}", exc
                 ) from None
-            receiver = _NatsReceiver(aio, subscription, config, self._window, self._fetch)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(receiver.fetch_forever, connector)
+                nursery.start_soon(receiver.pull_forever)
                 nursery.start_soon(receiver.settler.run)
                 nursery.start_soon(receiver.keep_in_progress, config.ack_wait / 3)
                 nursery.start_soon(_fail_when_set, closed, connector.where)
@@ -141,7 +140,7 @@ class NatsSource:
                     with trio.CancelScope(shield=True), trio.move_on_after(FETCH_WAIT + 1):
                         # A pull request still open on the server would take the
                         # messages we nak now, and they would come back only after
-                        # ack_wait: let the last fetch end instead of cancelling it.
+                        # ack_wait: let the last one end (it expires in FETCH_WAIT).
                         await receiver.stop_fetching()
                     receiver.give_back()
                     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
@@ -161,17 +160,37 @@ async def _ensure_stream(js: Any, name: str, subject: str) -> None:
         await js.add_stream(name=name, subjects=[subject or f"{name}.>"])
 
 
+async def _bind_consumer(js: Any, stream: str, config: nats.js.api.ConsumerConfig) -> None:
+    """Runs in asyncio: create the durable consumer unless it exists (then it is used as is)."""
+    try:
+        await js.consumer_info(stream, config.durable_name)
+    except nats.js.errors.NotFoundError as exc:
+        if exc.err_code != CONSUMER_NOT_FOUND:
+            raise  # (the stream is missing)
+        await js.add_consumer(stream, config=config)
+
+
 async def _fail_when_set(closed: trio.Event, where: str) -> None:
     await closed.wait()
     raise ConnectionError(f"nats {where}: the connection closed")
 
 
 class _NatsReceiver:
+    """Pulls with JetStream's own pull requests, delivered to one inbox subscription.
+
+    Not nats-py's ``fetch()``: it waits for each message with a task and a
+    timer of its own, which on a trio-asyncio loop cost more than the rest of
+    the route together. Here the client calls :meth:`on_message` for each
+    delivery; a burst is handed to Trio without a single asyncio task.
+    """
+
     def __init__(
-        self, aio: AsyncioLoop, subscription: Any, config: NatsSourceConfig, window: int, fetch: int
+        self, aio: AsyncioLoop, client: Any, config: NatsSourceConfig, window: int, fetch: int
     ) -> None:
         self._aio = aio
-        self._subscription = subscription
+        self._client = client
+        self._next = f"$JS.API.CONSUMER.MSG.NEXT.{config.stream}.{config.durable}"
+        self.inbox = client.new_inbox()
         self._nak_delay = config.nak_delay
         self._window = window
         self._fetch = fetch
@@ -179,46 +198,55 @@ class _NatsReceiver:
         self._stream = config.stream
         send, self._fetched = trio.open_memory_channel[Any](self._window)
         self._send = send
-        #: Messages handed out (or fetched) and not settled: id -> (msg, last sign of life).
+        #: Messages delivered and not settled: id -> (msg, last sign of life).
         self.held: dict[int, tuple[Any, float]] = {}
         self._room = trio.Event()
         self._stopping = False
-        self._fetch_stopped = trio.Event()
+        #: The pull request under way: how many messages it may still bring.
+        self._expected = 0
+        self._request_done = trio.Event()
+        self._request_done.set()
+        self.failure: str | None = None
         self.settler: Batcher[_Op] = Batcher(aio, _send_ops)
 
-    async def fetch_forever(self, connector: Connector) -> None:
-        """Pull as many messages as the window has room for, and queue them."""
+    async def on_message(self, msg: Any) -> None:
+        """Runs in asyncio (inside Trio's thread): one delivery or status of our pull requests."""
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status is None:
+            self.held[id(msg)] = (msg, trio.current_time())
+            self._send.send_nowait(msg)  # (the window bounds what is queued)
+            self._expected -= 1
+            if self._expected <= 0:
+                self._request_done.set()
+        elif status != "100":  # 404 no messages, 408 expired, 409 (e.g. consumer deleted)
+            if status == "409" and "Deleted" in str(headers.get("Description", "")):
+                self.failure = f"the consumer was deleted ({headers.get('Description')})"
+            self._request_done.set()
+
+    async def pull_forever(self) -> None:
+        """One pull request at a time, for as many messages as the window has room for."""
         held = self.held
-        try:
-            while not self._stopping:
-                room = min(self._window - len(held), self._fetch)
-                if room <= 0:
-                    self._room = trio.Event()
-                    await self._room.wait()
-                    continue
-                # Shielded (and bounded): a fetch cancelled half-way would drop what
-                # it had already taken off the wire, and the server would hold those
-                # messages back until ack_wait. Each one ends within FETCH_WAIT.
-                msgs = []
-                with trio.CancelScope(shield=True), trio.move_on_after(FETCH_WAIT + 5):
-                    try:
-                        msgs = await self._aio.run(self._subscription.fetch, room, FETCH_WAIT)
-                    except TimeoutError:  # nothing to get (nats.errors.TimeoutError is one)
-                        pass
-                    except nats.errors.Error as exc:
-                        raise connector.error("fetching", exc) from None
-                now = trio.current_time()
-                for msg in msgs:
-                    held[id(msg)] = (msg, now)
-                    self._send.send_nowait(msg)  # (the window bounds what is queued)
-        finally:
-            self._fetch_stopped.set()
+        while not self._stopping:
+            if self.failure:
+                raise ConnectionError(f"{self.origin}: {self.failure}")
+            room = min(self._window - len(held), self._fetch)
+            if room <= 0:
+                self._room = trio.Event()
+                await self._room.wait()
+                continue
+            request = json.dumps({"batch": room, "expires": int(FETCH_WAIT * 1e9)}).encode()
+            self._expected = room
+            self._request_done = trio.Event()
+            await self._aio.run(self._client.publish, self._next, request, reply=self.inbox)
+            with trio.move_on_after(FETCH_WAIT + 5):  # (a lost request: ask again)
+                await self._request_done.wait()
 
     async def stop_fetching(self) -> None:
-        """Let the fetch under way end (at most FETCH_WAIT), and start no other."""
+        """Ask for no more, and wait for the request under way to end (it expires in FETCH_WAIT)."""
         self._stopping = True
         self._room.set()
-        await self._fetch_stopped.wait()
+        await self._request_done.wait()
 
     async def keep_in_progress(self, every: float) -> None:
         """Mark messages held for longer than ``every`` as in progress, every ``every`` s."""
