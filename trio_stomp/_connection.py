@@ -195,15 +195,9 @@ class Connection:
         for frame in self._early:
             dispatch(frame)
         while True:
-            try:
-                data = await stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, OSError) as exc:
-                raise ConnectionLost(f"reading from {self.url} failed: {exc!r}") from exc
-            except trio.ClosedResourceError as exc:
-                # Closing the stream can wake this read before our cancellation does.
-                if self.closing or self.outbox.closed:
-                    return
-                raise ClientClosed("the connection was closed") from exc
+            data = await self._receive(stream)
+            if data is None:
+                return
             self._last_read = trio.current_time()
             events: Sequence[object]
             error: RemoteProtocolError | None = None
@@ -215,19 +209,35 @@ class Connection:
                 events, error = exc.events, exc
             for event in events:
                 if event is not HEARTBEAT:
-                    dispatch(event)  # type: ignore[arg-type]
+                    dispatch(event)  # type: ignore[arg-type]  # the parser yields Frame or HEARTBEAT
             if error is not None:
                 raise error
             if not data:
-                if self.closing:
-                    # A WebSocket Close 1000 is sent on purpose (a crash cannot send
-                    # one): the broker acted on DISCONNECT, so on every frame before
-                    # it. RabbitMQ Web-STOMP closes so instead of sending the RECEIPT.
-                    if getattr(stream, "close_code", None) == 1000:
-                        self.closed_after_disconnect = True
-                        raise ClientClosed(f"{self.url} closed the WebSocket after DISCONNECT")
-                    return
-                raise ConnectionLost(f"{self.url} closed the connection")
+                self._stream_ended(stream)
+                return
+
+    async def _receive(self, stream: trio.abc.Stream) -> bytes | bytearray | None:
+        """The next bytes (b"" at the end of the stream); None when we closed it."""
+        try:
+            return await stream.receive_some(RECEIVE_SIZE)
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise ConnectionLost(f"reading from {self.url} failed: {exc!r}") from exc
+        except trio.ClosedResourceError as exc:
+            # Closing the stream can wake this read before our cancellation does.
+            if self.closing or self.outbox.closed:
+                return None
+            raise ClientClosed("the connection was closed") from exc
+
+    def _stream_ended(self, stream: trio.abc.Stream) -> None:
+        """The peer closed its side: fine after our DISCONNECT, else the connection is lost."""
+        if not self.closing:
+            raise ConnectionLost(f"{self.url} closed the connection")
+        # A WebSocket Close 1000 is sent on purpose (a crash cannot send one): the
+        # broker acted on DISCONNECT, so on every frame before it. RabbitMQ
+        # Web-STOMP closes so instead of sending the RECEIPT.
+        if getattr(stream, "close_code", None) == 1000:
+            self.closed_after_disconnect = True
+            raise ClientClosed(f"{self.url} closed the WebSocket after DISCONNECT")
 
     async def _send_heartbeats(self) -> None:
         every = self.heartbeat[0]

@@ -58,7 +58,7 @@ class _IntermixedParser(argparse.ArgumentParser):
 
     _intermixing = False
 
-    def parse_known_args(  # type: ignore[override]
+    def parse_known_args(  # type: ignore[override]  # narrower than argparse's overloads
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         if self._intermixing:

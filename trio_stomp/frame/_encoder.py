@@ -7,6 +7,7 @@ from typing import Final
 from ._errors import LocalProtocolError
 from ._escaping import escape
 from ._frame import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame, check_version
+from ._headers import Headers
 
 _Pairs = tuple[tuple[str, str], ...]
 _VERSIONS: Final = frozenset(VERSIONS)
@@ -34,46 +35,64 @@ def encode(frame: Frame, version: str = "1.2", *, content_length: bool = True) -
     command = frame.command
     body = frame.body
     if command not in BODY_COMMANDS:
-        if command not in COMMANDS:
-            raise LocalProtocolError(f"unknown command {command!r}")
-        if body:
-            raise LocalProtocolError(f"a {command} frame may not have a body")
+        _check_bodiless(command, body)
     headers = frame.headers
     pairs = headers.items()
-    if not pairs:
-        lines = ""
-    elif version == "1.0" or command in UNESCAPED_COMMANDS:
-        lines = _raw_lines(pairs, version, command) + "\n"
-    else:
-        # The hot path: escape all names and values as one string instead of
-        # one by one. Pairs are joined with newlines and names to values with
-        # NUL (which no header may hold); when the counts show neither inside
-        # a header and no name is empty, escaping the rest and turning NUL
-        # into ":" gives the lines. Anything else takes the careful path.
-        lines = "\n".join(map("\0".join, pairs))
-        count = len(pairs)
-        if (
-            lines.count("\0") != count
-            or lines.count("\n") != count - 1
-            or lines[0] == "\0"
-            or "\n\0" in lines
-        ):
-            lines = _escaped_lines(pairs, version) + "\n"
-        else:
-            if "\\" in lines:
-                lines = lines.replace("\\", "\\\\")
-            if ":" in lines:
-                lines = lines.replace(":", "\\c")
-            if version == "1.2" and "\r" in lines:
-                lines = lines.replace("\r", "\\r")
-            lines = lines.replace("\0", ":") + "\n"
+    lines = _header_lines(pairs, version, command) if pairs else ""
+    head = _head(command, lines, headers, body, version, content_length)
+    try:
+        encoded = head.encode()
+    except UnicodeEncodeError as exc:
+        raise LocalProtocolError(f"a header cannot be encoded as UTF-8: {exc}") from None
+    return b"".join((encoded, body, b"\0"))
+
+
+def _check_bodiless(command: str, body: bytes) -> None:
+    if command not in COMMANDS:
+        raise LocalProtocolError(f"unknown command {command!r}")
+    if body:
+        raise LocalProtocolError(f"a {command} frame may not have a body")
+
+
+def _header_lines(pairs: _Pairs, version: str, command: str) -> str:
+    """The header lines, each ended by a newline, escaped as ``version`` wants."""
+    if version == "1.0" or command in UNESCAPED_COMMANDS:
+        return _raw_lines(pairs, version, command) + "\n"
+    # The hot path: escape all names and values as one string instead of one by
+    # one. Pairs are joined with newlines and names to values with NUL (which no
+    # header may hold); when the counts show neither inside a header and no name
+    # is empty, escaping the rest and turning NUL into ":" gives the lines.
+    # Anything else takes the careful path.
+    lines = "\n".join(map("\0".join, pairs))
+    count = len(pairs)
+    if (
+        lines.count("\0") != count
+        or lines.count("\n") != count - 1
+        or lines[0] == "\0"
+        or "\n\0" in lines
+    ):
+        return _escaped_lines(pairs, version) + "\n"
+    if "\\" in lines:
+        lines = lines.replace("\\", "\\\\")
+    if ":" in lines:
+        lines = lines.replace(":", "\\c")
+    if version == "1.2" and "\r" in lines:
+        lines = lines.replace("\r", "\\r")
+    return lines.replace("\0", ":") + "\n"
+
+
+def _head(
+    command: str, lines: str, headers: Headers, body: bytes, version: str, content_length: bool
+) -> str:
+    """The frame head up to its blank line: the command, the header lines, and a
+    ``content-length`` unless the frame states a correct one or goes without."""
     if version != "1.0":
         # The name has no character that escaping changes, so a content-length
         # header shows in the escaped lines as is; the search spares a lookup.
         stated = headers.get("content-length") if "content-length" in lines else None
     elif "content-length" in lines.lower():
         # 1.0 header names are case-insensitive, and so is its parser's framing.
-        stated = next((v for n, v in pairs if n.lower() == "content-length"), None)
+        stated = next((v for n, v in headers.items() if n.lower() == "content-length"), None)
     else:
         stated = None
     if stated is not None:
@@ -81,18 +100,11 @@ def encode(frame: Frame, version: str = "1.2", *, content_length: bool = True) -
             raise LocalProtocolError(
                 f"content-length header {stated!r} disagrees with a body of {len(body)} bytes"
             )
-        head = f"{command}\n{lines}\n"
     elif body and content_length:
-        head = f"{command}\n{lines}content-length:{len(body)}\n\n"
-    else:
-        if body and b"\0" in body:
-            raise LocalProtocolError("a body containing NUL needs a content-length header")
-        head = f"{command}\n{lines}\n"
-    try:
-        encoded = head.encode()
-    except UnicodeEncodeError as exc:
-        raise LocalProtocolError(f"a header cannot be encoded as UTF-8: {exc}") from None
-    return b"".join((encoded, body, b"\0"))
+        return f"{command}\n{lines}content-length:{len(body)}\n\n"
+    elif body and b"\0" in body:
+        raise LocalProtocolError("a body containing NUL needs a content-length header")
+    return f"{command}\n{lines}\n"
 
 
 def _escaped_lines(pairs: _Pairs, version: str) -> str:

@@ -33,7 +33,7 @@ class Headers:
 
     def __init__(self, headers: HeadersLike = ()) -> None:
         if isinstance(headers, Headers):
-            pairs = headers._pairs
+            pairs = headers.items()
         else:
             source = headers.items() if isinstance(headers, Mapping) else headers
             pairs = tuple((name, value) for name, value in source)
@@ -42,11 +42,6 @@ class Headers:
                     raise TypeError(_not_str(name, value))
         self._pairs = pairs
         self._first = None
-
-    @classmethod
-    def _trusted(cls, pairs: tuple[tuple[str, str], ...]) -> Headers:
-        # Pairs built by trio_stomp itself need no checking.
-        return trusted_headers(pairs)
 
     def _lookup(self) -> dict[str, str]:
         first = self._first
@@ -104,11 +99,11 @@ class Headers:
         extra = Headers(headers)
         replaced = {name for name, _ in extra._pairs}
         kept = tuple(pair for pair in self._pairs if pair[0] not in replaced)
-        return Headers._trusted(kept + extra._pairs)
+        return trusted_headers(kept + extra._pairs)
 
     def without(self, *names: str) -> Headers:
         """A copy with every pair of the given names removed."""
-        return Headers._trusted(tuple(p for p in self._pairs if p[0] not in names))
+        return trusted_headers(tuple(p for p in self._pairs if p[0] not in names))
 
 
 # Slot setters: setting through them skips attribute lookup on the instance.
