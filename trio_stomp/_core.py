@@ -467,7 +467,7 @@ class Core:
         self.reconnects += 1
         self._connected = True
         self._restored.set()
-        self._supervisor.restored()
+        self._supervisor.restored(conn)
 
     async def _resubscribe(self, conn: Connection) -> None:
         waiters = []

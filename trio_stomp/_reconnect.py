@@ -122,7 +122,7 @@ class Supervisor:
         self.queue: list[Replay] = []
         self.lost_conn: Connection | None = None
         self._lost_at = 0.0
-        self._restored_event: ConnectionEvent | None = None
+        self._attempts = 0
 
     def replay(self, frame: Frame) -> Replay:
         """Mark ``frame`` (a plain SEND) to be sent again if its connection fails first."""
@@ -149,9 +149,7 @@ class Supervisor:
           ConnectFailed: the policy's ``max_attempts`` ran out.
         """
         conn, attempts = await self._reopen(failed.url)
-        self._restored_event = ConnectionEvent(
-            "restored", conn.url, attempts=attempts, downtime=trio.current_time() - self._lost_at
-        )
+        self._attempts = attempts
         return conn
 
     async def replay_on(self, conn: Connection) -> None:
@@ -160,7 +158,10 @@ class Supervisor:
             await conn.outbox.put(encode(replay.frame, conn.version), replay)
         self.queue = []
 
-    def restored(self) -> None:
-        """The new connection serves everything again: report it."""
-        if self._restored_event is not None:
-            self.event(self._restored_event)
+    def restored(self, conn: Connection) -> None:
+        """``conn`` serves everything again (subscriptions back, SENDs replayed): report
+        it, with the downtime from the loss until now."""
+        downtime = trio.current_time() - self._lost_at
+        self.event(
+            ConnectionEvent("restored", conn.url, attempts=self._attempts, downtime=downtime)
+        )

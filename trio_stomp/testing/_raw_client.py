@@ -76,12 +76,20 @@ class RawClient:
         assert frame.command == command, frame
         return frame
 
-    async def no_frame(self, wait: float = 0.2) -> None:
-        """Assert that nothing but heart-beats arrives within ``wait`` seconds."""
-        with trio.move_on_after(wait):
-            while True:
-                event = await self.event(wait + 1)
-                assert not isinstance(event, Frame), event
+    async def drain(self) -> list[Frame]:
+        """Wait until the server has processed everything sent so far (:meth:`sync`), then
+        return the frames that arrived before its receipt, and forget them.
+
+        A server answers in order on a connection, so once the receipt is here,
+        every frame it sent because of what we sent before is here too: ``assert
+        await client.drain() == []`` says "nothing was delivered", exactly, with
+        no sleep. (Frames caused by *other* connections need their own
+        :meth:`sync` first.)
+        """
+        await self.sync()
+        frames = [event for event in self.events if isinstance(event, Frame)]
+        self.events.clear()
+        return frames
 
     async def expect_closed(self, within: float = 2.0) -> list[Frame]:
         """Read until the server closes; return the frames seen before."""
