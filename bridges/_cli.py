@@ -80,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"{args.config}: OK, {len(routes)} route(s)")
             for route in routes:
                 _say(f"  {route.name}: {route.source.describe()} -> {route.sink.describe()}")
+                for endpoint in (route.source, route.sink, route.dead_letter):
+                    for warning in getattr(endpoint, "check_warnings", list)():
+                        _say(f"  {route.name}: warning: {warning}")
             return 0
         level = "debug" if args.verbose else config.bridge.log_level
         logging.basicConfig(
