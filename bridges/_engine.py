@@ -168,6 +168,7 @@ class Route:
         self._to_settle: Queue[_Settle] = Queue()
         self._gathering: _Gathering | None = None
         self._pauses = 0
+        self._unreadable = 0  # envelopes with an error taken and not yet gathered
 
     def __repr__(self) -> str:
         return f"<Route {self.name!r}: {self.source.describe()} -> {self.sink.describe()}>"
@@ -235,6 +236,7 @@ class Route:
             self._results = collections.deque()
         self._to_settle = Queue()
         self._gathering = None
+        self._unreadable = 0
         async with self.source.open() as receiver, self._open_dead_letter() as dead_letter:
             take_scope = self._take_scope = trio.CancelScope()
             if self._stopping:
@@ -302,6 +304,13 @@ class Route:
                     if count % _YIELD_EVERY == 0:
                         # (a source that never waits would otherwise never let go)
                         await trio.lowlevel.checkpoint()
+                    if envelope.error is not None:  # unreadable: a dead letter, in its turn
+                        if results is None:
+                            self._unreadable += 1
+                        else:
+                            results.append(envelope.error)
+                        taken.put(envelope)
+                        continue
                     if results is None:
                         taken.put(envelope)
                         continue
@@ -413,10 +422,10 @@ class Route:
     async def _gather(self, dead_letter: Writer | None) -> _Batch | None:
         """The next batch, in order; None once the taker has finished and all is written.
 
-        Messages whose transforms failed are given up here, in their turn.
+        Messages whose transforms failed, or that their source could not read
+        (:attr:`Envelope.error`), are given up here, in their turn.
         """
         taken = self._taken
-        results = self._results
         count = self._batch_count
         wait = self._batch_time
         while True:
@@ -428,18 +437,7 @@ class Route:
             envelopes, messages, failed = gathering.envelopes, gathering.messages, gathering.failed
             deadline = gathering.deadline
             while True:
-                chunk = taken.take(count - len(envelopes))
-                if results is None:
-                    envelopes += chunk
-                    messages += [envelope.message for envelope in chunk]
-                else:
-                    for envelope in chunk:
-                        result = results.popleft()
-                        if isinstance(result, Message):
-                            envelopes.append(envelope)
-                            messages.append(result)
-                        else:
-                            failed.append((envelope, result))
+                self._add(taken.take(count - len(envelopes)), gathering)
                 if len(envelopes) >= count:
                     break
                 if taken.items:  # (failed transforms took some of the places)
@@ -452,11 +450,42 @@ class Route:
             while failed:
                 envelope, error = failed[0]
                 original = _Batch([envelope], [envelope.message])
-                await self._give_up(original, error, 1, "transform", dead_letter)
+                stage = "transform" if envelope.error is None else "source"
+                await self._give_up(original, error, 1, stage, dead_letter)
                 del failed[0]  # only once given up: a cancelled give-up is done again
             self._gathering = None
             if envelopes:
                 return _Batch(envelopes, messages)
+
+    def _add(self, chunk: list[Envelope], gathering: _Gathering) -> None:
+        """Put taken envelopes into the batch being gathered; failed ones aside, in order."""
+        results = self._results
+        if results is None:
+            if self._unreadable:  # (rare: a source handed out what it could not read)
+                chunk = self._set_aside_unreadable(chunk, gathering.failed)
+            gathering.envelopes += chunk
+            gathering.messages += [envelope.message for envelope in chunk]
+            return
+        for envelope in chunk:
+            result = results.popleft()
+            if isinstance(result, Message):
+                gathering.envelopes.append(envelope)
+                gathering.messages.append(result)
+            else:
+                gathering.failed.append((envelope, result))
+
+    def _set_aside_unreadable(
+        self, chunk: list[Envelope], failed: list[tuple[Envelope, BaseException]]
+    ) -> list[Envelope]:
+        """The envelopes of ``chunk`` a source could read; the others go to ``failed``."""
+        readable = []
+        for envelope in chunk:
+            if envelope.error is None:
+                readable.append(envelope)
+            else:
+                failed.append((envelope, envelope.error))
+                self._unreadable -= 1
+        return readable
 
     async def _rejected(
         self, batch: _Batch, exc: MessageRejected, dead_letter: Writer | None

@@ -77,6 +77,10 @@ class Envelope:
 
     __slots__ = ("_ack", "_nack", "message", "origin", "state")
 
+    #: Why the source could not read this message whole, or None (the class
+    #: default, so that subclasses need not set it): see :class:`UnreadableEnvelope`.
+    error: BaseException | None = None
+
     def __init__(self, message: Message, *, ack: AckFn, nack: NackFn, origin: str = "") -> None:
         self.message = message
         self.origin = origin
@@ -103,3 +107,22 @@ class Envelope:
         if self.state is OPEN:
             self.state = NACKED
             await self._nack(error)
+
+
+class UnreadableEnvelope(Envelope):
+    """A message its source could not read whole: a line over its limit, a record it cannot parse.
+
+    The engine never writes it to the sink: it goes to the dead-letter sink
+    (``bridge-stage: source``, ``bridge-error`` from :attr:`error`), then is
+    acked; without a dead-letter sink it is nacked with :attr:`error`, and
+    the source decides (skip it, logged, or offer it again). A source hands
+    out what it could keep of it as the body (bounded by its limit).
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(
+        self, message: Message, *, ack: AckFn, nack: NackFn, origin: str = "", error: BaseException
+    ) -> None:
+        super().__init__(message, ack=ack, nack=nack, origin=origin)
+        self.error = error

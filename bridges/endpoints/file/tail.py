@@ -15,7 +15,10 @@ or blocked on. The position file is read the same way (a link there is
 refused: an error) and replaced by a fresh temporary file, never written
 through. A line longer than ``max_line`` bytes is skipped as it streams past
 (logged with its offset and length): memory stays bounded by ``max_line``
-plus one read.
+plus one read. It goes to the dead-letter sink (its first ``max_line``
+bytes, the reason naming its length and the limit), as does a line that is
+not a record (``lines = "envelope"``); without a dead-letter sink both are
+skipped, logged.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 import attrs
 import trio
 
-from ..._message import Envelope, Message
+from ..._message import Envelope, Message, UnreadableEnvelope
 from ._fs import Refused, atomic_write, open_directory, open_regular
 from ._records import parse_record
 
@@ -56,10 +59,11 @@ class JsonlReceiver:
         self._inode: int | None = None
         self._read_at = 0  # where the next read starts
         self._buffer = b""
-        self._skipping: int | None = None  # start of an over-long line being skipped
+        # (start, first max_line bytes) of an over-long line being skipped
+        self._skipping: tuple[int, bytes] | None = None
         self._refused = False  # logged that the path is not a regular file
-        self._lines: collections.deque[tuple[int, int, bytes | None]] = collections.deque()
-        self._again: list[tuple[int, int, bytes | None]] = []  # nacked, handed out first
+        self._lines: collections.deque[tuple[int, int, bytes]] = collections.deque()
+        self._again: list[tuple[int, int, bytes]] = []  # nacked, handed out first
         # start offset -> [end offset, acked]; in offset order
         self._open: collections.OrderedDict[int, list[int | bool]] = collections.OrderedDict()
         self.committed = 0
@@ -114,40 +118,38 @@ class JsonlReceiver:
             if envelope is not None:
                 return envelope
 
-    def _envelope(self, start: int, end: int, line: bytes | None) -> Envelope | None:
+    def _envelope(self, start: int, end: int, line: bytes) -> Envelope | None:
         if start not in self._open:
             self._open[start] = [end, False]
-        if line is None:
-            log.warning(
-                "%s at offset %d: a line of %d bytes, more than max_line = %d; skipped",
-                self._name,
-                start,
-                end - start,
-                self._config.max_line,
-            )
-            self._settle(start)
-            return None
+        error: ValueError | None = None
         text = line.rstrip(b"\r")
-        if not text.strip():
+        if end - start > self._config.max_line:
+            error = ValueError(
+                f"a line of {end - start} bytes, more than max_line = {self._config.max_line} "
+                f"(the dead letter holds its first {len(line)})"
+            )
+            log.warning("%s at offset %d: %s; skipped", self._name, start, error)
+            message = Message(line, {}, f"{self._name}:{start}")
+        elif not text.strip():
             self._settle(start)
             return None
-        if self._config.lines == "envelope":
+        elif self._config.lines == "envelope":
             try:
                 message = parse_record(text)
             except ValueError as exc:
-                log.error("%s at offset %d: not a record (%s); skipped", self._name, start, exc)
-                self._settle(start)
-                return None
+                error = ValueError(f"not a record ({exc})")
+                log.error("%s at offset %d: %s; skipped", self._name, start, error)
+                message = Message(text, {}, f"{self._name}:{start}")
             if not message.id:
                 message = attrs.evolve(message, id=f"{self._name}:{start}")
         else:
             message = Message(text, {}, f"{self._name}:{start}")
-        return Envelope(
-            message,
-            ack=partial(self._ack, start),
-            nack=partial(self._nack, start, end, line),
-            origin=f"file {self._source.path}:{start}",
-        )
+        ack = partial(self._ack, start)
+        nack = partial(self._nack, start, end, line, error is not None)
+        origin = f"file {self._source.path}:{start}"
+        if error is not None:
+            return UnreadableEnvelope(message, ack=ack, nack=nack, origin=origin, error=error)
+        return Envelope(message, ack=ack, nack=nack, origin=origin)
 
     def _open_file(self) -> bool:
         path = self._source.path
@@ -189,7 +191,8 @@ class JsonlReceiver:
             if newline < 0:
                 return True
             end = offset + newline + 1
-            self._lines.append((self._skipping, end, None))
+            start, prefix = self._skipping
+            self._lines.append((start, end, prefix))
             self._skipping = None
             chunk = chunk[newline + 1 :]
             offset = end
@@ -203,11 +206,11 @@ class JsonlReceiver:
         pos = offset
         for line in data[:end].split(b"\n")[:-1]:
             size = len(line) + 1
-            self._lines.append((pos, pos + size, line if size <= limit else None))
+            self._lines.append((pos, pos + size, line if size <= limit else line[:limit]))
             pos += size
         if len(data) - end > limit:  # an unterminated line past the limit: stop holding it
             self._buffer = b""
-            self._skipping = pos
+            self._skipping = (pos, data[end : end + limit])
         else:
             self._buffer = data[end:]
 
@@ -229,7 +232,12 @@ class JsonlReceiver:
     async def _ack(self, start: int) -> None:
         self._settle(start)
 
-    async def _nack(self, start: int, end: int, line: bytes, error: BaseException | None) -> None:
+    async def _nack(
+        self, start: int, end: int, line: bytes, unreadable: bool, error: BaseException | None
+    ) -> None:
+        if unreadable and error is not None:
+            self._settle(start)  # no dead-letter sink took it: skipped (logged already)
+            return
         self._again.append((start, end, line))
         self._again.sort()
 

@@ -155,8 +155,12 @@ async def test_jsonl_envelope_lines_read_what_the_sink_writes(
     (tmp_path / "in.jsonl").write_bytes(b"".join(records))
     config = FileSourceConfig("in.jsonl", mode="jsonl", lines="envelope", poll_interval=0.01)
     async with FileSource(config, ctx(tmp_path)).open() as receiver:
-        first, second = await take(receiver, 2)
+        first, broken, second = await take(receiver, 3)
     assert first.message == Message(b"text", {"a": "1"}, "x1", "/queue/q")
+    assert first.error is None
+    # A line that is not a record is handed out for the dead-letter sink, with why.
+    assert broken.message.body == b"{broken"
+    assert "not a record" in str(broken.error)
     assert second.message.body == b"\xff\x00"
     assert second.message.id.startswith("in.jsonl:")
     assert "not a record" in caplog.text

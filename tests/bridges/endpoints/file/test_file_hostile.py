@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import trio
 
-from bridges import Context, Envelope, Message, MessageRejected
+from bridges import Context, Envelope, Message, MessageRejected, RetryPolicy, Route
 from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
 from bridges.endpoints.file.source import _DirectoryReceiver
 from bridges.endpoints.file.tail import JsonlReceiver
+from bridges.testing import FakeSink, wait_until
 
 
 def ctx(tmp_path: Path) -> Context:
@@ -381,7 +382,7 @@ async def test_replace_replaces_a_planted_link_never_its_target(tmp_path: Path) 
 # -- §3: the JSON-lines source's max_line ------------------------------------------------------
 
 
-async def test_a_line_over_max_line_is_skipped_with_bounded_memory(
+async def test_a_line_over_max_line_is_set_apart_with_bounded_memory(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     log_file = tmp_path / "app.jsonl"
@@ -390,22 +391,64 @@ async def test_a_line_over_max_line_is_skipped_with_bounded_memory(
     source = FileSource(config, ctx(tmp_path))
     with caplog.at_level(logging.WARNING, "bridges.file"):
         async with source.open() as receiver:
-            first = await receive_within(receiver)
-            second = await receive_within(receiver)
+            first, big, second = [await receive_within(receiver) for _ in range(3)]
             assert (first.message.body, second.message.body) == (b"first", b"second")
-            await first.ack()
-            await second.ack()
+            assert (first.error, second.error) == (None, None)
+            assert big.message.body == b"x" * 1000  # its start only: for the dead letter
+            assert "a line of 100001 bytes, more than max_line = 1000" in str(big.error)
+            for envelope in (first, big, second):
+                await envelope.ack()
             # An unterminated line growing without end: memory stays bounded.
             for _ in range(40):
                 append(log_file, b"y" * 100_000)
             with trio.move_on_after(0.5):
                 await receiver.receive()
             assert isinstance(receiver, JsonlReceiver)
-            held = len(receiver._buffer) + sum(len(line or b"") for _, _, line in receiver._lines)
-            assert held <= 1000 + 256 * 1024
+            held = len(receiver._buffer) + sum(len(line) for _, _, line in receiver._lines)
+            assert held <= 2 * 1000 + 256 * 1024
             append(log_file, b"\nthird\n")
+            huge = await receive_within(receiver)
+            assert huge.message.body == b"y" * 1000
+            assert "a line of 4000001 bytes" in str(huge.error)
             third = await receive_within(receiver)
             assert third.message.body == b"third"
+            await huge.nack(huge.error)  # no dead-letter sink: skipped, never handed out again
             await third.ack()
+            with trio.move_on_after(0.2) as scope:
+                await receiver.receive()
+            assert scope.cancelled_caught
     assert "max_line = 1000" in caplog.text
     assert "100001 bytes" in caplog.text  # the skipped line's length, with its newline
+
+
+@pytest.mark.parametrize("with_dead_letter", [True, False])
+async def test_a_line_over_max_line_goes_to_the_dead_letter_sink_and_the_route_moves_on(
+    tmp_path: Path, with_dead_letter: bool
+) -> None:
+    log_file = tmp_path / "app.jsonl"
+    log_file.write_bytes(b"a\n" + b"x" * 5000 + b"\nb\n")
+    config = FileSourceConfig("app.jsonl", mode="jsonl", poll_interval=0.01, max_line=1000)
+    sink, dead = FakeSink(), FakeSink()
+    route = Route(
+        "r",
+        FileSource(config, ctx(tmp_path)),
+        sink,
+        dead_letter=dead if with_dead_letter else None,
+        batch_time=0,
+        retry=RetryPolicy(initial=0.01),
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(route.run)
+        await wait_until(lambda: route.stats.received == 3 and route.in_flight == 0)
+        route.stop()
+    assert [m.body for batch in sink.batches for m in batch] == [b"a", b"b"]
+    position = (tmp_path / "app.jsonl.position").read_bytes()
+    assert f'"offset": {2 + 5001 + 2}'.encode() in position  # nothing left behind, no repeat
+    if with_dead_letter:
+        [[letter]] = dead.batches
+        assert letter.body == b"x" * 1000  # the line's start, never more than max_line
+        assert letter.headers["bridge-stage"] == "source"
+        assert "a line of 5001 bytes, more than max_line = 1000" in letter.headers["bridge-error"]
+        assert letter.headers["bridge-source"].endswith("app.jsonl:2")
+    else:
+        assert route.stats.nacked == 1
