@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_stomp.cli import main
 from trio_stomp.broker import Broker
+from trio_stomp.cli import main
 from trio_stomp.frame import Frame, FrameParser, encode
 
 

@@ -23,8 +23,8 @@ import trio
 import trustme
 
 import trio_stomp
-from trio_stomp.cli import main
 from trio_stomp.broker import Broker, open_broker
+from trio_stomp.cli import main
 
 from conftest import REAL_BROKERS, require_real_broker
 
@@ -242,7 +242,8 @@ async def test_listen_ends_quietly_when_stdout_closes(broker: Broker) -> None:
         stderr=subprocess.PIPE,
         env=_env(),
     )
-    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
     try:
         with trio.fail_after(10):
             assert await process.stdout.receive_some(4096) == b"first\n"

@@ -145,7 +145,7 @@ async def test_auto_subscription_overflow_raises_after_buffered_messages(
                 await client.send(dest, str(i))
             await client.send(unique("queue"), b"sync", receipt=True)
             got = []
-            with pytest.raises(trio_stomp.SubscriptionOverflow, match="buffer of 5"):
+            with pytest.raises(trio_stomp.SubscriptionOverflow, match="buffer of 5"):  # noqa: PT012  # raised as the block exits
                 async for message in sub:
                     got.append(message.text)
             assert got == ["0", "1", "2", "3", "4"]
@@ -159,7 +159,7 @@ async def test_a_frame_over_max_frame_size_fails_the_connection(
         await sender.send(dest, b"small", receipt=True)
         await sender.send(dest, b"x" * 5000, receipt=True)
     got = []
-    with pytest.raises(trio_stomp.RemoteProtocolError, match="max_frame_size=1000"):
+    with pytest.raises(trio_stomp.RemoteProtocolError, match="max_frame_size=1000"):  # noqa: PT012  # raised as the block exits
         async with trio_stomp.connect(embedded.url, max_frame_size=1000) as client:
             async with client.subscribe(dest, ack="client-individual") as sub:
                 async for message in sub:

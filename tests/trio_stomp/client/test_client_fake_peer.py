@@ -72,7 +72,7 @@ async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
     lost_at = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept, {"heart-beat": "2000,500"})
-        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):
+        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):  # noqa: PT012  # raised as the block exits
             async with trio_stomp.wrap_stream(client_end, heartbeat=(1000, 1000)) as client:
                 assert client.heartbeat == (1.0, 2.0)
                 nursery.start_soon(peer.drain)
@@ -94,7 +94,7 @@ async def test_silence_after_a_first_beat_is_death_after_tolerance(
     lost_at = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept, {"heart-beat": "1000,0"})
-        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):
+        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):  # noqa: PT012  # raised as the block exits
             async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 1000)):
                 await trio.sleep(1)
                 await server_end.send_all(b"\n")
@@ -133,7 +133,7 @@ async def test_error_frame_mid_session_surfaces_at_async_with() -> None:
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
-        with pytest.raises(trio_stomp.ServerError, match="boom") as info:
+        with pytest.raises(trio_stomp.ServerError, match="boom") as info:  # noqa: PT012  # raised as the block exits
             async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
                 await client.send("/queue/a", b"x")
                 frame = await peer.receive()
@@ -156,7 +156,7 @@ async def test_error_answering_a_receipt_raises_at_the_await() -> None:
                 "ERROR", {"message": "no such queue", "receipt-id": frame.headers["receipt"]}
             )
 
-        with pytest.raises(trio_stomp.ServerError, match="no such queue"):
+        with pytest.raises(trio_stomp.ServerError, match="no such queue"):  # noqa: PT012  # raised as the block exits
             async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
                 nursery.start_soon(refuse)
                 await client.send("/queue/a", b"x", receipt=True)
@@ -189,7 +189,7 @@ async def test_peer_closing_mid_session_raises_connection_lost() -> None:
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
-        with pytest.raises(trio_stomp.ConnectionLost, match="closed"):
+        with pytest.raises(trio_stomp.ConnectionLost, match="closed"):  # noqa: PT012  # raised as the block exits
             async with (
                 trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client,
                 client.subscribe("/queue/a") as sub,
@@ -212,7 +212,7 @@ async def test_frames_in_the_same_chunk_as_connected_parse_by_its_version() -> N
             await server_end.send_all(b"CONNECTED\nversion:1.0\n\n\0ERROR\nmessage:a\\cb\n\n\0")
 
         nursery.start_soon(serve)
-        with pytest.raises(trio_stomp.ServerError) as info:
+        with pytest.raises(trio_stomp.ServerError) as info:  # noqa: PT012  # raised as the block exits
             async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
                 assert client.version == "1.0"
                 await trio.sleep_forever()
@@ -256,7 +256,7 @@ async def test_error_then_close_is_a_server_error_even_when_a_write_breaks_first
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
-        with pytest.raises(trio_stomp.ServerError, match="Invalid selector") as info:
+        with pytest.raises(trio_stomp.ServerError, match="Invalid selector") as info:  # noqa: PT012  # raised as the block exits
             async with trio_stomp.wrap_stream(stream, heartbeat=(0, 0)) as client:
                 stream.lag = True
                 await peer.send("ERROR", {"message": "Invalid selector"}, b"priority >>> 5")
@@ -277,7 +277,7 @@ async def test_a_write_that_breaks_alone_is_connection_lost_after_a_grace(
     peer = FakePeer(server_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(peer.accept)
-        with pytest.raises(trio_stomp.ConnectionLost, match="writing to the broker failed"):
+        with pytest.raises(trio_stomp.ConnectionLost, match="writing to the broker failed"):  # noqa: PT012  # raised as the block exits
             async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client:
                 await server_end.receive_stream.aclose()
                 start = trio.current_time()

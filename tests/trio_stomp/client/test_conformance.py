@@ -148,7 +148,7 @@ async def test_transaction_abort_by_exception_drops_sends(
 ) -> None:
     dest = unique("queue")
     async with trio_stomp.connect(target.url) as client:
-        with pytest.raises(ZeroDivisionError):
+        with pytest.raises(ZeroDivisionError):  # noqa: PT012  # raised as the block exits
             async with client.transaction() as tx:
                 await tx.send(dest, "aborted")
                 1 / 0  # noqa: B018
@@ -318,7 +318,7 @@ async def test_topic_fans_out_to_every_subscriber(
 
 
 async def test_error_frame_surfaces_as_server_error(target: Target) -> None:
-    with pytest.raises(trio_stomp.ServerError) as info:
+    with pytest.raises(trio_stomp.ServerError) as info:  # noqa: PT012  # raised as the block exits
         async with trio_stomp.connect(target.url) as client:
             # COMMIT of a transaction that was never begun: every broker refuses it.
             await client._core.send_frame("COMMIT", [("transaction", "never-begun")], receipt=True)

@@ -18,8 +18,8 @@ import trio.lowlevel
 import trustme
 
 import trio_stomp
-from trio_stomp.cli import main
 from trio_stomp.broker import Broker, Limits, open_broker
+from trio_stomp.cli import main
 
 from conftest import all_tasks
 
@@ -273,7 +273,8 @@ async def test_cli_broker_serves_tls_and_websocket(
         urls = re.findall(rb"(stomp\+ssl://\S+?|ws://\S+?)(?:,|\s|$)", line)
         tls_url, ws_url = (url.decode() for url in urls)
         assert tls_url.startswith("stomp+ssl://127.0.0.1:")
-        assert ws_url.startswith("ws://127.0.0.1:") and ws_url.endswith("/ws")
+        assert ws_url.startswith("ws://127.0.0.1:")
+        assert ws_url.endswith("/ws")
         with trio.fail_after(10):
             async with trio_stomp.connect(tls_url, ssl_context=client_context) as tls_client:
                 async with trio_stomp.connect(ws_url) as ws_client:

@@ -237,7 +237,8 @@ async def _round_trip(client: trio_stomp.Client, dest: str, bodies: list[bytes])
 
 
 async def test_round_trip_over_websocket(ws_broker: trio_stomp.broker.Broker) -> None:
-    assert ws_broker.ws_url.startswith("ws://127.0.0.1:") and ws_broker.ws_url.endswith("/ws")
+    assert ws_broker.ws_url.startswith("ws://127.0.0.1:")
+    assert ws_broker.ws_url.endswith("/ws")
     async with trio_stomp.connect(ws_broker.ws_url) as client:
         assert client.version == "1.2"
         bodies = [b"text", b"\0binary\0with\0NULs\0", bytes(range(256)), b"x" * (1 << 20)]
@@ -352,7 +353,8 @@ async def test_broker_shutdown_sends_error_then_close_going_away(stop: Stop) -> 
                 )
                 await ws.send_message(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0")
                 connected = await ws.get_message()
-                assert isinstance(connected, bytes) and connected.startswith(b"CONNECTED\n")
+                assert isinstance(connected, bytes)
+                assert connected.startswith(b"CONNECTED\n")
             assert stopped[0] < 1.0  # the client answered the Close at once
             assert _is_shutdown_error(await ws.get_message())
             with pytest.raises(trio_websocket.ConnectionClosed):
@@ -468,7 +470,8 @@ async def test_trio_websocket_client_talks_to_the_broker(
         connected = await ws.get_message()
         await ws.send_message(b"DISCONNECT\nreceipt:bye\n\n\0")
         receipt = await ws.get_message()
-    assert isinstance(connected, bytes) and connected.startswith(b"CONNECTED\n")
+    assert isinstance(connected, bytes)
+    assert connected.startswith(b"CONNECTED\n")
     assert receipt == b"RECEIPT\nreceipt-id:bye\n\n\0"
 
 
@@ -606,7 +609,8 @@ async def _rabbitmq_ws() -> AsyncIterator[trio_stomp.Client]:
 
 async def test_rabbitmq_web_stomp_round_trip(unique: Callable[[str], str]) -> None:
     async with _rabbitmq_ws() as client:
-        assert client.server is not None and client.server.startswith("RabbitMQ/")
+        assert client.server is not None
+        assert client.server.startswith("RabbitMQ/")
         # RabbitMQ sends MESSAGE frames in text messages: bodies must be UTF-8
         # (NUL is); see the next test for what happens otherwise.
         bodies = [b"text", b"\0binary\0with\0NULs\0", "\u00e9t\u00e9".encode(), b"y" * (1 << 20)]
