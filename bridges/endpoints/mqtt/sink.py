@@ -68,6 +68,15 @@ class MqttSink:
         self._context = context
         self._broker = Broker.from_config(config)
 
+    def check_warnings(self) -> list[str]:
+        """What ``bridges check`` should say about this sink: QoS 0 is at most once."""
+        if self._config.qos == 0:
+            return [
+                "mqtt sink with qos = 0 is AT MOST ONCE: there is no PUBACK, a message counts "
+                "as written once it is on the socket (use qos = 1)"
+            ]
+        return []
+
     @classmethod
     def build(cls, config: MqttSinkConfig, context: Context) -> MqttSink:
         """The registry's constructor (connects to nothing)."""

@@ -43,6 +43,10 @@ from ._driver import PahoDriver, open_paho
 
 log = logging.getLogger("bridges.mqtt")
 
+_AT_MOST_ONCE: Final = (
+    "mqtt source with qos = 0 is AT MOST ONCE: the broker neither keeps nor resends QoS 0 "
+    "messages, so a crash or a disconnect loses them (use qos = 1)"
+)
 #: The MQTT 5 user property (and header) that carries a message's stable id.
 ID_PROPERTY: Final = "bridge-id"
 
@@ -70,12 +74,12 @@ class MqttSource:
         self._context = context
         self._broker = Broker.from_config(config)
         self._client_id = config.client_id or f"bridge-{context.route}"
-        if config.qos == 0 and context.role == "source":
-            log.warning(
-                "route %r: mqtt source with qos = 0 is AT MOST ONCE: the broker does not keep "
-                "or resend QoS 0 messages, so a crash or a disconnect loses them",
-                context.route,
-            )
+        if config.qos == 0 and not context.checking:
+            log.warning("route %r: %s", context.route, _AT_MOST_ONCE)
+
+    def check_warnings(self) -> list[str]:
+        """What ``bridges check`` should say about this source: QoS 0 is at most once."""
+        return [_AT_MOST_ONCE] if self._config.qos == 0 else []
 
     @classmethod
     def build(cls, config: MqttSourceConfig, context: Context) -> MqttSource:

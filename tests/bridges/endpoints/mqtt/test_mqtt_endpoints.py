@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -19,6 +18,7 @@ from mqtt_servers import (
 )
 
 from bridges import Context, Envelope, InvalidSetting, Message, MessageRejected, Route
+from bridges._cli import main as cli_main
 from bridges.endpoints.mqtt import (
     MqttError,
     MqttSink,
@@ -145,11 +145,22 @@ def test_bad_settings_are_refused_when_the_config_is_built() -> None:
         MqttSink(MqttSinkConfig(topic="a", url="http://127.0.0.1"), CTX)
 
 
-def test_qos_0_warns_that_it_is_at_most_once(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        MqttSource(MqttSourceConfig(topics=["a"], qos=0), Context(route="r", checking=True))
-    assert "AT MOST ONCE" in caplog.text
-    assert "route 'r'" in caplog.text
+def test_qos_0_warns_that_it_is_at_most_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "qos0.toml"
+    config.write_text(
+        "[routes.r]\n"
+        'source = { type = "mqtt", topics = ["a/#"], qos = 0 }\n'
+        'sink = { type = "mqtt", topic = "b", qos = 0 }\n'
+    )
+    assert cli_main(["check", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "r: warning: mqtt source with qos = 0 is AT MOST ONCE" in err
+    assert "r: warning: mqtt sink with qos = 0 is AT MOST ONCE" in err
+    config.write_text(config.read_text().replace("qos = 0", "qos = 1"))
+    assert cli_main(["check", str(config)]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 async def test_topics_the_sink_cannot_publish_and_oversized_bodies_are_rejected() -> None:
