@@ -281,14 +281,19 @@ async def outbound(target: Target, count: int, kills: int, rng: random.Random) -
             await send({"type": "http.response.body", "body": b""})
 
         started = time.monotonic()
-        async with open_listener(ListenAddress("127.0.0.1", 0)) as server:
-            with server.mount("/in", app):
-                bridge = Bridge(Path(tmp), outbound_config(target, server.url + "/in", queue))
-                moments, at_kill = await kill_at_random_moments(
-                    bridge, kills, rng, lambda: len(received), len(ids)
-                )
-                await wait_for(lambda: len(received) == len(ids), bridge, "all received")
-                status = await bridge.stop()
+        bridge: Bridge | None = None
+        try:
+            async with open_listener(ListenAddress("127.0.0.1", 0)) as server:
+                with server.mount("/in", app):
+                    bridge = Bridge(Path(tmp), outbound_config(target, server.url + "/in", queue))
+                    moments, at_kill = await kill_at_random_moments(
+                        bridge, kills, rng, lambda: len(received), len(ids)
+                    )
+                    await wait_for(lambda: len(received) == len(ids), bridge, "all received")
+                    status = await bridge.stop()
+        except* BenchError as group:  # (raised inside the server's nursery)
+            tail = bridge.tail()[-800:] if bridge is not None else ""
+            raise BenchError(f"{group.exceptions[0]}; the bridge's log ends: {tail}") from None
         total = sum(received.values())
         return {
             "direction": "stomp -> http",
