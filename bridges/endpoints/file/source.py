@@ -10,7 +10,9 @@ modification time, then name). Each file is one message: its bytes are the
 body, its name the ``file-name`` header, ``NAME@MTIME_NS`` its id. Only after
 the ack is it moved into ``done_dir`` (or deleted, ``after = "delete"``); a
 nacked file stays and is read again. A file that cannot be read is logged
-and left where it is.
+and left where it is, as is one that the sink rejected (too big for it, say)
+when the route has no dead-letter sink: neither is read again until it
+changes.
 
 Nothing planted in the directory is followed or blocks (see
 :mod:`bridges.endpoints.file._fs`): each file is opened with ``O_NOFOLLOW |
@@ -25,8 +27,8 @@ line (ending in a newline) is one message, its id ``NAME:OFFSET``. The
 offset up to which every line was acked is persisted (written to a temporary
 file, fsynced, renamed) in ``position_file`` after acks, so a restart
 resumes after the last acked line. A line longer than ``max_line`` bytes is
-skipped (logged with its offset and length) without ever being held in
-memory whole. ``lines = "raw"`` makes the line the
+never held in memory whole: it goes to the dead-letter sink (its first
+``max_line`` bytes), or is skipped, logged, without one. ``lines = "raw"`` makes the line the
 body; ``lines = "envelope"`` reads records as the ``file`` sink writes them
 (``id``, ``headers``, ``body`` or ``body_base64``, ``destination``). That
 mode lives in :mod:`bridges.endpoints.file.tail`.
@@ -49,7 +51,7 @@ import attrs
 import trio
 from attrs.validators import ge
 
-from ..._endpoint import Context, InvalidSetting
+from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Envelope, Message
 from ._fs import Refused, open_directory, open_subdirectory, read_regular, rename, unlink_quietly
 from .tail import JsonlReceiver
@@ -174,7 +176,7 @@ class _DirectoryReceiver:
             return Envelope(
                 message,
                 ack=partial(self._ack, name),
-                nack=partial(self._nack, name),
+                nack=partial(self._nack, name, mtime_ns),
                 origin=f"file {self._source.path / name}",
             )
 
@@ -246,5 +248,14 @@ class _DirectoryReceiver:
         finally:
             os.close(done_fd)
 
-    async def _nack(self, name: str, error: BaseException | None) -> None:
+    async def _nack(self, name: str, mtime_ns: int, error: BaseException | None) -> None:
         self._taken.discard(name)
+        if isinstance(error, MessageRejected):
+            # The sink can never take it and there is no dead-letter sink: reading it
+            # again would only be rejected again. It stays until it changes.
+            self._broken.add((name, mtime_ns))
+            log.error(
+                "%s was rejected (%s); it stays where it is",
+                self._source.path / name,
+                error.reason,
+            )

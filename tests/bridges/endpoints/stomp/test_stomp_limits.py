@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trio
 
 import trio_stomp
-from bridges import Context, Message, MessageRejected, Route, open_shared
+from bridges import Context, Message, MessageRejected, RetryPolicy, Route, open_shared
+from bridges.endpoints.file import FileSource, FileSourceConfig
 from bridges.endpoints.stomp import EMBEDDED_BROKER, StompSink, StompSinkConfig
-from bridges.testing import FakeSink, FakeSource
+from bridges.testing import FakeSink, FakeSource, wait_until
 from trio_stomp.broker import Broker, Limits, open_broker
 
 
@@ -72,3 +74,30 @@ async def test_the_embedded_brokers_frame_limit_is_the_default_and_the_rest_goes
 def test_max_message_bytes_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_message_bytes"):
         StompSinkConfig(max_message_bytes=0)
+
+
+async def test_a_file_too_big_for_the_broker_stays_in_the_inbox_and_stalls_nothing(
+    small_broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The quickstart's case without a dead-letter sink: the big file stays, logged, once."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "big.bin").write_bytes(b"z" * (100 * 1024))
+    (inbox / "small.txt").write_bytes(b"small")
+    async with open_shared() as shared:
+        shared.provide(EMBEDDED_BROKER, small_broker)
+        context = Context(route="r", embedded=True, shared=shared, base_dir=tmp_path)
+        source = FileSource(FileSourceConfig("inbox", settle=0, poll_interval=0.02), context)
+        sink = StompSink(StompSinkConfig(url="embedded", destination="/queue/c"), context)
+        route = Route("r", source, sink, batch_time=0, retry=RetryPolicy(initial=0.01))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(route.run)
+            await wait_until(lambda: route.stats.delivered == 1 and route.stats.nacked == 1)
+            await trio.sleep(0.3)  # many polls: the rejected file is not read again
+            route.stop()
+    assert route.stats.received == 2
+    assert sorted(p.name for p in inbox.iterdir()) == ["big.bin", "done"]
+    assert (inbox / "done" / "small.txt").exists()
+    assert "big.bin was rejected" in caplog.text
+    assert "max_message_bytes = 65536" in caplog.text
+    assert await received(small_broker.url, "/queue/c") == [b"small"]
