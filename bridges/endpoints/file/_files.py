@@ -51,7 +51,15 @@ NAME_MAX: Final = 255
 MAX_RENAMES: Final = 10_000
 #: Errors of a name that no retry will cure: the message is rejected.
 _BAD_NAME: Final = frozenset(
-    {errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ, errno.EISDIR, errno.ENOTDIR, errno.EEXIST}
+    {
+        errno.ENAMETOOLONG,
+        errno.EINVAL,
+        errno.EILSEQ,
+        errno.EISDIR,
+        errno.ENOTDIR,
+        errno.EEXIST,
+        errno.ENOTEMPTY,
+    }
 )
 
 

@@ -118,11 +118,15 @@ class StompSink:
         async with self._connector.connect() as client:
             yield _StompWriter(client, self)
 
-    def prepare(self, message: Message) -> tuple[str, dict[str, str]]:
+    def prepare(self, message: Message, limit: int | None = None) -> tuple[str, dict[str, str]]:
         """The destination and SEND headers of ``message``.
 
+        Args:
+          limit: the largest frame, bytes (default: :attr:`max_message_bytes`;
+            a writer looks it up once, not per message).
+
         Raises:
-          ValueError: no destination, or a header STOMP cannot carry.
+          ValueError: no destination, a header STOMP cannot carry, or too big.
         """
         if message.destination:
             destination = message.destination
@@ -139,12 +143,18 @@ class StompSink:
             headers[name] = value
         headers.update(self._extra)
         headers[ID_HEADER] = message.id
-        self._check_size(message.body, destination, headers)
+        _check_size(
+            message.body, destination, headers, self.max_message_bytes if limit is None else limit
+        )
         return destination, headers
 
-    def _check_size(self, body: bytes, destination: str, headers: dict[str, str]) -> None:
-        limit = self.max_message_bytes
-        size = len(body) + _FRAME_OVERHEAD + len(destination.encode())
+
+def _check_size(body: bytes, destination: str, headers: dict[str, str], limit: int) -> None:
+    """Raise ValueError if the SEND frame would be larger than ``limit`` bytes."""
+    size = len(body) + _FRAME_OVERHEAD
+    chars = len(destination) + sum(len(name) + len(value) + 2 for name, value in headers.items())
+    if size + 4 * chars > limit:  # (UTF-8: at most 4 bytes a character; else count exactly)
+        size += len(destination.encode())
         for name, value in headers.items():
             size += len(name.encode()) + len(value.encode()) + 2
         if size > limit:
@@ -159,6 +169,7 @@ class _StompWriter:
         self._client = client
         self._sink = sink
         self._transaction = sink.confirm == "transaction"
+        self._limit = sink.max_message_bytes
 
     async def write(self, batch: Sequence[Message]) -> None:
         frames = []
@@ -166,7 +177,7 @@ class _StompWriter:
         reasons: list[str] = []
         for index, message in enumerate(batch):
             try:
-                destination, headers = self._sink.prepare(message)
+                destination, headers = self._sink.prepare(message, self._limit)
             except ValueError as exc:
                 bad.append(index)
                 reasons.append(str(exc))

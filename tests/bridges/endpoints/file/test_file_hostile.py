@@ -452,3 +452,26 @@ async def test_a_line_over_max_line_goes_to_the_dead_letter_sink_and_the_route_m
         assert letter.headers["bridge-source"].endswith("app.jsonl:2")
     else:
         assert route.stats.nacked == 1
+
+
+@pytest.mark.parametrize("conflict", ["fail", "replace", "rename"])
+async def test_a_directory_in_the_way_is_a_rejection_not_a_retry(
+    tmp_path: Path, conflict: Any
+) -> None:
+    out = tmp_path / "out"
+    (out / "d").mkdir(parents=True)
+    (out / "d" / "keep").write_bytes(b"keep")
+    sink = FileSink(FileSinkConfig("out", format="files", conflict=conflict), ctx(tmp_path))
+    async with sink.open() as writer:
+        if conflict == "rename":
+            await writer.write([Message(b"x", {}, "d")])
+        else:
+            with pytest.raises(MessageRejected) as caught:
+                await writer.write([Message(b"x", {}, "d"), Message(b"y", {}, "e")])
+            assert caught.value.indices == (0,)
+    assert (out / "d" / "keep").read_bytes() == b"keep"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    if conflict == "rename":
+        assert (out / "d-1").read_bytes() == b"x"
+    else:
+        assert (out / "e").read_bytes() == b"y"
