@@ -200,9 +200,10 @@ class FrameParser:
     def _feed(self, data: bytes, events: list[Event]) -> None:
         pos = 0
         if self._need != _NO_BODY:
-            pos = self._continue_body(data, events)
-            if pos < 0:
+            after = self._continue_body(data, events)
+            if after is None:
                 return
+            pos = after
             if self._pause:
                 self._held = data[pos:]
                 return
@@ -369,11 +370,11 @@ class FrameParser:
         if self._have and self._command not in BODY_COMMANDS:
             raise RemoteProtocolError(f"a {self._command} frame may not have a body")
 
-    def _continue_body(self, data: bytes, events: list[Event]) -> int:
+    def _continue_body(self, data: bytes, events: list[Event]) -> int | None:
         """Add ``data`` to an incomplete body.
 
         Returns the position in ``data`` after the frame once it is complete,
-        else -1.
+        else None.
         """
         if self._need == _UNTIL_NUL:
             stop = data.find(b"\0")
@@ -381,13 +382,13 @@ class FrameParser:
             self._check_body_budget()
             if stop < 0:
                 self._parts.append(data)
-                return -1
+                return None
         else:
             missing = self._need - self._have
             if len(data) < missing:
                 self._parts.append(data)
                 self._have += len(data)
-                return -1
+                return None
             stop = missing - 1
             if data[stop] != 0:
                 raise RemoteProtocolError("content-length bytes are not followed by NUL")
