@@ -232,8 +232,13 @@ def test_the_broker_imports_only_frame_and_the_transport() -> None:
     """broker/ is a server built on the codec and the byte streams, never on the
     client's private modules."""
     root = pathlib.Path(trio_stomp_root()) / "broker"
-    allowed = ("trio_stomp.frame", "trio_stomp.broker", "trio_stomp._transport")
-    allowed += ("trio_stomp._websocket", "trio_stomp.util")
+    allowed = (
+        "trio_stomp.frame",
+        "trio_stomp.broker",
+        "trio_stomp._transport",
+        "trio_stomp._websocket",
+        "trio_stomp.util",
+    )
     for path in root.glob("*.py"):
         imported = _imports(path, "trio_stomp.broker")
         modules = {m for m in imported if m.count(".") <= 2 and not m[11:12].isupper()}
