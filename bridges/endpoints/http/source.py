@@ -15,8 +15,11 @@ dead-letter sink does): then, and only then, the answer is ``status`` (204).
 A nack (a sink that keeps failing, a shutdown) answers 503 with
 ``Retry-After``, and so does a request the route does not take within
 ``accept_timeout`` (its window full): nothing was queued for those, and the
-sender tries again later. A 2xx therefore always means durable; a 5xx means
-the sender must retry (at worst a duplicate with the same id, never a loss).
+sender tries again later. A message taken but not yet stored after
+``answer_timeout`` is answered 503 too (a sender's own timeout would
+otherwise hit first); it stays in the route, so the sender's retry may be a
+duplicate. A 2xx therefore always means durable; a 5xx means the sender must
+retry (at worst a duplicate with the same id, never a loss).
 
 Checks run before anything is queued and before the body is read where
 they can: method (405), bearer token and signature headers (401),
@@ -78,6 +81,7 @@ class HttpSourceConfig:
     status: int = attrs.field(default=204, validator=[ge(200), le(299)])
     accept_timeout: float = attrs.field(default=5.0, validator=gt(0.0))
     body_timeout: float = attrs.field(default=30.0, validator=gt(0.0))
+    answer_timeout: float = attrs.field(default=25.0, validator=gt(0.0))
     max_pending: int = attrs.field(default=256, validator=ge(1))
     retry_after: int = attrs.field(default=5, validator=ge(0))
     certfile: str | None = None
@@ -343,7 +347,17 @@ class _HttpReceiver:
                     self._config.accept_timeout,
                 )
                 return False
-            await outcome.done.wait()
+            with trio.move_on_after(self._config.answer_timeout) as answered:
+                await outcome.done.wait()
+            if answered.cancelled_caught:
+                # Still in the route and perhaps stored later: the sender's retry
+                # is then a duplicate with the same id, never a loss.
+                log.warning(
+                    "%s: 503: not stored within %g s (answer_timeout)",
+                    self._origin,
+                    self._config.answer_timeout,
+                )
+                return False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return False  # the route stopped before taking it: nothing was queued
         finally:

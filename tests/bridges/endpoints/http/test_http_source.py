@@ -486,3 +486,17 @@ async def test_requests_past_max_pending_get_503_before_their_body_is_read(
         assert answers == [204, 204]
         assert (await client.post(f"{url}/hooks", content=b"4")).status_code == 204
     assert sorted(m.body for b in sink.batches for m in b) == [b"1", b"2", b"4"]
+
+
+async def test_a_webhook_not_stored_within_answer_timeout_gets_503_and_stays_in_flight(
+    client: httpx.AsyncClient,
+) -> None:
+    sink = FakeSink()
+    sink.gate = trio.Event()
+    async with running_source(sink, answer_timeout=0.3) as (url, route, _):
+        response = await client.post(f"{url}/hooks", content=b"slow")
+        assert response.status_code == 503
+        assert route.in_flight == 1  # not dropped: the sink may still store it
+        sink.gate.set()
+        await wait_until(lambda: route.stats.delivered == 1)
+    assert [m.body for b in sink.batches for m in b] == [b"slow"]
