@@ -74,6 +74,31 @@ def test_bridges_check_never_prints_a_passcode(
         assert "passcode" in out.err  # the key is named, its value is not
 
 
+@pytest.mark.parametrize(
+    "sink",
+    [
+        'type = "redis", stream = "s", url = "redis://u:PASS@127.0.0.1:PORT/0"',
+        'type = "amqp", exchange = "", routing_key = "q", url = "amqp://u:PASS@127.0.0.1:PORT/"',
+        'type = "nats", subject = "s", url = "nats://u:PASS@127.0.0.1:PORT"',
+        'type = "mqtt", topic = "t", url = "mqtt://u:PASS@127.0.0.1:PORT"',
+        'type = "http", url = "https://u:PASS@example.com:PORT/hook"',
+    ],
+)
+@pytest.mark.parametrize("port", ["1234", "notaport"])
+def test_bridges_check_never_prints_a_password_of_any_family(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sink: str, port: str
+) -> None:
+    config = tmp_path / "bridge.toml"
+    sink = sink.replace("PASS", SECRET_QUOTED).replace("PORT", port)
+    config.write_text(
+        f'[routes.r]\nsource = {{ type = "file", path = "in" }}\nsink = {{ {sink} }}\n'
+    )
+    status = main(["check", str(config)])
+    out = capsys.readouterr()
+    assert_no_secret(out.out + out.err)
+    assert status == (0 if port == "1234" else 2), out.err
+
+
 @pytest.mark.deadline(20)
 async def test_logs_of_a_running_bridge_never_print_a_passcode(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
