@@ -19,8 +19,12 @@ import os
 import sys
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from .service import Stopped
 
 PROG = "bridges"
 #: ``bridges run`` stopped, but left messages unacknowledged or lost (its last line says).
@@ -31,13 +35,13 @@ def _say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
-def _exit_now(stopped: object) -> None:
+def _exit_now(stopped: Stopped) -> None:
     """``bridges run``'s last resort when cleanup overruns its bound: exit without waiting.
 
     Safe for the data: nothing unacknowledged was acknowledged to its source.
     """
     sys.stderr.flush()
-    os._exit(EXIT_LEFT_BEHIND)
+    os._exit(0 if stopped.clean else EXIT_LEFT_BEHIND)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,21 +8,25 @@ answers nothing (no RECEIPT, no heart-beat), as a broker that hangs would.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
-from bridges import default_registry, load_config, run_bridge
+from bridges import Context, Message, default_registry, load_config, run_bridge
 from bridges._cli import main
+from bridges.service import STOP_NOW_WITHIN, Stopped
+from bridges.testing import wait_until
 
 SECRET = "s3cr/et:@%2F?#pw"  # characters a URL parser and a regex both trip on
 SECRET_QUOTED = "s3cr%2Fet%3A%40%252F%3F%23pw"
@@ -239,3 +243,77 @@ async def test_a_second_signal_stops_within_1s(tmp_path: Path) -> None:
     assert took < 1.0, output
     assert status == 3, output
     assert "3 message(s)" in output.strip().splitlines()[-1], output
+
+
+# -- the last resort ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class HangingSinkConfig:
+    cleanup_seconds: float = 3.0
+
+
+class HangingSink:
+    """A sink whose writes never finish and whose cleanup ignores cancellation."""
+
+    def __init__(self, config: HangingSinkConfig, context: Context) -> None:
+        self.seconds = config.cleanup_seconds
+
+    @classmethod
+    def build(cls, config: HangingSinkConfig, context: Context) -> HangingSink:
+        return cls(config, context)
+
+    def describe(self) -> str:
+        return "hanging sink"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[HangingSink]:
+        try:
+            yield self
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(self.seconds)
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        await trio.sleep_forever()
+
+
+@pytest.mark.deadline(20)
+async def test_a_cleanup_that_hangs_gets_the_hard_stop_after_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    registry = default_registry(plugins=False)
+    registry.register("sink", "hang", HangingSinkConfig, HangingSink.build)
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "a").write_text("a")
+    path = tmp_path / "bridge.toml"
+    path.write_text(
+        "[routes.r]\n"
+        'source = { type = "file", path = "inbox", settle = 0, poll_interval = 0.05 }\n'
+        'sink = { type = "hang" }\n'
+    )
+    said: list[str] = []
+    stops: list[tuple[float, Stopped]] = []
+    async with trio.open_nursery() as nursery:
+        routes = await nursery.start(
+            partial(
+                run_bridge,
+                load_config(path, registry),
+                registry,
+                say=said.append,
+                hard_stop=lambda stopped: stops.append((trio.current_time(), stopped)),
+            )
+        )
+        await wait_until(lambda: routes[0].in_flight == 1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await wait_until(lambda: any("stopping (" in line for line in said))
+        signalled = trio.current_time()
+        os.kill(os.getpid(), signal.SIGTERM)
+        await wait_until(lambda: bool(stops))
+    [(when, stopped)] = stops
+    assert STOP_NOW_WITHIN <= when - signalled < STOP_NOW_WITHIN + 0.5
+    assert stopped == Stopped(unacknowledged=1)
+    assert any("exiting now" in line for line in said)
+    assert said[-1] == stopped.summary()
+    assert (tmp_path / "inbox" / "a").exists()  # never acknowledged, never moved
