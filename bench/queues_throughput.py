@@ -12,6 +12,9 @@ work in the same direction:
 
 consume (``count`` messages wait in the stream / queue):
 
+(The bare clients run on asyncio's own event loop, set explicitly: importing
+trio-asyncio would otherwise give ``asyncio.run`` its synchronous loop.)
+
 - nats bare: plain asyncio, a pull subscription, ``fetch(--batch)``, ``ack()``
   each message, the next fetch;
 - nats bridge: a route from the ``nats`` source (trio-asyncio, window
@@ -366,6 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default="nats,amqp")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    # Importing the endpoints imports trio-asyncio, which makes a plain
+    # asyncio.run() outside Trio use its own (slower) synchronous loop; the
+    # bare clients must run on asyncio's own loop, as they would without us.
+    asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
     families = set(args.only.split(","))
     rows: list[dict[str, Any]] = []
     if "nats" in families:

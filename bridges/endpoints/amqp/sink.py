@@ -129,8 +129,13 @@ class _AmqpWriter:
             todo.append((index, key, outgoing))
         confirmed: list[int] = []
         for round_ in _rounds(todo):
-            with trio.fail_after(self._timeout):
-                results = await self._aio.run(self._publish, round_)
+            try:
+                with trio.fail_after(self._timeout):
+                    results = await self._aio.run(self._publish, round_)
+            except trio.TooSlowError:
+                raise TimeoutError(
+                    f"the broker did not confirm {len(round_)} message(s) in {self._timeout:g} s"
+                ) from None
             for (index, key, _), result in zip(round_, results, strict=True):
                 if isinstance(result, aiormq.exceptions.PublishError):
                     bad[index] = _unroutable(result, self._exchange.name, key)

@@ -16,13 +16,14 @@ at most once, and ``bridges check`` says so.
 
 from __future__ import annotations
 
-import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import nats.errors
+import nats.js.api
 import nats.js.errors
 import trio
 from attrs.validators import ge
@@ -86,8 +87,11 @@ class NatsSink:
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_NatsWriter]:
         async with self._connector.connect() as (aio, client, closed):
-            js = await aio.call(client.jetstream) if self._config.jetstream else None
-            yield _NatsWriter(aio, client, js, closed, self, self._config.confirm_timeout)
+            acks = None
+            if self._config.jetstream:
+                acks = _PubAcks(client.new_inbox())
+                await aio.run(client.subscribe, acks.prefix + ".>", cb=acks.on_reply)
+            yield _NatsWriter(aio, client, acks, closed, self, self._config.confirm_timeout)
 
     def prepare(self, message: Message, max_payload: int) -> tuple[str, dict[str, str]]:
         """The subject and headers of ``message``.
@@ -122,19 +126,80 @@ class NatsSink:
         self.duplicates += count
 
 
+class _PubAcks:
+    """The publish acks of one writer's batches, collected from one reply subscription.
+
+    Not nats-py's ``publish_async()``: it gives each publish an asyncio
+    future (and ``gather`` a task), callbacks that cost more than the rest of
+    the route together on a trio-asyncio loop. Here each publish has the
+    reply subject ``PREFIX.BATCH.INDEX``, the client calls :meth:`on_reply`
+    for each answer, and the batch is done when every answer is in (a batch
+    number tells a late answer of a timed-out batch from the current ones).
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.batch = 0
+        self.results: list[Any] = []
+        self.remaining = 0
+        self.done = trio.Event()
+
+    def start(self, size: int) -> str:
+        """A new batch of ``size``; returns its reply-subject prefix."""
+        self.batch += 1
+        self.results = [None] * size
+        self.remaining = size
+        self.done = trio.Event()
+        if not size:
+            self.done.set()
+        return f"{self.prefix}.{self.batch}."
+
+    def settle(self, index: int, result: Any) -> None:
+        if self.results[index] is None:
+            self.results[index] = result
+            self.remaining -= 1
+            if self.remaining <= 0:
+                self.done.set()
+
+    async def on_reply(self, msg: Any) -> None:
+        """Runs in asyncio (inside Trio's thread): one PubAck, error, or no-responders status."""
+        batch, _, index = msg.subject[len(self.prefix) + 1 :].partition(".")
+        if batch != str(self.batch) or not index.isdigit() or int(index) >= len(self.results):
+            return  # a late answer to an earlier batch
+        self.settle(int(index), _pub_ack(msg))
+
+
+def _pub_ack(msg: Any) -> Any:
+    headers = msg.headers
+    if headers and headers.get("Status") == "503":
+        return nats.js.errors.NoStreamResponseError()
+    try:
+        answer = json.loads(msg.data)
+    except ValueError:
+        return nats.errors.Error(f"not a publish ack: {msg.data[:60]!r}")
+    if "error" in answer:
+        error = answer["error"]
+        return nats.js.errors.APIError(
+            code=error.get("code"),
+            description=error.get("description"),
+            err_code=error.get("err_code"),
+        )
+    return nats.js.api.PubAck.from_response(answer)
+
+
 class _NatsWriter:
     def __init__(
         self,
         aio: AsyncioLoop,
         client: Any,
-        js: Any,
+        acks: _PubAcks | None,
         closed: trio.Event,
         sink: NatsSink,
         timeout: float,
     ) -> None:
         self._aio = aio
         self._client = client
-        self._js = js
+        self._acks = acks
         self._closed = closed
         self._sink = sink
         self._timeout = timeout
@@ -152,13 +217,21 @@ class _NatsWriter:
                 bad[index] = str(exc)
                 continue
             todo.append((index, subject, message.body, headers))
-        if todo:
+        acks = self._acks
+        try:
             with trio.fail_after(self._timeout):
-                if self._js is None:
+                if acks is None:
                     await self._aio.run(_publish_core, self._client, todo, self._timeout)
                 else:
-                    results = await self._aio.run(_publish_js, self._js, todo)
-                    self._check(todo, results, bad)
+                    reply = acks.start(len(todo))
+                    await self._aio.run(_publish_js, self._client, todo, reply, acks)
+                    await acks.done.wait()
+        except trio.TooSlowError:
+            raise TimeoutError(
+                f"no publish ack for {len(todo)} message(s) in {self._timeout:g} s"
+            ) from None
+        if acks is not None:
+            self._check(todo, acks.results, bad)
         if bad:
             indices = sorted(bad)
             raise MessageRejected(bad[indices[0]], indices)
@@ -175,8 +248,8 @@ class _NatsWriter:
                 bad[index] = f"no JetStream stream stores subject {subject!r}"
             elif isinstance(result, nats.js.errors.APIError) and result.err_code == 10054:
                 bad[index] = f"over the stream's max_msg_size: {one_line(result)}"
-            elif isinstance(result, nats.errors.MaxPayloadError):
-                bad[index] = f"over the server's max_payload: {one_line(result)}"
+            elif isinstance(result, nats.errors.MaxPayloadError | nats.errors.BadHeaderError):
+                bad[index] = f"cannot be published: {one_line(result)}"
             elif isinstance(result, BaseException):
                 raise ConnectionError(f"publishing failed: {one_line(result)}") from result
             elif result.duplicate:
@@ -184,17 +257,18 @@ class _NatsWriter:
         self._sink.saw_duplicates(duplicates)
 
 
-async def _publish_js(js: Any, todo: list[tuple[int, str, bytes, dict[str, str]]]) -> list[Any]:
-    """Runs in asyncio: publish the whole batch, then await every PubAck."""
-    futures: list[Any] = []
-    for _, subject, body, headers in todo:
+async def _publish_js(
+    client: Any,
+    todo: list[tuple[int, str, bytes, dict[str, str]]],
+    reply: str,
+    acks: _PubAcks,
+) -> None:
+    """Runs in asyncio: publish the whole batch, each with its own reply subject."""
+    for position, (_, subject, body, headers) in enumerate(todo):
         try:
-            futures.append(await js.publish_async(subject, body, headers=headers))
-        except nats.errors.Error as exc:
-            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            done.set_exception(exc)
-            futures.append(done)
-    return list(await asyncio.gather(*futures, return_exceptions=True))
+            await client.publish(subject, body, reply=f"{reply}{position}", headers=headers)
+        except (nats.errors.MaxPayloadError, nats.errors.BadHeaderError) as exc:
+            acks.settle(position, exc)
 
 
 async def _publish_core(
