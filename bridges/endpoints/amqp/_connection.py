@@ -18,6 +18,7 @@ import aio_pika
 import aiormq
 import attrs
 import trio
+import yarl
 from attrs.validators import ge
 
 from bridges import Context, InvalidSetting
@@ -107,9 +108,11 @@ class Connector:
         """
         config = self._config
         kwargs: dict[str, Any] = {"timeout": config.connect_timeout}
-        if config.password is not None:
-            kwargs["password"] = config.password
         url = _with_heartbeat(config.url, config.heartbeat)
+        if config.password is not None:
+            # (aio-pika ignores password= when it is given a URL)
+            parsed = yarl.URL(url)
+            url = str(parsed.with_user(parsed.user or "guest").with_password(config.password))
         async with asyncio_loop(self._context) as aio:
             try:
                 with trio.fail_after(config.connect_timeout + 1):

@@ -201,6 +201,20 @@ async def test_bad_credentials_missing_queue_and_exchange_are_one_line() -> None
             pass  # pragma: no cover - never entered
 
 
+async def test_the_password_setting_overrides_the_url_and_never_shows() -> None:
+    url = require_amqp()
+    async with queue(url) as (name, _, _):
+        without = url.replace("guest:guest@", "guest@")
+        source = AmqpSource(AmqpSourceConfig(url=without, password="guest", queue=name), CTX)
+        async with source.open():
+            pass
+        wrong = AmqpSource(AmqpSourceConfig(url=url, password="s3cret-pw", queue=name), CTX)
+        with pytest.raises(ConnectionError, match="cannot connect") as caught:
+            async with wrong.open():
+                pass  # pragma: no cover - never entered
+        assert "s3cret-pw" not in str(caught.value)
+
+
 def test_settings_that_cannot_work_are_refused() -> None:
     with pytest.raises(InvalidSetting, match="url"):
         AmqpSink(AmqpSinkConfig(url="http://x"), CTX)
