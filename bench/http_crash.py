@@ -272,8 +272,12 @@ async def outbound(target: Target, count: int, kills: int, rng: random.Random) -
         received: collections.Counter[str] = collections.Counter()
 
         async def app(scope: Any, receive: Any, send: Any) -> None:
-            while (await receive()).get("more_body"):
-                pass
+            while True:  # a request cut off by a kill is not received
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    return
+                if not event.get("more_body"):
+                    break
             for name, value in scope["headers"]:
                 if name == b"webhook-id":
                     received[value.decode()] += 1

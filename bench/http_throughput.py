@@ -240,8 +240,12 @@ class Receiver:
         self.last = 0.0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        while (await receive()).get("more_body"):
-            pass
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                return
+            if not event.get("more_body"):
+                break
         now = time.perf_counter()
         if self.count == 0:
             self.first = now

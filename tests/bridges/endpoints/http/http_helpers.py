@@ -69,6 +69,8 @@ class Recorder:
         chunks = []
         while True:
             event = await receive()
+            if event["type"] == "http.disconnect":
+                return  # the sender gave up mid-request: nothing was received
             chunks.append(event.get("body", b""))
             if not event.get("more_body"):
                 break
