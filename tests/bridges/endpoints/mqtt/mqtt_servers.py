@@ -128,11 +128,16 @@ class PrivateMosquitto:
         await self.start()
 
 
+def private_mosquitto_available() -> None:
+    """Skip (locally) or fail (CI) when mosquitto is not installed."""
+    if not (os.access(MOSQUITTO, os.X_OK) and os.access(MOSQUITTO_PASSWD, os.X_OK)):
+        _unavailable("mosquitto is not installed (scripts/brokers up installs it)")
+
+
 @asynccontextmanager
 async def private_mosquitto(directory: Path) -> AsyncIterator[PrivateMosquitto]:
     """A private broker for one test, stopped (and reaped) when the block ends."""
-    if not (os.access(MOSQUITTO, os.X_OK) and os.access(MOSQUITTO_PASSWD, os.X_OK)):
-        _unavailable("mosquitto is not installed (scripts/brokers up installs it)")
+    private_mosquitto_available()
     server = PrivateMosquitto(directory)
     try:
         await server.start()

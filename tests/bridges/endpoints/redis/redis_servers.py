@@ -102,11 +102,16 @@ class PrivateRedis:
         await self.start()
 
 
+def private_redis_available() -> None:
+    """Skip (locally) or fail (CI) when redis-server is not installed."""
+    if not os.access(REDIS_SERVER, os.X_OK):
+        _unavailable("redis-server is not installed (scripts/brokers up installs it)")
+
+
 @asynccontextmanager
 async def private_redis(directory: Path) -> AsyncIterator[PrivateRedis]:
     """A private server for one test, stopped (and reaped) when the block ends."""
-    if not os.access(REDIS_SERVER, os.X_OK):
-        _unavailable("redis-server is not installed (scripts/brokers up installs it)")
+    private_redis_available()
     server = PrivateRedis(directory)
     try:
         await server.start()
