@@ -260,3 +260,30 @@ async def test_a_server_restart_mid_stream_loses_nothing(tmp_path: Path) -> None
         assert set(out.written) == {m.id for m in messages(total)}
         assert to_redis.stats.restarts + from_redis.stats.restarts >= 1
         assert len(source.acked) == total
+
+
+async def test_streams_the_acl_refuses(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async with private_redis(tmp_path) as server:
+        async with redis(server.url) as client:
+            await client.acl_setuser("limited", "on", ">limited-pass", "~allowed-*", "+@all")
+        url = server.url.replace("redis://", "redis://limited:limited-pass@")
+        sink = RedisSink(RedisSinkConfig(url=url, stream="{header:to}"), CTX)
+        async with sink.open() as writer:
+            with pytest.raises(MessageRejected) as refused:
+                await writer.write(
+                    [Message(b"1", {"to": "allowed-a"}, "a"), Message(b"2", {"to": "secret"}, "b")]
+                )
+        assert refused.value.indices == (1,)
+        assert "NOPERM" in refused.value.reason or "permission" in refused.value.reason
+        assert "limited-pass" not in refused.value.reason
+        assert [f[b"bridge-id"] for _, f in await entries(server.url, "allowed-a")] == [b"a"]
+        # A source on a stream the user may not read: one line naming the route and the server.
+        source = RedisSource(RedisSourceConfig(url=url, stream="secret"), Context(route="orders"))
+        route = Route("orders", source, FakeSink())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(route.run)
+            await wait_until(lambda: "route 'orders' failed" in caplog.text)
+            route.abort()
+        line = next(r.getMessage() for r in caplog.records if "failed" in r.getMessage())
+        assert f"redis://127.0.0.1:{server.port}/0" in line
+        assert "limited-pass" not in line
