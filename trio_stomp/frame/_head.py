@@ -7,7 +7,6 @@ Shared by the parser and the WebSocket :class:`~trio_stomp.frame.FrameSplitter`:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Final, Protocol
 
 from ._errors import RemoteProtocolError
@@ -94,14 +93,17 @@ class HeadRules(Protocol):
     lenient: bool
 
 
-def parse_head(text: str, size: int, rules: HeadRules) -> tuple[str, Headers, int | None]:
+def parse_head(
+    text: str, size: int, version: str, rules: HeadRules
+) -> tuple[str, Headers, int | None]:
     """Parse a frame head of ``size`` bytes: command, headers, content-length.
 
     ``text`` is the head without its blank line (nor the LF that ends its
-    last line).
+    last line). The common frame (1.1 or 1.2, LF lines, escaped headers, no
+    backslash) is read inline; everything else takes a helper.
     """
-    version = rules.version
-    lines, as_sent = _lines(text, version)
+    as_sent = version != "1.0" and (version == "1.1" or "\r" not in text)
+    lines = text.split("\n") if as_sent else _cleaned_lines(text, version)
     command = COMMAND_NAMES.get(lines[0]) or command_named(lines[0])
     count = len(lines) - 1
     if count > rules.max_header_count:
@@ -110,54 +112,69 @@ def parse_head(text: str, size: int, rules: HeadRules) -> tuple[str, Headers, in
         )
     if size > rules.max_header_length:
         _check_line_lengths(text.split("\n")[1:], version, rules.max_header_length)
-    pairs: list[Pair] = []
-    if (
-        version != "1.0"
-        and command not in UNESCAPED_COMMANDS
-        and (version == "1.1" or rules.lenient or text.count(":") == count)
-    ):
-        # The usual frame: escaped headers, and in strict 1.2 as many colons
-        # as lines, which (since every line needs one) rules out a raw colon
-        # in a value without looking at each.
-        _escaped_headers(lines, "\\" in text, version, rules.lenient, pairs.append)
+    # The usual frame: escaped headers, and in strict 1.2 as many colons as
+    # lines, which (since every line needs one) rules out a raw colon in a
+    # value without looking at each.
+    usual = version == "1.1" or rules.lenient or text.count(":") == count
+    if not usual or version == "1.0" or command in UNESCAPED_COMMANDS:
+        pairs = _other_headers(lines, version, command, rules.lenient)
+    elif "\\" in text:
+        pairs = _escaped_headers(lines, version, rules.lenient)
     else:
-        _other_headers(lines, version, command, rules.lenient, pairs.append)
-    return command, _headers(tuple(pairs)), _stated_length(text, pairs, as_sent, version)
+        pairs = []
+        append = pairs.append
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon or not name:
+                raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+            append((name, value))
+    if not as_sent:
+        return command, _headers(tuple(pairs)), _folded_length(text, pairs, version)
+    # An escaped name cannot spell content-length (escapes only make newline,
+    # colon, backslash and CR), and a value that is all digits as sent is all
+    # digits unescaped: read it from the text.
+    found = text.find(_CONTENT_LENGTH_LINE)
+    if found < 0:
+        return command, _headers(tuple(pairs)), None
+    start = found + len(_CONTENT_LENGTH_LINE)
+    stop = text.find("\n", start)
+    return (
+        command,
+        _headers(tuple(pairs)),
+        content_length(text[start : stop if stop >= 0 else None]),
+    )
 
 
-def _lines(text: str, version: str) -> tuple[list[str], bool]:
-    """The head's lines without end-of-line clean-up, and whether they are as sent."""
+def _cleaned_lines(text: str, version: str) -> list[str]:
+    """The head's lines without their end-of-line padding (1.0: spaces and CRs; 1.2: CR)."""
     lines = text.split("\n")
     if version == "1.0":
-        return [line.rstrip(" \r") for line in lines], False
-    if version == "1.2" and "\r" in text:
-        lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
-        if any("\r" in line for line in lines):
-            raise RemoteProtocolError("a raw carriage return inside a header line")
-        return lines, False
-    return lines, True
+        return [line.rstrip(" \r") for line in lines]
+    lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
+    if any("\r" in line for line in lines):
+        raise RemoteProtocolError("a raw carriage return inside a header line")
+    return lines
 
 
-def _escaped_headers(
-    lines: list[str], escapes: bool, version: str, lenient: bool, append: Callable[[Pair], None]
-) -> None:
+def _escaped_headers(lines: list[str], version: str, lenient: bool) -> list[Pair]:
+    pairs = []
     for line in lines[1:]:
         name, colon, value = line.partition(":")
         if not colon or not name:
             raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
-        if escapes and "\\" in line:
-            if "\\" in name:
-                name = unescape(name, version, lenient)
-            if "\\" in value:
-                value = unescape(value, version, lenient)
-        append((name, value))
+        if "\\" in name:
+            name = unescape(name, version, lenient)
+        if "\\" in value:
+            value = unescape(value, version, lenient)
+        pairs.append((name, value))
+    return pairs
 
 
-def _other_headers(
-    lines: list[str], version: str, command: str, lenient: bool, append: Callable[[Pair], None]
-) -> None:
+def _other_headers(lines: list[str], version: str, command: str, lenient: bool) -> list[Pair]:
     """Parse header lines that are unescaped (1.0, CONNECT...) or suspect."""
     escaped = version != "1.0" and command not in UNESCAPED_COMMANDS
+    pairs: list[Pair] = []
+    append = pairs.append
     for line in lines[1:]:
         name, colon, value = line.partition(":")
         if not colon or not name:
@@ -172,24 +189,13 @@ def _other_headers(
             if "\\" in value:
                 value = unescape(value, version, lenient)
         append((name, value))
+    return pairs
 
 
-def _stated_length(text: str, pairs: list[Pair], as_sent: bool, version: str) -> int | None:
-    """The first content-length header as a number (None when absent).
-
-    From the text when its lines are as sent (an escaped name cannot spell
-    content-length: escapes only make newline, colon, backslash and CR; and a
-    value that is all digits as sent is all digits unescaped); else from the
-    parsed headers (1.0 header names are case-insensitive, and framing must
-    be too).
-    """
-    if as_sent:
-        found = text.find(_CONTENT_LENGTH_LINE)
-        if found < 0:
-            return None
-        start = found + len(_CONTENT_LENGTH_LINE)
-        stop = text.find("\n", start)
-        return content_length(text[start : stop if stop >= 0 else None])
+def _folded_length(text: str, pairs: list[Pair], version: str) -> int | None:
+    """The first content-length header as a number (None when absent), from the parsed
+    headers: for heads whose lines were cleaned up, and for 1.0, whose header names
+    are case-insensitive (and framing must be too)."""
     fold = version == "1.0"
     if "content-length" not in (text.lower() if fold else text):
         return None

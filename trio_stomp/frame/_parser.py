@@ -241,7 +241,7 @@ class FrameParser:
             if head is None:
                 break
             text, end, body_start, nul_ended = head
-            command, headers, length = parse_head(text, end - pos, self)
+            command, headers, length = parse_head(text, end - pos, self._version, self)
             budget = self.max_frame_size - (body_start - pos)
             if budget < 0:
                 raise RemoteProtocolError(
