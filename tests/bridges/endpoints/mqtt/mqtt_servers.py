@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trustme
 
 MQTT_URL = os.environ.get("TRIO_STOMP_MQTT_URL", "mqtt://127.0.0.1:1883")
 REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
@@ -74,6 +75,10 @@ class PrivateMosquitto:
     def __init__(self, directory: Path) -> None:
         self.port = free_port()
         self.url = f"mqtt://127.0.0.1:{self.port}"
+        #: A TLS listener (certificate for 127.0.0.1 and localhost from a private CA).
+        self.tls_port = free_port()
+        self.tls_url = f"mqtts://localhost:{self.tls_port}"
+        self.ca_file = directory / "ca.pem"
         self._directory = directory
         self._process: trio.Process | None = None
 
@@ -83,6 +88,11 @@ class PrivateMosquitto:
             [MOSQUITTO_PASSWD, "-c", "-b", str(directory / "passwd"), USER, PASSWORD], check=True
         )
         (directory / "acl").write_text(f"user {USER}\ntopic readwrite allowed/#\n")
+        authority = trustme.CA()
+        authority.cert_pem.write_to_path(str(self.ca_file))
+        issued = authority.issue_cert("localhost", "127.0.0.1")
+        issued.private_key_pem.write_to_path(str(directory / "key.pem"))
+        issued.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
         # As root, mosquitto would switch to its own user, which cannot read the
         # test's private temporary directory.
         as_root = "user root\n" if os.geteuid() == 0 else ""
@@ -98,6 +108,9 @@ class PrivateMosquitto:
             "max_queued_messages 0\n"
             f"max_packet_size {PRIVATE_MAX_PACKET}\n"
             f"{as_root}"
+            f"listener {self.tls_port} 127.0.0.1\n"
+            f"certfile {directory / 'cert.pem'}\n"
+            f"keyfile {directory / 'key.pem'}\n"
         )
         return config
 

@@ -267,3 +267,18 @@ async def test_a_broker_restart_mid_stream_loses_nothing(tmp_path: Path) -> None
         assert set(out.written) == {m.id for m in messages(total)}
         assert len(source.acked) == total
         assert to_mqtt.stats.restarts + from_mqtt.stats.restarts >= 1
+
+
+@pytest.mark.deadline(30)
+async def test_tls_is_verified_by_default(tmp_path: Path) -> None:
+    async with private_mosquitto(tmp_path) as broker:
+        to = "allowed/tls"
+        trusted = sink_config(broker.tls_url, to, ca_file=str(broker.ca_file))
+        source = MqttSource(source_config(broker.tls_url, [to], ca_file=str(broker.ca_file)), CTX)
+        async with source.open() as receiver, MqttSink(trusted, CTX).open() as writer:
+            await writer.write([Message(b"\x00secret\xff", {}, "t")])
+            assert (await receiver.receive()).message.body == b"\x00secret\xff"
+        untrusted = MqttSink(sink_config(broker.tls_url, to), CTX)  # the system CAs
+        with pytest.raises(MqttError, match=r"TLS failed: .*certificate verify failed"):
+            async with untrusted.open():
+                pass
