@@ -20,6 +20,7 @@ import hashlib
 from typing import Any, Final
 
 import aio_pika
+import aiormq.abc
 
 from bridges import Message
 
@@ -53,23 +54,30 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def to_headers(incoming: aio_pika.abc.AbstractIncomingMessage) -> tuple[dict[str, str], str]:
+#: The same properties as aiormq (pamqp) names them on a delivery.
+DELIVERED: Final = tuple(
+    ("message_type" if attribute == "type" else attribute, name) for attribute, name in PROPERTIES
+)
+
+
+def to_headers(incoming: aiormq.abc.DeliveredMessage) -> tuple[dict[str, str], str]:
     """The headers and the stable id of a delivered message."""
+    properties = incoming.header.properties
     headers: dict[str, str] = {}
-    for name, value in (incoming.headers or {}).items():
+    for name, value in (properties.headers or {}).items():
         if value is not None:
             headers[name] = _text(value)
-    for attribute, name in PROPERTIES:
-        value = getattr(incoming, attribute)
+    for attribute, name in DELIVERED:
+        value = getattr(properties, attribute)
         if value:
             headers[name] = str(value)
-    if incoming.priority:
-        headers[PRIORITY] = str(incoming.priority)
+    if properties.priority:
+        headers[PRIORITY] = str(properties.priority)
     headers["amqp-exchange"] = incoming.exchange or ""
     headers["amqp-routing-key"] = incoming.routing_key or ""
     if incoming.redelivered:
         headers["amqp-redelivered"] = "true"
-    stable = headers.pop(ID_HEADER, "") or incoming.message_id or ""
+    stable = headers.pop(ID_HEADER, "") or properties.message_id or ""
     if not stable:
         # Nothing upstream named it: the content is what stays the same when it
         # is delivered again.

@@ -14,7 +14,7 @@ settled out of order. A nack (with an error, or a release at shutdown) is
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -86,14 +86,18 @@ class AmqpSource:
             except aiormq.exceptions.AMQPError as exc:
                 raise connector.error(f"queue {name!r}", exc) from None
             # Room for the whole window, so a delivery never waits in its task.
-            sender: AsyncioSender[aio_pika.abc.AbstractIncomingMessage]
+            sender: AsyncioSender[aiormq.abc.DeliveredMessage]
             sender, deliveries = aio.channel(self._window + 1)
             receiver = _AmqpReceiver(aio, underlay, deliveries, f"amqp {name}")
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.settler.run)
                 nursery.start_soon(receiver.watch, channel)
                 try:
-                    await aio.run(queue.consume, sender, no_ack=False)
+                    # aiormq's own consume, not aio-pika's: that one adds a second
+                    # asyncio task per delivery (costly on a trio-asyncio loop).
+                    await aio.run(
+                        underlay.basic_consume, queue.name, _deliver(sender), no_ack=False
+                    )
                 except aiormq.exceptions.AMQPError as exc:
                     raise connector.error(f"consuming from {name!r}", exc) from None
                 try:
@@ -109,12 +113,21 @@ class AmqpSource:
                     nursery.cancel_scope.cancel()
 
 
+def _deliver(
+    sender: AsyncioSender[aiormq.abc.DeliveredMessage],
+) -> Callable[[aiormq.abc.DeliveredMessage], Coroutine[Any, Any, None]]:
+    async def deliver(message: aiormq.abc.DeliveredMessage) -> None:
+        await sender(message)
+
+    return deliver
+
+
 class _AmqpReceiver:
     def __init__(
         self,
         aio: AsyncioLoop,
         underlay: Any,
-        deliveries: trio.MemoryReceiveChannel[aio_pika.abc.AbstractIncomingMessage],
+        deliveries: trio.MemoryReceiveChannel[aiormq.abc.DeliveredMessage],
         origin: str,
     ) -> None:
         self.aio = aio
