@@ -171,6 +171,7 @@ class JsonlReceiver:
         if self._inode is not None and info.st_ino != self._inode:
             log.warning("%s was replaced; reading the new file from its start", self._name)
             self._read_at = self.committed = 0
+            self._buffer, self._skipping = b"", None  # (the old file's unfinished last line)
         self._inode = info.st_ino
         self._file.seek(self._read_at)
         return True

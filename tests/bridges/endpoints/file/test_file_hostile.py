@@ -475,3 +475,22 @@ async def test_a_directory_in_the_way_is_a_rejection_not_a_retry(
         assert (out / "d-1").read_bytes() == b"x"
     else:
         assert (out / "e").read_bytes() == b"y"
+
+
+async def test_a_replaced_file_does_not_inherit_the_old_ones_unfinished_line(
+    tmp_path: Path,
+) -> None:
+    log_file = tmp_path / "app.jsonl"
+    log_file.write_bytes(b"one\nunfinished")
+    config = FileSourceConfig("app.jsonl", mode="jsonl", poll_interval=0.01)
+    async with FileSource(config, ctx(tmp_path)).open() as receiver:
+        one = await receive_within(receiver)
+        assert one.message.body == b"one"
+        await one.ack()
+        with trio.move_on_after(0.1):
+            await receiver.receive()  # reads the unfinished line into its buffer
+        (tmp_path / "new.jsonl").write_bytes(b"fresh\n")
+        (tmp_path / "new.jsonl").rename(log_file)  # rotated: a new inode
+        fresh = await receive_within(receiver)
+        assert fresh.message.body == b"fresh"
+        assert fresh.message.id == "app.jsonl:0"
