@@ -141,20 +141,6 @@ def read_regular(dir_fd: int, name: str, limit: int) -> tuple[bytes, os.stat_res
         os.close(fd)
 
 
-def fsync_fd(fd: int) -> None:
-    """``fsync`` a directory descriptor: its entries (creations, renames) become durable."""
-    os.fsync(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make the directory's entries (creations, renames) durable."""
-    fd = open_directory(path)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_all(fd: int, data: bytes) -> None:
     """``os.write`` until all of ``data`` is written (a write may be short)."""
     view = memoryview(data)
