@@ -66,6 +66,12 @@ class MqttSource:
     def __init__(self, config: MqttSourceConfig, context: Context) -> None:
         if not config.topics:
             raise InvalidSetting("topics", "give at least one topic filter")
+        if config.qos == 2:
+            # paho answers a QoS 2 PUBLISH with PUBREC before handing it over, and after a
+            # crash the broker resends only PUBREL: the message would be lost.
+            raise InvalidSetting(
+                "qos", "2 is not at least once for a source (use 1: a crash resends it)"
+            )
         for index, topic in enumerate(config.topics):
             problem = check_topic(topic, filter=True)
             if problem is not None:

@@ -82,6 +82,7 @@ class RedisSource:
         self._context = context
         self._server = Server.from_config(config)
         self._consumer = config.consumer or f"bridge-{context.route}"
+        self._window = context.in_flight
         self._count = min(config.count or context.in_flight, context.in_flight)
 
     @classmethod
@@ -149,7 +150,8 @@ class _RedisReceiver:
         self._body_field = config.body_field.encode()
         self._block_ms = max(10, int(config.block * 1000))
         self._claim_idle = config.claim_idle
-        self._window = source._count  # noqa: SLF001
+        self._window = source._window  # noqa: SLF001
+        self._count = source._count  # noqa: SLF001
         self._origin = f"redis {config.stream}"
         self._ready: collections.deque[Message] = collections.deque()
         #: Entry ids read and not yet acked: at most the window.
@@ -202,7 +204,7 @@ class _RedisReceiver:
                 self._group,
                 self._consumer,
                 {self._stream: ">"},
-                count=room,
+                count=min(room, self._count),
                 block=self._block_ms,
             )
             if reply:
@@ -226,7 +228,7 @@ class _RedisReceiver:
         while True:
             room = await self._wait_for_room()
             reply = await self._client.xreadgroup(
-                self._group, self._consumer, {self._stream: last}, count=room
+                self._group, self._consumer, {self._stream: last}, count=min(room, self._count)
             )
             entries = reply.get(self._stream.encode(), ()) if reply else ()
             if not entries:

@@ -139,6 +139,8 @@ def test_bad_settings_are_refused_when_the_config_is_built() -> None:
         MqttSource(MqttSourceConfig(topics=[]), CTX)
     with pytest.raises(InvalidSetting, match="'#' must be a whole last level"):
         MqttSource(MqttSourceConfig(topics=["a/#/b"]), CTX)
+    with pytest.raises(InvalidSetting, match="2 is not at least once"):
+        MqttSource(MqttSourceConfig(topics=["a"], qos=2), CTX)
     with pytest.raises(InvalidSetting, match="wildcard"):
         MqttSink(MqttSinkConfig(topic="a/+/b"), CTX)
     with pytest.raises(InvalidSetting, match="url"):

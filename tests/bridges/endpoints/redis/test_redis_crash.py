@@ -2,7 +2,7 @@
 
 ``bench/mqtt_redis_crash.py`` runs ``bridges run`` against a private Redis
 and the embedded broker (each in its own process), kills the
-bridge with SIGKILL twice at random moments and starts it again; every
+bridge with SIGKILL at a random moment and starts it again; every
 message must arrive, duplicates within ``kills * in_flight``, and the last
 run must stop cleanly on SIGTERM.
 """
@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[4] / "bench" / "mqtt_redis_crash.py"
 
 def test_sigkill_loses_nothing_in_either_direction() -> None:
     private_redis_available()
-    command = [sys.executable, str(SCRIPT), "--count", "200", "--kills", "2", "--seed", "7"]
+    command = [sys.executable, str(SCRIPT), "--count", "200", "--kills", "1", "--seed", "7"]
     done = subprocess.run(
         [*command, "--only", "stomp-to-redis,redis-to-stomp", "--json"],
         capture_output=True,
