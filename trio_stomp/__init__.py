@@ -83,5 +83,21 @@ if not TYPE_CHECKING:  # for mypy the names above are plain imports: a typo stay
         return value
 
 
+__all__ = [  # frame's names, then the client's (loaded on first use)
+    "HEARTBEAT",
+    "VERSIONS",
+    "Frame",
+    "FrameParser",
+    "Headers",
+    "Heartbeat",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "StompError",
+    "encode",
+    *_LAZY,
+]
+
+
 def __dir__() -> list[str]:
     return sorted({*(name for name in globals() if name != "TYPE_CHECKING"), *_LAZY})

@@ -110,6 +110,12 @@ def test_public_surface_is_pinned(name: str) -> None:
     assert _public(module) == SURFACES[name]
 
 
+def test_star_import_gives_the_surface() -> None:
+    import trio_stomp
+
+    assert set(trio_stomp.__all__) == SURFACES["trio_stomp"]
+
+
 @pytest.mark.parametrize("name", sorted(SURFACES))
 def test_every_export_is_documented_and_comes_from_trio_stomp(name: str) -> None:
     module = importlib.import_module(name)
