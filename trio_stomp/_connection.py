@@ -1,8 +1,9 @@
 """One STOMP session over one stream: handshake, reader, writer, heart-beats.
 
-A :class:`Connection` lives as long as its stream. The :class:`Client` keeps
-one at a time and replaces it when it reconnects; what must outlive a single
-connection (subscriptions, receipts, transactions) lives in the client.
+A :class:`Connection` lives as long as its stream. The client's
+:class:`~trio_stomp._core.Core` keeps one at a time and replaces it when it
+reconnects; what must outlive a single connection (subscriptions, receipts,
+transactions, SENDs to replay) lives there and in the reconnect supervisor.
 """
 
 from __future__ import annotations
@@ -61,10 +62,10 @@ class Connection:
         self.heartbeat: tuple[float, float] = (0.0, 0.0)
         self.error: StompError | None = None
         self.closing = False
-        #: The broker closed a WebSocket with 1000 after our DISCONNECT (see _read_loop).
+        #: The broker closed a WebSocket with 1000 after our DISCONNECT (see _stream_ended).
         self.closed_after_disconnect = False
         #: Called once, synchronously, when the connection fails (the client's
-        #: bookkeeping must not wait for a task switch: see Client._lost).
+        #: bookkeeping must not wait for a task switch: see Core._lost).
         self.on_fail: Callable[[Connection, StompError], None] | None = None
         self._tolerance = heartbeat_tolerance
         self._last_read = trio.current_time()
