@@ -3,9 +3,11 @@
 Per batch, either every SEND but the last without a receipt and the last
 with one (``confirm = "receipt"``: the broker handles a connection's frames
 in order, so its RECEIPT covers the batch), or the batch in a transaction
-whose COMMIT carries the receipt (``confirm = "transaction"``). Each SEND
-carries ``bridge-id: <message id>`` so that the id survives the broker and a
-``stomp`` source downstream hands out the same one.
+whose COMMIT carries the receipt (``confirm = "transaction"``; a batch
+larger than the embedded broker lets one transaction hold is sent as
+several, one after the other). Each SEND carries ``bridge-id: <message id>``
+so that the id survives the broker and a ``stomp`` source downstream hands
+out the same one.
 
 A message whose frame would be larger than ``max_message_bytes`` (its body
 plus its headers) is rejected alone, before anything is sent: it goes to the
@@ -109,6 +111,14 @@ class StompSink:
             return (broker.limits if broker is not None else Limits()).max_frame_size
         return DEFAULT_MAX_MESSAGE_BYTES
 
+    @property
+    def max_transaction_bytes(self) -> int | None:
+        """The most one transaction may hold (the embedded broker's limit), or None: unknown."""
+        if self._connector.embedded:
+            broker = self._connector.broker
+            return (broker.limits if broker is not None else Limits()).max_transaction_bytes
+        return None
+
     def describe(self) -> str:
         where = self._config.destination or "the message's destination"
         return f"stomp {where} on {self._connector.where}"
@@ -170,6 +180,7 @@ class _StompWriter:
         self._sink = sink
         self._transaction = sink.confirm == "transaction"
         self._limit = sink.max_message_bytes
+        self._transaction_limit = sink.max_transaction_bytes
 
     async def write(self, batch: Sequence[Message]) -> None:
         frames = []
@@ -187,10 +198,34 @@ class _StompWriter:
             raise MessageRejected(reasons[0], bad)
         client = self._client
         if self._transaction:
-            async with client.transaction(receipt=True) as transaction:
-                for destination, body, headers in frames:
-                    await transaction.send(destination, body, headers=headers)
+            # A batch larger than the broker lets one transaction hold goes in several,
+            # each committed (and durable) before the next; the batch is acked after all.
+            for group in _transactions(frames, self._transaction_limit):
+                async with client.transaction(receipt=True) as transaction:
+                    for destination, body, headers in group:
+                        await transaction.send(destination, body, headers=headers)
             return
         last = len(frames) - 1
         for index, (destination, body, headers) in enumerate(frames):
             await client.send(destination, body, headers=headers, receipt=index == last)
+
+
+_Frame = tuple[str, bytes, dict[str, str]]
+
+
+def _transactions(frames: list[_Frame], limit: int | None) -> list[list[_Frame]]:
+    """``frames`` cut into runs whose size (counted as :func:`_check_size` does) fits ``limit``."""
+    if limit is None:
+        return [frames]
+    groups: list[list[_Frame]] = [[]]
+    held = 0
+    for frame in frames:
+        destination, body, headers = frame
+        size = len(body) + _FRAME_OVERHEAD + len(destination.encode())
+        size += sum(len(n.encode()) + len(v.encode()) + 2 for n, v in headers.items())
+        if groups[-1] and held + size > limit:
+            groups.append([])
+            held = 0
+        groups[-1].append(frame)
+        held += size
+    return groups

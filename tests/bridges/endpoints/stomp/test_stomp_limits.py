@@ -101,3 +101,17 @@ async def test_a_file_too_big_for_the_broker_stays_in_the_inbox_and_stalls_nothi
     assert "big.bin was rejected" in caplog.text
     assert "max_message_bytes = 65536" in caplog.text
     assert await received(small_broker.url, "/queue/c") == [b"small"]
+
+
+async def test_a_batch_too_big_for_one_transaction_is_sent_in_several() -> None:
+    limits = Limits(max_frame_size=64 * 1024, max_transaction_bytes=100 * 1024)
+    async with open_broker(limits=limits) as broker, open_shared() as shared:
+        shared.provide(EMBEDDED_BROKER, broker)
+        context = Context(route="r", embedded=True, shared=shared)
+        config = StompSinkConfig(url="embedded", destination="/queue/t", confirm="transaction")
+        sink = StompSink(config, context)
+        batch = [Message(bytes([65 + i]) * (40 * 1024), {}, str(i)) for i in range(5)]
+        async with sink.open() as writer:
+            await writer.write(batch)  # 200 KiB: one transaction would be refused
+        bodies = await received(broker.url, "/queue/t")
+    assert [body[:1] for body in bodies] == [b"A", b"B", b"C", b"D", b"E"]
