@@ -35,6 +35,7 @@ from ._engine import run_routes as run_routes
 from ._flow import RouteStats as RouteStats
 from ._message import Envelope as Envelope
 from ._message import Message as Message
+from ._message import UnreadableEnvelope as UnreadableEnvelope
 from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._registry import Plugin as Plugin
 from ._registry import Registry as Registry
