@@ -39,7 +39,17 @@ def encode(frame: Frame, version: str = "1.2", *, content_length: bool = True) -
     headers = frame.headers
     pairs = headers.items()
     lines = _header_lines(pairs, version, command) if pairs else ""
-    head = _head(command, lines, headers, body, version, content_length)
+    # The name has no character that escaping changes, so a content-length header
+    # shows in the escaped lines as is (1.0 names are case-insensitive).
+    mentioned = "content-length" in (lines if version != "1.0" else lines.lower())
+    if mentioned and _states_length(headers, version, len(body)):
+        head = f"{command}\n{lines}\n"
+    elif body and content_length:
+        head = f"{command}\n{lines}content-length:{len(body)}\n\n"
+    elif body and b"\0" in body:
+        raise LocalProtocolError("a body containing NUL needs a content-length header")
+    else:
+        head = f"{command}\n{lines}\n"
     try:
         encoded = head.encode()
     except UnicodeEncodeError as exc:
@@ -81,30 +91,24 @@ def _header_lines(pairs: _Pairs, version: str, command: str) -> str:
     return lines.replace("\0", ":") + "\n"
 
 
-def _head(
-    command: str, lines: str, headers: Headers, body: bytes, version: str, content_length: bool
-) -> str:
-    """The frame head up to its blank line: the command, the header lines, and a
-    ``content-length`` unless the frame states a correct one or goes without."""
+def _states_length(headers: Headers, version: str, size: int) -> bool:
+    """Whether the headers state a content-length; it must be ``size``.
+
+    Raises:
+      LocalProtocolError: the stated length disagrees with the body.
+    """
     if version != "1.0":
-        # The name has no character that escaping changes, so a content-length
-        # header shows in the escaped lines as is; the search spares a lookup.
-        stated = headers.get("content-length") if "content-length" in lines else None
-    elif "content-length" in lines.lower():
+        stated = headers.get("content-length")
+    else:
         # 1.0 header names are case-insensitive, and so is its parser's framing.
         stated = next((v for n, v in headers.items() if n.lower() == "content-length"), None)
-    else:
-        stated = None
-    if stated is not None:
-        if stated != str(len(body)):
-            raise LocalProtocolError(
-                f"content-length header {stated!r} disagrees with a body of {len(body)} bytes"
-            )
-    elif body and content_length:
-        return f"{command}\n{lines}content-length:{len(body)}\n\n"
-    elif body and b"\0" in body:
-        raise LocalProtocolError("a body containing NUL needs a content-length header")
-    return f"{command}\n{lines}\n"
+    if stated is None:
+        return False
+    if stated != str(size):
+        raise LocalProtocolError(
+            f"content-length header {stated!r} disagrees with a body of {size} bytes"
+        )
+    return True
 
 
 def _escaped_lines(pairs: _Pairs, version: str) -> str:
