@@ -37,7 +37,7 @@ class Options:
     """How to open and greet a connection (all of connect()'s connection arguments)."""
 
     login: str | None = None
-    passcode: str | None = None
+    passcode: str | None = attrs.field(default=None, repr=False)  # never in a log or error
     vhost: str = "/"
     heartbeat: tuple[int, int] = (10_000, 10_000)
     versions: Sequence[str] = VERSIONS

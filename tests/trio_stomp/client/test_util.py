@@ -192,3 +192,9 @@ async def test_connect_with_a_wrong_type_passcode_is_not_echoed(passcode: object
             pass
     assert "s3cret" not in str(info.value)
     assert "424242" not in str(info.value)
+
+
+def test_connection_options_never_show_the_passcode() -> None:
+    from trio_stomp._connect import Options
+
+    assert "s3cret" not in repr(Options(login="guest", passcode="s3cret"))
