@@ -182,3 +182,13 @@ def redact_url(url: str) -> str:
         return url
     login, colon, _ = userinfo.partition(":")
     return f"{scheme}{separator}{login}{':***' if colon else ''}@{after}"
+
+
+def typed_passcode(url: str) -> str | None:
+    """The passcode as typed in ``url``, found the way :func:`redact_url` finds it
+    (after the first ``:`` of everything before the last ``@``), for scrubbing it
+    from text that quotes it; None when there is none."""
+    rest = url.partition("://")[2] or url
+    userinfo, at, _ = rest.rpartition("@")
+    passcode = userinfo.partition(":")[2] if at else ""
+    return passcode or None

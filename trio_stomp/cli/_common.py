@@ -37,8 +37,9 @@ from .._errors import (
     StompError,
 )
 from .._transport import WEBSOCKET_EXTRA_HINT
+from .._url import typed_passcode
 from ..frame import Frame
-from ..util import Endpoint, redact_url, unwrap_group
+from ..util import Endpoint, unwrap_group
 
 PROG: Final = "trio-stomp"
 URL_ENV: Final = "STOMP_URL"
@@ -337,7 +338,7 @@ def _redact(message: str, url: str) -> str:
     try:
         passcode = Endpoint.from_url(url).passcode
     except ValueError:
-        return redact_url(message)
+        passcode = typed_passcode(url)  # the URL does not parse: the passcode as typed
     for form in {passcode, quote(passcode or "", safe="")} - {None, ""}:
         assert form is not None
         message = message.replace(form, "***")

@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -522,3 +523,26 @@ async def test_listen_with_a_bad_selector_says_so_on_one_line(
     )
     line = result.assert_clean_error(1)
     assert line == f"trio-stomp: listen: error: the broker sent ERROR: {shown}"
+
+
+# -- secrets ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "status"),
+    [
+        ("stomp://guest:Zq/9w@127.0.0.1:{port}/", 2),  # "/" unescaped: refused, not parsed
+        ("stomp://guest:Zq@9:w@127.0.0.1:{port}/", 1),  # "@" and ":" in it: parsed
+        ("stomp://guest:Zq%2F9w@127.0.0.1:{port}/?nope=1", 2),  # escaped, then a bad parameter
+        ("stomp://guest:Zq%9w@127.0.0.1:{port}/", 1),  # a "%" that escapes nothing
+    ],
+)
+async def test_a_passcode_never_shows_in_an_error(url: str, status: int) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    line = (
+        await cli("send", "-u", url.format(port=port), "/queue/a", "-b", "x")
+    ).assert_clean_error(status)
+    assert "Zq" not in line
+    assert "9w" not in line
