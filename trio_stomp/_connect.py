@@ -184,18 +184,22 @@ async def wrap_stream(
     There is no reconnecting here (there is only the one stream). The stream
     is closed when the block is left, whatever happens.
     """
-    options = Options(
-        login=login,
-        passcode=passcode,
-        vhost=host,
-        heartbeat=heartbeat,
-        versions=versions,
-        heartbeat_tolerance=heartbeat_tolerance,
-        connect_timeout=connect_timeout,
-        disconnect_timeout=disconnect_timeout,
-        lenient=lenient,
-        max_frame_size=max_frame_size,
-    )
+    try:
+        options = Options(
+            login=login,
+            passcode=passcode,
+            vhost=host,
+            heartbeat=heartbeat,
+            versions=versions,
+            heartbeat_tolerance=heartbeat_tolerance,
+            connect_timeout=connect_timeout,
+            disconnect_timeout=disconnect_timeout,
+            lenient=lenient,
+            max_frame_size=max_frame_size,
+        )
+    except BaseException:
+        await trio.aclose_forcefully(stream)  # closed whatever happens, as documented
+        raise
     conn = await options.greet(stream, "the stream")
     core = Core(conn, disconnect_timeout=disconnect_timeout)
     async with core.running():

@@ -173,13 +173,14 @@ def test_unwrap_group() -> None:
 
 @pytest.mark.parametrize("passcode", [b"s3cret-bytes", 424242, ["s3cret"]])
 async def test_a_passcode_of_the_wrong_type_is_not_echoed(passcode: object) -> None:
-    client_end, _server_end = trio.testing.memory_stream_pair()
+    client_end, server_end = trio.testing.memory_stream_pair()
     with pytest.raises(TypeError) as info:
         async with trio_stomp.wrap_stream(client_end, passcode=passcode):  # type: ignore[arg-type]  # the point of the test
             pass
     assert "s3cret" not in str(info.value)
     assert "424242" not in str(info.value)
     assert "passcode" in str(info.value)
+    assert await server_end.receive_some() == b""  # the stream was closed, as documented
 
 
 @pytest.mark.parametrize("passcode", [b"s3cret-bytes", 424242])
