@@ -258,7 +258,7 @@ async def amqp_consume_bare(queue: str, count: int, window: int) -> None:
             done.set()
 
     await declared.consume(on_message)
-    await done.wait()
+    await asyncio.wait_for(done.wait(), 300)  # (a broker restarted under us: fail, not hang)
     await connection.close()
 
 
@@ -324,10 +324,11 @@ def amqp_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 async def run_to_count(source: Any, count: int, batch: int, window: int) -> None:
     sink = CountingSink(count)
     route = Route("bench", source, sink, in_flight=window, batch_count=batch, batch_time=0.005)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(route.run)
-        await sink.done.wait()
-        route.stop()
+    with trio.fail_after(300):  # (a server restarted under us: fail, not hang)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(route.run)
+            await sink.done.wait()
+            route.stop()
 
 
 async def run_from_memory(sink: Any, count: int, size: int, batch: int, window: int) -> None:

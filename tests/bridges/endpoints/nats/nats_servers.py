@@ -34,7 +34,7 @@ NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 PRIVATE_MAX_PAYLOAD = 64 * 1024
 
 
-def _unavailable(reason: str) -> None:
+def unavailable(reason: str) -> None:
     if REQUIRE:
         pytest.fail(f"STOMP_REQUIRE_BROKERS=1 but {reason}")
     pytest.skip(reason)
@@ -56,7 +56,7 @@ def require_nats() -> str:
     host, _, port = HOSTPORT.partition(":")
     reason = _probe(host, int(port or 4222))
     if reason is not None:
-        _unavailable(reason)
+        unavailable(reason)
     return NATS_URL
 
 
@@ -140,7 +140,7 @@ class PrivateNats:
 async def private_nats(directory: Path) -> AsyncIterator[PrivateNats]:
     """A private server for one test, stopped (and reaped) when the block ends."""
     if not os.access(NATS_SERVER, os.X_OK):
-        _unavailable("nats-server is not installed (scripts/brokers up installs it)")
+        unavailable("nats-server is not installed (scripts/brokers up installs it)")
     server = PrivateNats(directory)
     try:
         await server.start()
