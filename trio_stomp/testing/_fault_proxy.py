@@ -3,6 +3,11 @@
 Sits between a client and a broker and can, on command, cut every
 connection (with a TCP reset), stall a direction (hold bytes back), delay
 each chunk, and split writes into small pieces.
+
+:func:`lossless_run` is the workload that goes with it: numbered messages
+through two reconnecting clients while something disrupts them, tallied
+(lost, duplicated, reconnect downtimes). The test suite and
+``bench/faults.py`` both run it.
 """
 
 from __future__ import annotations
