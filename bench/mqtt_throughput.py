@@ -17,6 +17,8 @@ mqtt sink sends them) wait in a persistent session; then
 - *paho thread + from_thread*: the design we did not choose: paho's thread
   hands each message to Trio with ``trio.from_thread.run_sync`` and Trio
   acks it;
+- *paho driven by Trio (no route)*: the bridge's driver alone, acking in the
+  message callback like the bare loop: the cost of the driver itself;
 - *bridge mqtt source*: a route from the ``mqtt`` source (paho driven by Trio
   tasks, ``bridges/endpoints/mqtt/_driver.py``) to a sink that only counts,
   ``in_flight = --window``, batches of ``--batch``: PUBACK after each batch.
@@ -55,6 +57,8 @@ from paho.mqtt.properties import Properties
 
 from bridges import Context, Envelope, Message, Route
 from bridges.endpoints.mqtt import MqttSink, MqttSinkConfig, MqttSource, MqttSourceConfig
+from bridges.endpoints.mqtt._connection import Broker
+from bridges.endpoints.mqtt._driver import PahoDriver, open_paho
 
 HOST = "127.0.0.1"
 
@@ -205,6 +209,37 @@ async def consume_thread_bridged(port: int, client_id: str, count: int) -> None:
         await trio.to_thread.run_sync(client.loop_stop)
 
 
+async def consume_driver(port: int, client_id: str, topic: str, count: int) -> None:
+    """The bridge's paho driver without the route: PUBACK from the message callback."""
+    config = MqttSourceConfig(url=f"mqtt://{HOST}:{port}", topics=[topic], client_id=client_id)
+    done = trio.Event()
+    got = 0
+    driver: PahoDriver | None = None
+
+    def on_message(message: paho.MQTTMessage) -> None:
+        nonlocal got
+        assert driver is not None
+        driver.client.ack(message.mid, message.qos)
+        driver.kick()
+        got += 1
+        if got >= count:
+            done.set()
+
+    broker = Broker.from_config(config)
+    async with open_paho(
+        config,
+        broker,
+        client_id,
+        clean_start=False,
+        ssl_context=None,
+        properties=session_properties(),
+        on_message=on_message,
+    ) as opened:
+        driver = opened
+        with trio.fail_after(120):
+            await done.wait()
+
+
 class ListSource:
     """Hands out prepared messages with no other work: the route's cost, not a source's."""
 
@@ -318,6 +353,11 @@ def measure(port: int, args: Any) -> list[dict[str, Any]]:
         "paho thread + trio.from_thread",
         "mqtt -> (consume)",
         lambda c, t: trio.run(consume_thread_bridged, port, c, count),
+    )
+    consume_case(
+        "paho driven by Trio (no route)",
+        "mqtt -> (consume)",
+        lambda c, t: trio.run(consume_driver, port, c, t, count),
     )
     consume_case(
         "bridge mqtt source",

@@ -188,11 +188,16 @@ class PahoDriver:
     async def _read(self, sock: socket.socket) -> None:
         client = self.client
         pending = sock.pending if isinstance(sock, ssl.SSLSocket) else None
+        block = True
         while True:
             await self.reading.wait()
-            await trio.lowlevel.wait_readable(sock)
+            if block:
+                await trio.lowlevel.wait_readable(sock)
+            else:
+                await trio.lowlevel.checkpoint()
             # loop_read handles one packet per call (QoS 1); go on while packets come
             # (each handled one bumps ``packets``), so a burst costs one wakeup.
+            handled = 0
             for _ in range(_READS_PER_WAKEUP):
                 before = self.packets
                 rc = client.loop_read()
@@ -201,8 +206,14 @@ class PahoDriver:
                     return
                 if self.packets == before and not (pending is not None and pending()):
                     break
+                handled += 1
                 if not self.reading.is_set():
                     break
+            # After a burst, let the other tasks run and look again without waiting on
+            # the socket: a broker sending a packet per segment (each PUBACK frees a
+            # slot of the window) has usually sent more by then, and a wakeup per
+            # packet would cost more than paho's parsing of it.
+            block = handled == 0
 
     async def _write(self, sock: socket.socket) -> None:
         client = self.client

@@ -26,6 +26,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Final
 
 import attrs
@@ -142,7 +143,11 @@ class _MqttReceiver:
         self._where = where
         self._window = window
         self._v5 = v5
-        self._inbox: collections.deque[paho.MQTTMessage] = collections.deque()
+        #: (message, packet id, QoS): converted on arrival, so that paho's objects
+        #: (properties, locks) do not live on while a message is in flight: with a
+        #: window of them alive, the garbage collector's passes cost more than the
+        #: rest of the route together.
+        self._inbox: collections.deque[tuple[Message, int, int]] = collections.deque()
         self._more = trio.Event()
         self._nacked = 0
         #: Reading pauses for a full inbox only once subscribed: a resumed session's
@@ -151,7 +156,7 @@ class _MqttReceiver:
 
     def arrived(self, message: paho.MQTTMessage) -> None:
         """paho's on_message (in the reader task): keep it; pause reading when full."""
-        self._inbox.append(message)
+        self._inbox.append((self._convert(message), message.mid, message.qos))
         self._more.set()
         if len(self._inbox) >= self._window and self.subscribed and self.driver is not None:
             self.driver.reading = trio.Event()
@@ -172,14 +177,14 @@ class _MqttReceiver:
             await self._more.wait()
         driver.check()  # (the broker redelivers what the inbox holds)
         self._check_nacks()
-        message = self._inbox.popleft()
+        message, mid, qos = self._inbox.popleft()
         if not driver.reading.is_set():
             driver.reading.set()
         return Envelope(
-            self._convert(message),
-            ack=lambda: self._ack(driver, message.mid, message.qos),
+            message,
+            ack=partial(self._ack, driver, mid, qos),
             nack=self._nack,
-            origin=f"mqtt {message.topic}",
+            origin="mqtt " + message.headers["mqtt-topic"],
         )
 
     def _check_nacks(self) -> None:
