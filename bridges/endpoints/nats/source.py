@@ -1,6 +1,6 @@
 """The ``nats`` source: a JetStream durable pull consumer, explicit acks, window-sized fetches.
 
-A fetcher task pulls at most as many messages as the route's window has
+One pull request at a time asks for at most as many messages as the window has
 room for (the messages handed out and not settled count against it), so
 JetStream never has more outstanding for us than the engine can hold:
 ``max_ack_pending`` of the consumer is the window too. Each message is one
