@@ -13,7 +13,7 @@ import trio
 from coredis.response.types import StreamPending
 from redis_servers import HOSTPORT, private_redis, require_redis
 
-from bridges import Context, Message, MessageRejected, Route
+from bridges import Context, Message, MessageRejected, RetryPolicy, Route
 from bridges.endpoints.redis import RedisSink, RedisSinkConfig, RedisSource, RedisSourceConfig
 from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
@@ -287,3 +287,24 @@ async def test_streams_the_acl_refuses(tmp_path: Path, caplog: pytest.LogCapture
         line = next(r.getMessage() for r in caplog.records if "failed" in r.getMessage())
         assert f"redis://127.0.0.1:{server.port}/0" in line
         assert "limited-pass" not in line
+
+
+async def test_a_body_too_big_for_the_server_is_never_acked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The private server's proto-max-bulk-len is 1 MiB; the sink's max_bytes is left at
+    # Redis's default, so the server is the one that refuses (and drops the connection).
+    async with private_redis(tmp_path) as server:
+        big, small = Message(b"x" * (2 * 1024 * 1024), {}, "big"), Message(b"ok", {}, "ok")
+        source = FakeSource([big, small], requeue=False)
+        sink = RedisSink(RedisSinkConfig(url=server.url, stream="s"), CTX)
+        route = Route(
+            "bigroute", source, sink, retry=RetryPolicy(attempts=2, initial=0.01), batch_count=1
+        )
+        await route.run()
+        assert source.acked == ["ok"]
+        assert [message_id for message_id, _ in source.nacked] == ["big"]
+        assert [f[b"bridge-id"] for _, f in await entries(server.url, "s")] == [b"ok"]
+    line = next(r.getMessage() for r in caplog.records if "nacked after" in r.getMessage())
+    assert "route 'bigroute'" in line
+    assert "invalid bulk length" in line
