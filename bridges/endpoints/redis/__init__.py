@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from bridges import Registry
 
+from ._connection import RedisEndpointError
 from .sink import RedisSink, RedisSinkConfig
 from .source import RedisSource, RedisSourceConfig
 
-__all__ = ["RedisSink", "RedisSinkConfig", "RedisSource", "RedisSourceConfig", "register"]
+__all__ = [
+    "RedisEndpointError",
+    "RedisSink",
+    "RedisSinkConfig",
+    "RedisSource",
+    "RedisSourceConfig",
+    "register",
+]
 
 
 def register(registry: Registry) -> None:

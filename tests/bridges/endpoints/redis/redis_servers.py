@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trustme
 
 REDIS_URL = os.environ.get("TRIO_STOMP_REDIS_URL", "redis://127.0.0.1:6379/0")
 REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
@@ -69,8 +70,17 @@ class PrivateRedis:
     def __init__(self, directory: Path) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        #: A TLS port too (certificate for localhost and 127.0.0.1 from a private CA).
+        self.tls_port = free_port()
+        self.tls_url = f"rediss://localhost:{self.tls_port}/0"
+        self.ca_file = directory / "ca.pem"
         self._directory = directory
         self._process: trio.Process | None = None
+        authority = trustme.CA()
+        authority.cert_pem.write_to_path(str(self.ca_file))
+        issued = authority.issue_cert("localhost", "127.0.0.1")
+        issued.private_key_pem.write_to_path(str(directory / "key.pem"))
+        issued.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
 
     async def start(self) -> None:
         command = [
@@ -78,6 +88,9 @@ class PrivateRedis:
             "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self._directory),
             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
             "--proto-max-bulk-len", "1mb",
+            "--tls-port", str(self.tls_port), "--tls-auth-clients", "no",
+            "--tls-cert-file", str(self._directory / "cert.pem"),
+            "--tls-key-file", str(self._directory / "key.pem"),
         ]  # fmt: skip
         self._process = await trio.lowlevel.open_process(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

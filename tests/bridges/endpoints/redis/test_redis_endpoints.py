@@ -14,7 +14,13 @@ from coredis.response.types import StreamPending
 from redis_servers import HOSTPORT, private_redis, require_redis
 
 from bridges import Context, Message, MessageRejected, RetryPolicy, Route
-from bridges.endpoints.redis import RedisSink, RedisSinkConfig, RedisSource, RedisSourceConfig
+from bridges.endpoints.redis import (
+    RedisEndpointError,
+    RedisSink,
+    RedisSinkConfig,
+    RedisSource,
+    RedisSourceConfig,
+)
 from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
 CTX = Context(route="r", in_flight=50)
@@ -308,3 +314,16 @@ async def test_a_body_too_big_for_the_server_is_never_acked(
     line = next(r.getMessage() for r in caplog.records if "nacked after" in r.getMessage())
     assert "route 'bigroute'" in line
     assert "invalid bulk length" in line
+
+
+async def test_tls_is_verified_by_default(tmp_path: Path) -> None:
+    async with private_redis(tmp_path) as server:
+        config = RedisSinkConfig(url=server.tls_url, stream="tls", ca_file=str(server.ca_file))
+        async with RedisSink(config, CTX).open() as writer:
+            await writer.write([Message(b"\x00over tls", {}, "t")])
+        assert [f[b"body"] for _, f in await entries(server.url, "tls")] == [b"\x00over tls"]
+        untrusted = RedisSink(RedisSinkConfig(url=server.tls_url, stream="tls"), CTX)
+        with pytest.raises(RedisEndpointError, match="certificate verify failed") as caught:
+            async with untrusted.open():
+                pass
+        assert "\n" not in str(caught.value)
