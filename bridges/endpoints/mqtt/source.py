@@ -85,8 +85,16 @@ class MqttSource:
             log.warning("route %r: %s", context.route, _AT_MOST_ONCE)
 
     def check_warnings(self) -> list[str]:
-        """What ``bridges check`` should say about this source: QoS 0 is at most once."""
-        return [_AT_MOST_ONCE] if self._config.qos == 0 else []
+        """What ``bridges check`` should say: settings under which messages can be lost."""
+        config = self._config
+        warnings = [_AT_MOST_ONCE] if config.qos == 0 else []
+        if config.clean_start or (config.protocol == 5 and config.session_expiry == 0):
+            warnings.append(
+                "mqtt source without a persistent session (clean_start = true or "
+                "session_expiry = 0): what is published while the bridge is away, and what "
+                "it had not acked, is lost"
+            )
+        return warnings
 
     @classmethod
     def build(cls, config: MqttSourceConfig, context: Context) -> MqttSource:

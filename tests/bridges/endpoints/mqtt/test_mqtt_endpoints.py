@@ -163,6 +163,9 @@ def test_qos_0_warns_that_it_is_at_most_once(
     config.write_text(config.read_text().replace("qos = 0", "qos = 1"))
     assert cli_main(["check", str(config)]) == 0
     assert "warning" not in capsys.readouterr().err
+    config.write_text(config.read_text().replace("qos = 1 }", "qos = 1, session_expiry = 0 }", 1))
+    assert cli_main(["check", str(config)]) == 0
+    assert "r: warning: mqtt source without a persistent session" in capsys.readouterr().err
 
 
 async def test_topics_the_sink_cannot_publish_and_oversized_bodies_are_rejected() -> None:
