@@ -138,6 +138,35 @@ class RedisSource:
             log.info("%s: created the consumer group from %r", self.describe(), self._config.start)
 
 
+async def _unused_ack() -> None:
+    raise AssertionError("a _RedisEnvelope settles through its receiver")
+
+
+async def _unused_nack(error: BaseException | None) -> None:
+    raise AssertionError("a _RedisEnvelope settles through its receiver")
+
+
+class _RedisEnvelope(Envelope):
+    """An envelope settled through its receiver: no closures per message (a window of
+    them in flight is work for the garbage collector)."""
+
+    __slots__ = ("_receiver",)
+
+    def __init__(self, message: Message, receiver: _RedisReceiver, origin: str) -> None:
+        super().__init__(message, ack=_unused_ack, nack=_unused_nack, origin=origin)
+        self._receiver = receiver
+
+    async def ack(self) -> None:
+        if self.state == "open":
+            self.state = "acked"
+            self._receiver.acked(self.message)
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state == "open":
+            self.state = "nacked"
+            self._receiver.nacked(self.message, error)
+
+
 class _RedisReceiver:
     """Entries read ahead by :meth:`read`, handed out by :meth:`receive`."""
 
@@ -169,22 +198,18 @@ class _RedisReceiver:
             if self._more.is_set():
                 self._more = trio.Event()
             await self._more.wait()
-        message = self._ready.popleft()
-        return Envelope(
-            message,
-            ack=lambda: self._ack(message),
-            nack=lambda error: self._nack(message, error),
-            origin=self._origin,
-        )
+        return _RedisEnvelope(self._ready.popleft(), self, self._origin)
 
-    async def _ack(self, message: Message) -> None:
+    def acked(self, message: Message) -> None:
+        """An envelope was acked: XACK its entry soon (see :meth:`send_acks`)."""
         entry_id = message.headers["redis-id"]
         self._held.discard(entry_id)
         self._acks.append(entry_id)
         self._acks_waiting.set()
         self._room.set()
 
-    async def _nack(self, message: Message, error: BaseException | None) -> None:
+    def nacked(self, message: Message, error: BaseException | None) -> None:
+        """An envelope was nacked: offer it again (an error) or leave it pending (a release)."""
         if error is not None:
             # Still pending for us: offer it again at once (it keeps its slot).
             self._ready.append(message)
