@@ -148,6 +148,23 @@ class _RedisWriter:
         self._wait_ms = max(1, int(config.wait_timeout * 1000))
 
     async def write(self, batch: Sequence[Message]) -> None:
+        entries = self._entries(batch)
+        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
+            for stream, fields in entries:
+                pipe.xadd(stream, fields, **self._trim)
+            if self._replicas:
+                with warnings.catch_warnings():
+                    # coredis suggests ensure_replication(); WAIT in the same pipeline is
+                    # exactly that, on the connection that made the writes.
+                    warnings.simplefilter("ignore")
+                    pipe.wait(self._replicas, self._wait_ms)
+        # (the results as a tuple: awaiting each request costs a coroutine per message)
+        results = pipe.results or ()
+        if len(results) != len(entries) + bool(self._replicas):
+            raise RedisEndpointError(f"redis {self._where}: the pipeline returned no results")
+        self._check(entries, results)
+
+    def _entries(self, batch: Sequence[Message]) -> list[tuple[str, dict[bytes, bytes]]]:
         entries = []
         bad: list[int] = []
         reasons: list[str] = []
@@ -159,29 +176,26 @@ class _RedisWriter:
                 reasons.append(str(exc))
         if bad:
             raise MessageRejected(reasons[0], bad)
-        replicated = None
-        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
-            requests = [pipe.xadd(stream, fields, **self._trim) for stream, fields in entries]
-            if self._replicas:
-                with warnings.catch_warnings():
-                    # coredis suggests ensure_replication(); WAIT in the same pipeline is
-                    # exactly that, on the connection that made the writes.
-                    warnings.simplefilter("ignore")
-                    replicated = pipe.wait(self._replicas, self._wait_ms)
+        return entries
+
+    def _check(
+        self, entries: list[tuple[str, dict[bytes, bytes]]], results: tuple[object, ...]
+    ) -> None:
         refused: list[int] = []
-        for index, request in enumerate(requests):
-            try:
-                await request
-            except _REFUSALS as exc:
+        reasons: list[str] = []
+        for index, result in enumerate(results[: len(entries)]):
+            if isinstance(result, _REFUSALS):
                 refused.append(index)
-                reasons.append(f"redis {entries[index][0]!r}: {exc}")
-            except coredis.exceptions.RedisError as exc:
-                raise RedisEndpointError(f"redis {self._where}: XADD failed: {exc}") from exc
+                reasons.append(f"redis {entries[index][0]!r}: {result}")
+            elif isinstance(result, BaseException):
+                raise RedisEndpointError(f"redis {self._where}: XADD failed: {result}") from result
         if refused:
             raise MessageRejected(reasons[0], refused)
-        if replicated is not None:
-            count = await replicated
-            if count < self._replicas:
+        if self._replicas:
+            count = results[-1]
+            if isinstance(count, BaseException):
+                raise RedisEndpointError(f"redis {self._where}: WAIT failed: {count}") from count
+            if not isinstance(count, int) or count < self._replicas:
                 raise RedisEndpointError(
                     f"redis {self._where}: WAIT: {count} of {self._replicas} replica(s) "
                     f"acknowledged within {self._wait_ms} ms"

@@ -327,3 +327,14 @@ async def test_tls_is_verified_by_default(tmp_path: Path) -> None:
             async with untrusted.open():
                 pass
         assert "\n" not in str(caught.value)
+
+
+async def test_wait_replicas_fails_the_write_when_too_few_replicas_have_it() -> None:
+    url = require_redis()
+    stream = unique()
+    config = RedisSinkConfig(url=url, stream=stream, wait_replicas=1, wait_timeout=0.05)
+    async with RedisSink(config, CTX).open() as writer:
+        with pytest.raises(RedisEndpointError, match="WAIT: 0 of 1 replica"):
+            await writer.write(messages(3))
+    # Written on the primary, not confirmed: the engine retries (a duplicate, not a loss).
+    assert len(await entries(url, stream)) == 3
