@@ -104,10 +104,11 @@ async def consume_bare(url: str, stream: str, count: int, window: int) -> None:
 
 
 class ListSource:
-    """Hands out prepared messages with no other work: the route's cost, not a source's."""
+    """Hands out messages made on demand (a list made in advance would be that many live
+    objects for the garbage collector to walk): the route's cost, not a source's."""
 
-    def __init__(self, items: Sequence[Message]) -> None:
-        self._items = iter(items)
+    def __init__(self, items: Iterator[Message]) -> None:
+        self._items = items
         self.acked = 0
 
     def describe(self) -> str:
@@ -181,7 +182,7 @@ async def publish_bare(url: str, stream: str, count: int, size: int, batch: int)
 
 async def publish_bridge(url: str, stream: str, count: int, args: Any) -> None:
     body = b"x" * args.size
-    source = ListSource([Message(body, {}, f"m{i}") for i in range(count)])
+    source = ListSource(Message(body, {}, f"m{i}") for i in range(count))
     sink = RedisSink(RedisSinkConfig(url=url, stream=stream), Context(route="bench", role="sink"))
     route = Route("bench", source, sink, in_flight=args.window, batch_count=args.batch)
     with trio.fail_after(120):
