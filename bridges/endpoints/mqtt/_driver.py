@@ -107,6 +107,7 @@ class PahoDriver:
             client.on_message = self._cb_message
         client.on_socket_register_write = self._cb_register_write
         client.on_socket_unregister_write = self._cb_unregister_write
+        client.on_socket_close = self._cb_socket_close
 
     def _cb_connect(
         self, client: paho.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
@@ -156,6 +157,13 @@ class PahoDriver:
     def _cb_unregister_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         pass
 
+    def _cb_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        # paho closes its socket itself (a read error, a missed keep-alive, DISCONNECT
+        # written): tell Trio first, so that a task waiting on it wakes instead of
+        # waiting on a closed descriptor.
+        if isinstance(sock, socket.socket) and sock.fileno() >= 0:
+            trio.lowlevel.notify_closing(sock)
+
     # -- the tasks ---------------------------------------------------------------
     #
     # A broken connection does not cancel anything: the tasks record why and end,
@@ -191,10 +199,14 @@ class PahoDriver:
         block = True
         while True:
             await self.reading.wait()
-            if block:
-                await trio.lowlevel.wait_readable(sock)
-            else:
-                await trio.lowlevel.checkpoint()
+            try:
+                if block:
+                    await trio.lowlevel.wait_readable(sock)
+                else:
+                    await trio.lowlevel.checkpoint()
+            except trio.ClosedResourceError:
+                self._break(self._failed(MQTTErrorCode.MQTT_ERR_CONN_LOST))
+                return
             # loop_read handles one packet per call (QoS 1); go on while packets come
             # (each handled one bumps ``packets``), so a burst costs one wakeup.
             handled = 0
@@ -234,7 +246,11 @@ class PahoDriver:
                     self._break(self._failed(rc))
                     return
                 if client.want_write():
-                    await trio.lowlevel.wait_writable(sock)
+                    try:
+                        await trio.lowlevel.wait_writable(sock)
+                    except trio.ClosedResourceError:
+                        self._break(self._failed(MQTTErrorCode.MQTT_ERR_CONN_LOST))
+                        return
 
     async def _misc(self) -> None:
         while True:
@@ -323,10 +339,11 @@ class PahoDriver:
         watch = socket.socket(fileno=os.dup(sock.fileno()))
         try:
             client.disconnect()
-            while client.want_write() and client.socket() is not None:
-                client.loop_write()
-                if client.want_write() and client.socket() is not None:
-                    await trio.lowlevel.wait_writable(sock)
+            with contextlib.suppress(trio.ClosedResourceError):
+                while client.want_write() and client.socket() is not None:
+                    client.loop_write()
+                    if client.want_write() and client.socket() is not None:
+                        await trio.lowlevel.wait_writable(sock)
             watch.setblocking(False)
             while True:
                 await trio.lowlevel.wait_readable(watch)
