@@ -287,3 +287,26 @@ async def test_tls_is_verified_by_default(tmp_path: Path) -> None:
         with pytest.raises(MqttError, match=r"TLS failed: .*certificate verify failed"):
             async with untrusted.open():
                 pass
+
+
+def test_check_takes_the_documented_config_and_names_bad_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MQTT_PASS", "s3cret-pass")
+    config = tmp_path / "mqtt.toml"
+    config.write_text(
+        "[routes.m]\n"
+        'source = { type = "mqtt", url = "mqtt://bridge:${MQTT_PASS}@127.0.0.1:1883", '
+        'topics = ["sensors/+/temp"], qos = 1, client_id = "bridge-sensors" }\n'
+        'sink = { type = "mqtt", url = "mqtts://127.0.0.1:8883", topic = "alerts/{header:site}", '
+        "qos = 1, retain = false }\n"
+    )
+    assert cli_main(["check", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "m: mqtt sensors/+/temp (qos 1) on mqtt://127.0.0.1:1883 -> mqtt alerts/" in err
+    assert "s3cret-pass" not in err
+    config.write_text(config.read_text().replace("qos = 1, retain", "protocol = 3, retain"))
+    assert cli_main(["check", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "route 'm': sink.protocol:" in err
+    assert "s3cret-pass" not in err

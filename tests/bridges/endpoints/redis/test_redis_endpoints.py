@@ -14,6 +14,7 @@ from coredis.response.types import StreamPending
 from redis_servers import HOSTPORT, private_redis, require_redis
 
 from bridges import Context, Message, MessageRejected, RetryPolicy, Route
+from bridges._cli import main as cli_main
 from bridges.endpoints.redis import (
     RedisEndpointError,
     RedisSink,
@@ -338,3 +339,29 @@ async def test_wait_replicas_fails_the_write_when_too_few_replicas_have_it() -> 
             await writer.write(messages(3))
     # Written on the primary, not confirmed: the engine retries (a duplicate, not a loss).
     assert len(await entries(url, stream)) == 3
+
+
+def test_check_takes_the_documented_config_and_names_bad_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "redis.toml"
+    config.write_text(
+        "[routes.r]\n"
+        'source = { type = "redis", url = "redis://127.0.0.1:6379/0", stream = "orders", '
+        'group = "bridge", consumer = "bridge-1" }\n'
+        'sink = { type = "redis", url = "redis://u:s3cret-pass@127.0.0.1:6379/0", '
+        'stream = "events-{header:kind}", maxlen = 1000000 }\n'
+    )
+    assert cli_main(["check", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "r: redis orders (group bridge) on redis://127.0.0.1:6379/0 -> redis events-" in err
+    assert "s3cret-pass" not in err
+    config.write_text(
+        config.read_text()
+        .replace('start = "$"', "")
+        .replace("maxlen = 1000000", 'maxlen = 0, start = "1"')
+    )
+    assert cli_main(["check", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "route 'r': sink.maxlen:" in err
+    assert "s3cret-pass" not in err
