@@ -8,8 +8,9 @@ out of the URL, which appears in logs without it either way.
 
 from __future__ import annotations
 
+import re
 import ssl
-from typing import Literal
+from typing import Final, Literal
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -86,19 +87,46 @@ class Broker:
         return ssl.create_default_context(cafile=cafile)
 
 
+#: What MQTT strings should not hold and Mosquitto refuses by dropping the connection:
+#: NUL and the other control characters (C0, DEL, C1), and the Unicode noncharacters.
+_NONCHARACTERS: Final = "".join(
+    chr(plane * 0x10000 + low) for plane in range(1, 17) for low in (0xFFFE, 0xFFFF)
+)
+_NOT_IN_MQTT_STRINGS: Final = re.compile(
+    f"[\x00-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff{_NONCHARACTERS}]"
+)
+
+
+def check_string(text: str, what: str) -> str | None:
+    """Why ``text`` cannot be an MQTT string (a topic, a user property), or None.
+
+    A broker that gets one drops the connection, which would fail the whole
+    batch at every retry; rejecting the one message is the better outcome.
+    """
+    bad = _NOT_IN_MQTT_STRINGS.search(text)
+    if bad is not None:
+        return f"{what} holds {bad.group()!r}, which MQTT strings cannot carry"
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"{what} is not valid UTF-8 text"
+    if size > 65535:
+        return f"{what} is longer than 65,535 bytes"
+    return None
+
+
 def check_topic(topic: str, *, filter: bool) -> str | None:
     """Why ``topic`` is not a valid topic name (or filter, when ``filter``), or None.
 
     Names carry no wildcards; filters may, but ``#`` only as the last level
-    and each wildcard as a whole level. Neither may be empty, hold NUL, or be
-    longer than 65,535 bytes of UTF-8 (the MQTT string limit).
+    and each wildcard as a whole level. Neither may be empty, or fail
+    :func:`check_string` (control characters, over 65,535 bytes).
     """
     if not topic:
         return "an empty topic"
-    if "\0" in topic:
-        return f"topic {topic!r} holds NUL"
-    if len(topic.encode("utf-8", "surrogatepass")) > 65535:
-        return "a topic longer than 65,535 bytes"
+    problem = check_string(topic, f"topic {topic[:100]!r}")
+    if problem is not None:
+        return problem
     if not filter:
         if "+" in topic or "#" in topic:
             return f"topic {topic!r} holds a wildcard (+ or #); a topic name cannot"

@@ -32,7 +32,7 @@ from paho.mqtt.properties import Properties
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 
-from ._connection import Broker, MqttConnection, check_topic
+from ._connection import Broker, MqttConnection, check_string, check_topic
 from ._driver import PahoDriver, open_paho
 from .source import ID_PROPERTY
 
@@ -121,13 +121,22 @@ class MqttSink:
         for name, value in message.headers.items():
             if name in _DELIVERY or name == ID_PROPERTY:
                 continue
+            _check_string(name, "header name")
+            _check_string(value, f"header {name!r}")
             if name == "content-type":
                 properties.ContentType = value
                 continue
             pairs.append((name, value))
+        _check_string(message.id, "the message id")
         pairs.append((ID_PROPERTY, message.id))
         properties.UserProperty = pairs
         return topic, properties
+
+
+def _check_string(text: str, what: str) -> None:
+    problem = check_string(text, what)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 class _MqttWriter:

@@ -8,6 +8,8 @@ from typing import Literal
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mqtt_servers import (
     HOSTPORT,
     PASSWORD,
@@ -26,6 +28,7 @@ from bridges.endpoints.mqtt import (
     MqttSource,
     MqttSourceConfig,
 )
+from bridges.endpoints.mqtt._connection import check_string, check_topic
 from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
 CTX = Context(route="m", in_flight=100)
@@ -310,3 +313,53 @@ def test_check_takes_the_documented_config_and_names_bad_keys(
     err = capsys.readouterr().err
     assert "route 'm': sink.protocol:" in err
     assert "s3cret-pass" not in err
+
+
+_HEADER_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    body=st.binary(max_size=3000),
+    headers=st.dictionaries(_HEADER_TEXT.filter(bool), _HEADER_TEXT, max_size=4),
+    message_id=_HEADER_TEXT.filter(bool),
+)
+def test_any_body_and_headers_go_through_mqtt5_or_are_rejected_whole(
+    body: bytes, headers: dict[str, str], message_id: str
+) -> None:
+    url = require_mqtt()
+    skip = {"mqtt-topic", "mqtt-qos", "mqtt-retain", "bridge-id"}
+    headers = {k: v for k, v in headers.items() if k not in skip}
+    texts = [message_id, *headers, *headers.values()]
+    sendable = all(check_string(text, "x") is None for text in texts)
+    base = topic()
+
+    async def main() -> None:
+        source = MqttSource(source_config(url, [base]), CTX)
+        async with source.open() as receiver, MqttSink(sink_config(url, base), CTX).open() as w:
+            message = Message(body, headers, message_id)
+            if not sendable:
+                with pytest.raises(MessageRejected, match="MQTT strings cannot carry"):
+                    await w.write([message])
+                return
+            await w.write([message])
+            with trio.fail_after(10):
+                got = (await receiver.receive()).message
+            assert got.body == body
+            assert got.id == message_id
+            assert {k: v for k, v in got.headers.items() if k not in skip} == headers
+
+    trio.run(main)
+
+
+@given(st.text(alphabet="ab/+#", max_size=12))
+def test_topic_names_never_hold_wildcards_and_filters_keep_the_level_rules(text: str) -> None:
+    as_name = check_topic(text, filter=False)
+    assert (as_name is None) == (bool(text) and "+" not in text and "#" not in text)
+    as_filter = check_topic(text, filter=True)
+    levels = text.split("/")
+    well_formed = bool(text) and all(
+        level in ("+", "#") or ("+" not in level and "#" not in level) for level in levels
+    )
+    well_formed = well_formed and "#" not in levels[:-1]
+    assert (as_filter is None) == well_formed
