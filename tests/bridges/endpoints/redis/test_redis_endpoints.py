@@ -11,6 +11,8 @@ import coredis
 import pytest
 import trio
 from coredis.response.types import StreamPending
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis_servers import HOSTPORT, private_redis, require_redis
 
 from bridges import Context, Message, MessageRejected, RetryPolicy, Route
@@ -361,3 +363,41 @@ def test_check_takes_the_documented_config_and_names_bad_keys(
     err = capsys.readouterr().err
     assert "route 'r': sink.maxlen:" in err
     assert "s3cret-pass" not in err
+
+
+_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    body=st.binary(max_size=3000),
+    headers=st.dictionaries(_TEXT, _TEXT, max_size=4),
+    message_id=_TEXT,
+)
+def test_any_body_headers_and_id_survive_a_redis_round_trip(
+    body: bytes, headers: dict[str, str], message_id: str
+) -> None:
+    url = require_redis()
+    kept = {k: v for k, v in headers.items() if k not in ("bridge-id", "redis-id", "redis-stream")}
+    sendable = all(k and k != "body" for k in kept)
+    stream = unique()
+
+    async def main() -> None:
+        sink = RedisSink(RedisSinkConfig(url=url, stream=stream), CTX)
+        async with sink.open() as writer:
+            if not sendable:
+                with pytest.raises(MessageRejected):
+                    await writer.write([Message(body, headers, message_id)])
+                return
+            await writer.write([Message(body, headers, message_id)])
+        source = RedisSource(RedisSourceConfig(url=url, stream=stream, start="0"), CTX)
+        async with source.open() as receiver:
+            with trio.fail_after(10):
+                got = (await receiver.receive()).message
+        assert got.body == body
+        assert got.id == (message_id or got.headers["redis-id"])  # empty: the entry id
+        assert {k: v for k, v in got.headers.items() if not k.startswith("redis-")} == {
+            k: v for k, v in kept.items() if not k.startswith("redis-")
+        }
+
+    trio.run(main)
