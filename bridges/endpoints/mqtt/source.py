@@ -26,7 +26,6 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Final
 
 import attrs
@@ -143,6 +142,37 @@ class MqttSource:
             yield receiver
 
 
+async def _unused_ack() -> None:
+    raise AssertionError("an _MqttEnvelope settles through its receiver")
+
+
+async def _unused_nack(error: BaseException | None) -> None:
+    raise AssertionError("an _MqttEnvelope settles through its receiver")
+
+
+class _MqttEnvelope(Envelope):
+    """An envelope settled through its receiver: no closure per message in flight."""
+
+    __slots__ = ("_mid", "_qos", "_receiver")
+
+    def __init__(self, message: Message, receiver: _MqttReceiver, mid: int, qos: int) -> None:
+        origin = "mqtt " + message.headers["mqtt-topic"]
+        super().__init__(message, ack=_unused_ack, nack=_unused_nack, origin=origin)
+        self._receiver = receiver
+        self._mid = mid
+        self._qos = qos
+
+    async def ack(self) -> None:
+        if self.state == "open":
+            self.state = "acked"
+            self._receiver.acked(self._mid, self._qos)
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state == "open":
+            self.state = "nacked"
+            self._receiver.nacked(error)
+
+
 class _MqttReceiver:
     """Messages as paho's callback delivered them, handed out in order."""
 
@@ -188,12 +218,7 @@ class _MqttReceiver:
         message, mid, qos = self._inbox.popleft()
         if not driver.reading.is_set():
             driver.reading.set()
-        return Envelope(
-            message,
-            ack=partial(self._ack, driver, mid, qos),
-            nack=self._nack,
-            origin="mqtt " + message.headers["mqtt-topic"],
-        )
+        return _MqttEnvelope(message, self, mid, qos)
 
     def _check_nacks(self) -> None:
         if self._nacked:
@@ -227,12 +252,15 @@ class _MqttReceiver:
             message_id = "mqtt-" + digest.hexdigest()
         return Message(bytes(message.payload), headers, message_id)
 
-    async def _ack(self, driver: PahoDriver, mid: int, qos: int) -> None:
-        if qos and driver.error is None:
+    def acked(self, mid: int, qos: int) -> None:
+        """Send the PUBACK (QoS 1) now that the sink holds the message."""
+        driver = self.driver
+        if qos and driver is not None and driver.error is None:
             driver.client.ack(mid, qos)
             driver.kick()
 
-    async def _nack(self, error: BaseException | None) -> None:
+    def nacked(self, error: BaseException | None) -> None:
+        """No negative ack in MQTT: fail the next receive so that the session resumes."""
         if error is not None:
             self._nacked += 1
             self._more.set()
