@@ -57,8 +57,15 @@ Policies:
   :attr:`Limits.max_outbound_bytes` (8 MiB) wait for it (its socket buffer
   plus its topic backlog), so its memory stays bounded. Queues themselves are
   not bounded: what producers send to a queue nobody consumes stays there.
-- Everything is in memory: messages still in queues are lost when the broker
-  stops.
+- Durability: without ``data_dir`` the broker is volatile (it logs so at
+  start): everything is in memory, and messages still in queues are lost
+  when it stops. With ``data_dir``, queue messages are kept in SQLite there
+  (WAL, fsync on commit, commits grouped across senders): a RECEIPT comes
+  only once every queue message its connection sent before it is on disk,
+  a message is deleted once acknowledged (or delivered to an ``auto``
+  subscription), and at the next start what was left is queued again, in
+  order, with ``redelivered:true``. Topic messages are never stored. A data
+  dir that cannot be opened or written is a :class:`StoreError`.
 """
 
 from ._config import Limits as Limits
@@ -68,10 +75,12 @@ from ._config import parse_users as parse_users
 from ._server import Broker as Broker
 from ._server import open_broker as open_broker
 from ._server import serve_broker as serve_broker
+from ._store import StoreError as StoreError
 
 __all__ = [
     "Broker",
     "Limits",
+    "StoreError",
     "UsersFileError",
     "load_users",
     "open_broker",

@@ -22,6 +22,10 @@ Policies:
 - Queues keep what is sent to them without a bound: a queue nobody consumes
   grows with what producers send. An empty queue with no subscriptions is
   forgotten.
+- With a durable store (a :class:`MessageLog`), every message sent to a
+  queue is also added to the store, and removed from it once consumed: acked,
+  or delivered to an ``auto`` subscription. Topic messages never are. The
+  router starts with what the store restored, in order.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import itertools
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import attrs
 
@@ -70,6 +74,7 @@ class Message:
       body: the payload.
       size: an estimate of its memory, in bytes.
       redelivered: True once it has been delivered and come back.
+      key: its key in the durable store; 0 when it is not stored.
     """
 
     message_id: str
@@ -78,6 +83,42 @@ class Message:
     body: bytes
     size: int
     redelivered: bool = False
+    key: int = 0
+
+
+def message_size(destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> int:
+    """An estimate of the memory a message takes, in bytes."""
+    size = len(body) + _FRAME_OVERHEAD + len(destination)
+    for name, value in headers:
+        size += len(name) + len(value) + 2
+    return size
+
+
+class MessageLog(Protocol):
+    """A durable store, as the router uses it (see :mod:`._store`)."""
+
+    @property
+    def restored(self) -> list[Message]:
+        """What the store held when it opened, in the order it was sent."""
+
+    def next_key(self) -> int:
+        """A key for a message about to be added."""
+
+    def add(self, message: Message) -> int:
+        """Store ``message``; return the number of the commit that writes it."""
+
+    def remove(self, key: int) -> None:
+        """The message of ``key`` is consumed."""
+
+    @property
+    def durable(self) -> int:
+        """The number of the last commit on disk."""
+
+    def watch(self, watcher: Session) -> None:
+        """Call ``watcher.durable(number)`` after each commit until it returns False."""
+
+    def unwatch(self, watcher: Session) -> None:
+        """Stop calling ``watcher``."""
 
 
 @attrs.define(slots=True, eq=False)
@@ -212,31 +253,56 @@ class Router:
     Args:
       id_prefix: starts every message id; random by default, so ids do not
         repeat across broker runs.
+      store: the durable store of queue messages; None keeps them in memory
+        only. What it restored is queued at once, in order.
     """
 
-    def __init__(self, id_prefix: str | None = None) -> None:
+    def __init__(self, id_prefix: str | None = None, store: MessageLog | None = None) -> None:
         self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
         self._ids = itertools.count(1)
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, list[Subscription]] = {}
+        self.store = store
+        if store is not None:
+            for message in store.restored:
+                self._queue(message.destination).put(message)
 
-    def send(self, destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> None:
-        """Route one SEND: queue it, or fan it out to a topic's subscriptions."""
+    def send(self, destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> int:
+        """Route one SEND: queue it, or fan it out to a topic's subscriptions.
+
+        Returns:
+          The store's commit number that makes it durable (see
+          :meth:`MessageLog.add`); 0 when nothing is stored.
+        """
         kept = tuple(pair for pair in headers if pair[0] not in RESERVED_HEADERS)
-        size = len(body) + _FRAME_OVERHEAD + len(destination)
-        for name, value in kept:
-            size += len(name) + len(value) + 2
-        message = Message(f"{self._prefix}{next(self._ids)}", destination, kept, body, size)
+        size = message_size(destination, kept, body)
+        message_id = f"{self._prefix}{next(self._ids)}"
         if destination.startswith(TOPIC_PREFIX):
             subs = self.topics.get(destination)
             if subs:
+                message = Message(message_id, destination, kept, body, size)
                 for sub in tuple(subs):
                     sub.queue.put(message)
-            return
+            return 0
+        store = self.store
+        if store is None:
+            self._queue(destination).put(Message(message_id, destination, kept, body, size))
+            return 0
+        message = Message(message_id, destination, kept, body, size, key=store.next_key())
+        ticket = store.add(message)
+        self._queue(destination).put(message)
+        return ticket
+
+    def consumed(self, message: Message) -> None:
+        """``message`` was acknowledged (or delivered without acks): forget it for good."""
+        if message.key and self.store is not None:
+            self.store.remove(message.key)
+
+    def _queue(self, destination: str) -> Queue:
         queue = self.queues.get(destination)
         if queue is None:
             queue = self.queues[destination] = Queue(destination)
-        queue.put(message)
+        return queue
 
     def subscribe(self, sub: Subscription) -> None:
         """Start ``sub``: a private queue on a topic, else a consumer of the queue."""
@@ -245,10 +311,7 @@ class Router:
             self.topics.setdefault(destination, []).append(sub)
             Queue(destination, owner=sub.session).add(sub)
             return
-        queue = self.queues.get(destination)
-        if queue is None:
-            queue = self.queues[destination] = Queue(destination)
-        queue.add(sub)
+        self._queue(destination).add(sub)
 
     def unsubscribe(self, sub: Subscription) -> None:
         """End ``sub``: its unacknowledged messages go back (or away, on a topic)."""

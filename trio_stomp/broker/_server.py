@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 import secrets
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
@@ -27,6 +29,7 @@ from ._listeners import (
     open_listeners,
 )
 from ._session import Session
+from ._store import Store, open_data_dir
 
 __all__ = ["Broker", "open_broker", "serve_broker"]
 
@@ -48,12 +51,13 @@ class Broker:
         host: str,
         users: Mapping[str, str] | None,
         limits: Limits,
+        store: Store | None = None,
     ) -> None:
         self._listeners = listeners
         self._host = host
         self._users = users
         self._limits = limits
-        self._router = Router()
+        self._router = Router(store=store)
         self._connections: set[Connection] = set()
         self._session_ids = itertools.count(1)
         self._session_prefix = secrets.token_hex(4)
@@ -237,6 +241,7 @@ async def open_broker(
     ws_port: Address | None = None,
     wss_port: Address | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[Broker]:
     """Run a STOMP broker for the duration of an ``async with`` block.
 
@@ -281,6 +286,11 @@ async def open_broker(
         (:attr:`Broker.wss_url`).
       ssl_context: the server's TLS settings (certificate and key loaded),
         required with ``tls_port`` or ``wss_port``.
+      data_dir: keep queue messages on disk in this directory (created when
+        missing): a RECEIPT comes once the messages sent before it are
+        fsynced, and what is not consumed is delivered again at the next
+        start (see :mod:`trio_stomp.broker._store`). None (the default):
+        volatile, queued messages are lost when the broker stops.
 
     Returns:
       An async context manager yielding the running :class:`Broker`.
@@ -289,13 +299,37 @@ async def open_broker(
       OSError: an address cannot be listened on (a port in use, say).
       ValueError: a TLS listener without ``ssl_context``, or the reverse.
       ImportError: a WebSocket listener without the ``websocket`` extra.
+      StoreError: the data dir cannot be opened, or the store failed to write
+        (the broker stops then: what it would confirm could not be kept).
     """
     frozen_users = freeze_users(users)
     limits = limits if limits is not None else Limits()
-    listeners = await open_listeners(
-        host, port, tls_port=tls_port, ws_port=ws_port, wss_port=wss_port, ssl_context=ssl_context
-    )
-    broker = Broker(listeners, host, frozen_users, limits)
+    async with open_data_dir(data_dir) as store:
+        async with _open_broker(
+            host,
+            port,
+            frozen_users,
+            limits,
+            store,
+            tls_port=tls_port,
+            ws_port=ws_port,
+            wss_port=wss_port,
+            ssl_context=ssl_context,
+        ) as broker:
+            yield broker
+
+
+@asynccontextmanager
+async def _open_broker(
+    host: str,
+    port: int,
+    users: Mapping[str, str] | None,
+    limits: Limits,
+    store: Store | None,
+    **listening: Any,
+) -> AsyncIterator[Broker]:
+    listeners = await open_listeners(host, port, **listening)
+    broker = Broker(listeners, host, users, limits, store)
     error: BaseException | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(broker._run)
@@ -331,6 +365,7 @@ async def serve_broker(
     ws_port: Address | None = None,
     wss_port: Address | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a STOMP broker until cancelled; for ``nursery.start``.
@@ -353,6 +388,7 @@ async def serve_broker(
         ws_port=ws_port,
         wss_port=wss_port,
         ssl_context=ssl_context,
+        data_dir=data_dir,
     ) as broker:
         task_status.started(broker)
         await trio.sleep_forever()

@@ -13,6 +13,7 @@ must be dropped at once (its client stopped reading).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
@@ -117,6 +118,10 @@ class Session:
         self._pending_bytes = 0  # queued plus taken and not yet sent
         self._backlog_bytes = 0  # waiting in this session's private (topic) queues
         self._detached = False
+        # Durable store: the commit that makes this session's last queue SEND
+        # durable, and RECEIPTs held until their commit (ticket, id, disconnect).
+        self._ticket = 0
+        self._held: deque[tuple[int, str, bool]] = deque()
 
     # -- input -----------------------------------------------------------------
 
@@ -170,8 +175,8 @@ class Session:
 
     def handle_frame(self, frame: Frame) -> None:
         """Act on one client frame (receive_data calls this for each)."""
-        if self.closing:
-            return
+        if self.closing or (self._held and self._held[-1][2]):
+            return  # (after a DISCONNECT whose RECEIPT waits for the store, nothing)
         receipt = frame.headers.get("receipt")
         try:
             if self.version is None:
@@ -187,9 +192,33 @@ class Session:
             self._error(exc.message, exc.detail, receipt)
             return
         if receipt is not None:
+            self._receipt(receipt, disconnect=frame.command == "DISCONNECT")
+
+    def _receipt(self, receipt: str, *, disconnect: bool) -> None:
+        # A RECEIPT waits until every queue message this session sent before
+        # it is on disk, and RECEIPTs keep their order.
+        store = self.router.store
+        if store is not None and (self._held or store.durable < self._ticket):
+            self._held.append((self._ticket, receipt, disconnect))
+            store.watch(self)
+            return
+        self._emit_frame(Frame("RECEIPT", {"receipt-id": receipt}))
+        if disconnect:
+            self._close("the client disconnected")
+
+    def durable(self, batch: int) -> bool:
+        """The store's commits up to ``batch`` are on disk: send the RECEIPTs they held.
+
+        Returns:
+          True while RECEIPTs are still held (the store calls again).
+        """
+        held = self._held
+        while held and held[0][0] <= batch and not self.closing:
+            _, receipt, disconnect = held.popleft()
             self._emit_frame(Frame("RECEIPT", {"receipt-id": receipt}))
-            if frame.command == "DISCONNECT":
+            if disconnect:
                 self._close("the client disconnected")
+        return bool(held) and not self.closing
 
     # -- frames ----------------------------------------------------------------
 
@@ -238,7 +267,9 @@ class Session:
             raise _Fatal("SEND without destination")
         if not committing and self._buffer_in_transaction(frame):
             return
-        self.router.send(destination, headers.items(), frame.body)
+        ticket = self.router.send(destination, headers.items(), frame.body)
+        if ticket:
+            self._ticket = ticket
 
     def _on_subscribe(self, frame: Frame, committing: bool) -> None:
         headers = frame.headers
@@ -335,12 +366,17 @@ class Session:
                     break
         else:
             done = [sub.unacked.pop(message_id)]
+        self._settle(sub, done, nack=nack)
+
+    def _settle(self, sub: Subscription, done: list[Pending], *, nack: bool) -> None:
         for item in done:
             self._acks.pop(item.ack_id, None)
             self._ack_subs.pop(item.ack_id, None)
         if nack:
             sub.queue.requeue([item.message for item in done])
         else:
+            for item in done:
+                self.router.consumed(item.message)
             sub.queue.dispatch()
 
     def _pending_sub(self, sub_id: str | None, message_id: str, command: str) -> Subscription:
@@ -430,6 +466,8 @@ class Session:
                 headers.append(("ack", ack_id))
                 self._acks[ack_id] = pending
                 self._ack_subs[ack_id] = sub
+        elif message.key:
+            self.router.consumed(message)
         if message.redelivered:
             headers.append(("redelivered", "true"))
         headers.extend(message.headers)
@@ -501,6 +539,9 @@ class Session:
         if self._detached:
             return
         self._detached = True
+        if self._held and self.router.store is not None:
+            self.router.store.unwatch(self)
+            self._held.clear()
         self._transactions.clear()
         self._transaction_bytes = 0
         subs = list(self.subscriptions.values())

@@ -61,6 +61,7 @@ def test_public_surface() -> None:
     assert sorted(trio_stomp.broker.__all__) == [
         "Broker",
         "Limits",
+        "StoreError",
         "UsersFileError",
         "load_users",
         "open_broker",
