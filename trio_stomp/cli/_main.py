@@ -52,8 +52,9 @@ def _add_broker(subcommands: Subparsers) -> None:
     parser = subcommands.add_parser(
         "broker",
         help="run the embedded STOMP broker",
-        description="Run the embedded STOMP broker (1.0, 1.1, 1.2; in memory) until "
-        "SIGINT or SIGTERM. Besides plain STOMP it can listen for STOMP over TLS "
+        description="Run the embedded STOMP broker (1.0, 1.1, 1.2) until SIGINT or "
+        "SIGTERM. Without --data-dir it is volatile: queued messages live in memory "
+        "and are lost when it stops. Besides plain STOMP it can listen for STOMP over TLS "
         "(--tls-listen, with --cert) and over WebSocket (--ws-listen; --wss-listen "
         "for WebSocket over TLS); all listeners serve the same destinations.",
         epilog=_USERS_HELP,
@@ -68,6 +69,13 @@ def _add_broker(subcommands: Subparsers) -> None:
     )
     parser.add_argument(
         "--users", metavar="FILE", help="accept only the logins listed in FILE (format below)"
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep queue messages on disk in DIR (SQLite, created when missing): each "
+        "RECEIPT comes after an fsync, and what is not consumed is delivered again "
+        "(redelivered:true) at the next start",
     )
     parser.add_argument(
         "--tls-listen",
@@ -103,7 +111,7 @@ def _add_broker(subcommands: Subparsers) -> None:
 
 
 def _run_broker(args: argparse.Namespace) -> int:
-    from ..broker import UsersFileError, load_users
+    from ..broker import StoreError, UsersFileError, load_users
 
     users = None
     if args.users is not None:
@@ -117,6 +125,7 @@ def _run_broker(args: argparse.Namespace) -> int:
         "ws_port": args.ws_listen,
         "wss_port": args.wss_listen,
         "ssl_context": _broker_ssl_context(args),
+        "data_dir": args.data_dir,
     }
     if args.ws_listen is not None or args.wss_listen is not None:
         from .._transport import load_websocket
@@ -133,6 +142,8 @@ def _run_broker(args: argparse.Namespace) -> int:
         trio.run(_serve_until_signal, host, port, users, options)
     except OSError as exc:
         raise UsageError(str(exc.strerror or exc), status=EXIT_FAILED) from None
+    except StoreError as exc:
+        raise UsageError(str(exc), status=EXIT_FAILED) from None
     return 0
 
 

@@ -65,6 +65,8 @@ async def test_cli_broker_answers_and_stops_on_signal(
         buffer = bytearray()
         with trio.fail_after(15):
             line = await _read_line(process.stderr, buffer)
+            while b"listening" not in line:  # (the log line saying it is volatile)
+                line = await _read_line(process.stderr, buffer)
         found = re.search(rb"listening on stomp://127\.0\.0\.1:(\d+)", line)
         assert found, line
         port = int(found.group(1))

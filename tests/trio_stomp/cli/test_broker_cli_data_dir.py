@@ -1,0 +1,80 @@
+"""``trio-stomp broker --data-dir``: what a RECEIPT confirmed survives SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from trio_stomp.cli import main
+from trio_stomp.testing import open_raw_client
+
+
+def _command() -> list[str]:
+    script = Path(sys.executable).with_name("trio-stomp")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trio_stomp.cli"]
+
+
+@asynccontextmanager
+async def _broker(data_dir: Path) -> AsyncIterator[tuple[trio.Process, int, bytes]]:
+    """A ``trio-stomp broker`` process; yields it, its port and its first lines."""
+    command = [*_command(), "broker", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+    process = await trio.lowlevel.open_process(
+        command, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    assert process.stderr is not None
+    try:
+        seen = b""
+        with trio.fail_after(15):
+            while not (found := re.search(rb"listening on stomp://127\.0\.0\.1:(\d+)", seen)):
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, seen
+                seen += chunk
+        yield process, int(found.group(1)), seen
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.deadline(40)
+async def test_receipted_messages_survive_sigkill(tmp_path: Path) -> None:
+    async with _broker(tmp_path) as (process, port, seen):
+        assert b"broker store" in seen
+        with trio.fail_after(10):
+            async with open_raw_client(port) as client:
+                for i in range(20):
+                    receipt = str(i)
+                    await client.send(
+                        "SEND", {"destination": "/queue/a", "receipt": receipt}, receipt.encode()
+                    )
+                await client.receipt("19")
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    async with _broker(tmp_path) as (process, port, _):
+        with trio.fail_after(10):
+            async with open_raw_client(port) as client:
+                await client.subscribe("/queue/a")
+                frames = [await client.expect("MESSAGE") for _ in range(20)]
+    assert [f.body for f in frames] == [str(i).encode() for i in range(20)]
+    assert {f.headers["redelivered"] for f in frames} == {"true"}
+
+
+def test_a_data_dir_that_cannot_be_opened_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("a file, not a directory")
+    status = main(["broker", "--listen", "127.0.0.1:0", "--data-dir", str(plain)])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert str(plain) in err
+    assert "Traceback" not in err
