@@ -6,9 +6,10 @@
 
 Config problems are printed one per line (file, route, key) with status 2;
 nothing is printed as a traceback for an expected failure. ``run`` exits 0
-when it stopped with every message it took acknowledged, and 3 when its
-last line says that messages were left unacknowledged (handed back to their
-sources) or lost (a volatile embedded broker).
+when it stopped with every message it took acknowledged, 3 when its last
+line says that messages were left unacknowledged (handed back to their
+sources), and 4 when messages were lost with a volatile embedded broker
+(no ``[broker] data_dir``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from .service import Stopped
 
 PROG = "bridges"
-#: ``bridges run`` stopped, but left messages unacknowledged or lost (its last line says).
-EXIT_LEFT_BEHIND = 3
 
 
 def _say(message: str) -> None:
@@ -41,7 +40,7 @@ def _exit_now(stopped: Stopped) -> None:
     Safe for the data: nothing unacknowledged was acknowledged to its source.
     """
     sys.stderr.flush()
-    os._exit(0 if stopped.clean else EXIT_LEFT_BEHIND)
+    os._exit(stopped.exit_status)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         freeze_heap()
         stopped = trio.run(partial(run_bridge, config, registry, say=_say, hard_stop=_exit_now))
         if not stopped.clean:
-            return EXIT_LEFT_BEHIND
+            return stopped.exit_status
     except ConfigError as exc:
         for problem in exc.problems:
             _say(str(problem))

@@ -38,6 +38,11 @@ def _listen(instance: object, attribute: attrs.Attribute[str], value: str) -> No
         raise ValueError(f"expected HOST:PORT, got {value!r}")
 
 
+def _data_dir(instance: Any, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and not value:
+        raise ValueError("expected a directory, got an empty string")
+
+
 @attrs.frozen
 class BridgeSettings:
     """``[bridge]``: the process.
@@ -59,13 +64,17 @@ class BridgeSettings:
 class BrokerSettings:
     """``[broker]``: an embedded broker started (and stopped) with the process.
 
-    It keeps messages in memory: what is still queued when the process
-    stops is lost, so shutdown first drains the routes that read from it.
+    Without ``data_dir`` it is volatile: it keeps messages in memory, what
+    is still queued when the process stops is lost, so shutdown first drains
+    the routes that read from it (and ``bridges run`` exits 4 when some are
+    left). With ``data_dir`` its queue messages are on disk (SQLite, fsync
+    before each RECEIPT) and delivered again at the next start.
     ``stomp`` endpoints reach it with ``url = "embedded"``.
     """
 
     embedded: bool = False
     listen: str = attrs.field(default="127.0.0.1:61613", validator=_listen)
+    data_dir: str | None = attrs.field(default=None, validator=_data_dir)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -172,6 +181,8 @@ def parse_config(
             where.at(key).problem("unknown key (known: bridge, broker, routes)")
     bridge = structure(BridgeSettings, data.get("bridge", {}), where.at("bridge"))
     broker = structure(BrokerSettings, data.get("broker", {}), where.at("broker"))
+    if broker is not INVALID and broker.data_dir is not None and not broker.embedded:
+        where.at("broker").at("data_dir").problem("needs embedded = true (the broker it keeps)")
     tables = data.get("routes")
     if tables is None:
         where.at("routes").problem("missing (required)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from trio_stomp.broker import Broker, open_broker
+from trio_stomp.broker import Broker, StoreError, open_broker
 
 from .._config import Config
 from .._convert import ConfigError, Problem
@@ -16,15 +16,21 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
     """The config's embedded broker for the block, or None when it has none.
 
     Raises:
-      ConfigError: it cannot listen (``broker.listen`` names the address).
+      ConfigError: it cannot listen (``broker.listen`` names the address), or
+        its data dir cannot be opened (``broker.data_dir``, naming the file).
+      StoreError: the store failed to write while running (the broker stops:
+        what it would confirm could not be kept).
     """
     if not config.broker.embedded:
         yield None
         return
     host, port = config.broker.address
+    data_dir = config.broker.data_dir
     listening = False
     try:
-        async with open_broker(host, port) as broker:
+        async with open_broker(
+            host, port, data_dir=None if data_dir is None else config.base_dir / data_dir
+        ) as broker:
             listening = True
             yield broker
     except OSError as exc:
@@ -37,3 +43,7 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
         )
         raise ConfigError([problem]) from None
+    except StoreError as exc:
+        if listening:
+            raise
+        raise ConfigError([Problem(config.file, None, "broker.data_dir", str(exc))]) from None

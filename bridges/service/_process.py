@@ -5,9 +5,11 @@ Shutdown (first SIGTERM or SIGINT) runs in two phases within
 
 1. Routes that do not read from the embedded broker stop taking messages
    and finish what they have in flight.
-2. Routes that read from the embedded broker keep going until its queues
-   they read are empty and nothing is in flight (the embedded broker keeps
-   messages in memory only), then stop the same way.
+2. Routes that read from a volatile embedded broker (no ``[broker]
+   data_dir``: it keeps messages in memory only) keep going until its
+   queues they read are empty and nothing is in flight, then stop the same
+   way. With a data dir there is no second phase: what is queued stays in
+   the broker's store for the next start.
 
 When the deadline passes (or at a second signal), every route is aborted:
 in-flight messages are nacked, shielded and bounded, and connections close.
@@ -23,8 +25,8 @@ either way: whatever was not acknowledged stays with its source.
 
 :func:`run_bridge` returns a :class:`Stopped`: how many messages were left
 unacknowledged (handed back to their sources) and how many were lost with a
-volatile embedded broker; ``bridges run`` makes its exit status and last
-line of those.
+volatile embedded broker; ``bridges run`` makes its exit status
+(:attr:`Stopped.exit_status`) and last line of those.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ Say = Callable[[str], None]
 #: take (handing back, closing connections, stopping the embedded broker)
 #: before ``hard_stop`` is called, s.
 STOP_NOW_WITHIN: Final = 0.8
+#: Exit status: messages were left unacknowledged (handed back to their sources).
+EXIT_LEFT_BEHIND: Final = 3
+#: Exit status: messages were lost with a volatile embedded broker (no ``data_dir``).
+EXIT_LOST: Final = 4
 
 
 @attrs.frozen
@@ -77,6 +83,14 @@ class Stopped:
         """True when every message taken was acknowledged and nothing was left behind."""
         return not (self.unacknowledged or self.lost)
 
+    @property
+    def exit_status(self) -> int:
+        """``bridges run``'s exit status: 0 when clean, else :data:`EXIT_LOST` or
+        :data:`EXIT_LEFT_BEHIND` (lost first: it is the one to act on)."""
+        if self.lost:
+            return EXIT_LOST
+        return EXIT_LEFT_BEHIND if self.unacknowledged else 0
+
     def summary(self) -> str:
         """The last line ``bridges run`` prints."""
         if self.clean:
@@ -88,7 +102,10 @@ class Stopped:
                 "sources, which deliver them again)"
             )
         if self.lost:
-            parts.append(f"{self.lost} message(s) lost with the volatile embedded broker")
+            parts.append(
+                f"{self.lost} message(s) lost with the volatile embedded broker (set "
+                "[broker] data_dir to keep queued messages across stops)"
+            )
         return "stopped; " + "; ".join(parts)
 
 
@@ -102,6 +119,8 @@ class _Stopping:
     final: trio.Event = attrs.field(factory=trio.Event)
     unacknowledged: int | None = None
     lost: int = 0
+    #: The embedded broker has a data dir: what it holds is not lost.
+    durable: bool = False
 
     def abort(self) -> None:
         if self.unacknowledged is None:
@@ -147,8 +166,9 @@ async def shutdown(
       stopping: where the counts of what was left go (run_bridge's own).
     """
     stopping = stopping if stopping is not None else _Stopping(routes)
-    feeders = [r for r in routes if volatile_backlog(r) is None]
-    drainers = [r for r in routes if volatile_backlog(r) is not None]
+    volatile = not stopping.durable
+    feeders = [r for r in routes if not volatile or volatile_backlog(r) is None]
+    drainers = [r for r in routes if volatile and volatile_backlog(r) is not None]
     with trio.move_on_after(grace) as scope:
         for route in feeders:
             route.stop()
@@ -198,7 +218,7 @@ async def run_bridge(
     Raises:
       ConfigError: the embedded broker cannot listen, or an endpoint refused its settings.
     """
-    stopping = _Stopping()
+    stopping = _Stopping(durable=config.broker.data_dir is not None)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         try:
             async with trio.open_nursery() as guard:

@@ -67,10 +67,13 @@ async def test_the_quickstart_works_exactly_as_written(tmp_path: Path) -> None:
             await process.wait()
 
 
-def fast_quickstart(tmp_path: Path) -> Path:
+def fast_quickstart(tmp_path: Path, *, volatile: bool = False) -> Path:
     text = QUICKSTART.read_text().replace('listen = "127.0.0.1:61633"', 'listen = "127.0.0.1:0"')
     text = text.replace("settle = 0.5", "settle = 0")
     assert 'listen = "127.0.0.1:0"' in text
+    if volatile:
+        text = text.replace('data_dir = "state/broker"', "")
+        assert "data_dir" not in text
     path = tmp_path / "bridge.toml"
     path.write_text(text)
     return path
@@ -81,7 +84,7 @@ async def test_sigterm_stops_taking_and_drains_the_embedded_broker_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    config = load_config(fast_quickstart(tmp_path), default_registry(plugins=False))
+    config = load_config(fast_quickstart(tmp_path, volatile=True), default_registry(plugins=False))
     said: list[str] = []
     async with trio.open_nursery() as nursery:
         routes = await nursery.start(
