@@ -53,6 +53,8 @@ log = logging.getLogger("trio_stomp.broker")
 #: The store's file name inside the data dir.
 STORE_FILE: Final = "broker.sqlite3"
 _SCHEMA_VERSION: Final = 1
+#: The longest a commit waits for more messages from connections it expects, s.
+GATHER_DELAY: Final = 0.0005
 
 
 class StoreError(Exception):
@@ -178,6 +180,7 @@ class Store:
         self._watchers: dict[Watcher, None] = {}
         self._wakeup = trio.Event()
         self._closing = False
+        self._released = 0  # connections the last commit answered
 
     def next_key(self) -> int:
         """A new key for a message about to be added."""
@@ -225,6 +228,7 @@ class Store:
         while True:
             if not (self._adds or self._removes or self._closing):
                 await self._wakeup.wait()
+            await self._gather()
             self._wakeup = trio.Event()
             batch = self._batch
             self._batch = batch + 1
@@ -239,11 +243,26 @@ class Store:
                     raise _store_error(self.path, "write", exc) from None
                 self.commits += 1
             self.durable = batch
+            self._released = len(self._watchers)
             for watcher in list(self._watchers):
                 if not watcher.durable(batch):
                     self._watchers.pop(watcher, None)
             if self._closing and not (self._adds or self._removes):
                 return
+
+    async def _gather(self) -> None:
+        # Let connections whose input is already here act on it first, so that
+        # their messages join this group. When the last commit answered several
+        # connections, give them a moment (GATHER_DELAY at most) to send again:
+        # each one that makes it shares this fsync instead of waiting for the next.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        expected = self._released
+        if expected < 2 or self._closing or len(self._adds) >= expected:
+            return
+        with trio.move_on_after(GATHER_DELAY):
+            while len(self._adds) < expected and not self._closing:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
 
     def close_soon(self) -> None:
         """Write what is pending, then let :meth:`write_loop` return."""
