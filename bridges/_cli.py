@@ -8,8 +8,8 @@ Config problems are printed one per line (file, route, key) with status 2;
 nothing is printed as a traceback for an expected failure. ``run`` exits 0
 when it stopped with every message it took acknowledged, 3 when its last
 line says that messages were left unacknowledged (handed back to their
-sources), and 4 when messages were lost with a volatile embedded broker
-(no ``[broker] data_dir``).
+sources) or in the embedded broker's store (data_dir), and 4 when messages
+were lost with a volatile embedded broker (no ``[broker] data_dir``).
 """
 
 from __future__ import annotations

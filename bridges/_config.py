@@ -68,7 +68,8 @@ class BrokerSettings:
     is still queued when the process stops is lost, so shutdown first drains
     the routes that read from it (and ``bridges run`` exits 4 when some are
     left). With ``data_dir`` its queue messages are on disk (SQLite, fsync
-    before each RECEIPT) and delivered again at the next start.
+    before each RECEIPT) and delivered again at the next start (what shutdown
+    could not drain is kept there: exit 3).
     ``stomp`` endpoints reach it with ``url = "embedded"``.
     """
 

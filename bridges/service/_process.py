@@ -5,11 +5,11 @@ Shutdown (first SIGTERM or SIGINT) runs in two phases within
 
 1. Routes that do not read from the embedded broker stop taking messages
    and finish what they have in flight.
-2. Routes that read from a volatile embedded broker (no ``[broker]
-   data_dir``: it keeps messages in memory only) keep going until its
-   queues they read are empty and nothing is in flight, then stop the same
-   way. With a data dir there is no second phase: what is queued stays in
-   the broker's store for the next start.
+2. Routes that read from the embedded broker keep going until its queues
+   they read are empty and nothing is in flight, then stop the same way.
+   What is still queued then is lost with a volatile broker (no ``[broker]
+   data_dir``: it keeps messages in memory only), and kept in the store,
+   for the next start, with a data dir.
 
 When the deadline passes (or at a second signal), every route is aborted:
 in-flight messages are nacked, shielded and bounded, and connections close.
@@ -24,8 +24,9 @@ cancellation), it prints what was left and exits at once. Nothing is lost
 either way: whatever was not acknowledged stays with its source.
 
 :func:`run_bridge` returns a :class:`Stopped`: how many messages were left
-unacknowledged (handed back to their sources) and how many were lost with a
-volatile embedded broker; ``bridges run`` makes its exit status
+unacknowledged (handed back to their sources), kept in the embedded
+broker's store, or lost with a volatile embedded broker; ``bridges run``
+makes its exit status
 (:attr:`Stopped.exit_status`) and last line of those.
 """
 
@@ -57,7 +58,8 @@ Say = Callable[[str], None]
 #: take (handing back, closing connections, stopping the embedded broker)
 #: before ``hard_stop`` is called, s.
 STOP_NOW_WITHIN: Final = 0.8
-#: Exit status: messages were left unacknowledged (handed back to their sources).
+#: Exit status: messages were left unacknowledged (handed back to their sources),
+#: or in the embedded broker's store (delivered at the next start).
 EXIT_LEFT_BEHIND: Final = 3
 #: Exit status: messages were lost with a volatile embedded broker (no ``data_dir``).
 EXIT_LOST: Final = 4
@@ -73,15 +75,18 @@ class Stopped:
         which deliver them again at the next start.
       lost: messages left in the queues of the volatile (in-memory)
         embedded broker.
+      kept: messages left in the queues of the embedded broker with a data
+        dir: on disk, delivered at the next start.
     """
 
     unacknowledged: int = 0
     lost: int = 0
+    kept: int = 0
 
     @property
     def clean(self) -> bool:
         """True when every message taken was acknowledged and nothing was left behind."""
-        return not (self.unacknowledged or self.lost)
+        return not (self.unacknowledged or self.lost or self.kept)
 
     @property
     def exit_status(self) -> int:
@@ -89,7 +94,7 @@ class Stopped:
         :data:`EXIT_LEFT_BEHIND` (lost first: it is the one to act on)."""
         if self.lost:
             return EXIT_LOST
-        return EXIT_LEFT_BEHIND if self.unacknowledged else 0
+        return 0 if self.clean else EXIT_LEFT_BEHIND
 
     def summary(self) -> str:
         """The last line ``bridges run`` prints."""
@@ -100,6 +105,11 @@ class Stopped:
             parts.append(
                 f"{self.unacknowledged} message(s) not acknowledged (handed back to their "
                 "sources, which deliver them again)"
+            )
+        if self.kept:
+            parts.append(
+                f"{self.kept} message(s) left in the embedded broker's store (delivered at "
+                "the next start)"
             )
         if self.lost:
             parts.append(
@@ -119,6 +129,7 @@ class _Stopping:
     final: trio.Event = attrs.field(factory=trio.Event)
     unacknowledged: int | None = None
     lost: int = 0
+    kept: int = 0
     #: The embedded broker has a data dir: what it holds is not lost.
     durable: bool = False
 
@@ -130,7 +141,7 @@ class _Stopping:
         self.final.set()
 
     def result(self) -> Stopped:
-        return Stopped(self.unacknowledged or 0, self.lost)
+        return Stopped(self.unacknowledged or 0, self.lost, self.kept)
 
 
 def freeze_heap() -> None:
@@ -166,9 +177,8 @@ async def shutdown(
       stopping: where the counts of what was left go (run_bridge's own).
     """
     stopping = stopping if stopping is not None else _Stopping(routes)
-    volatile = not stopping.durable
-    feeders = [r for r in routes if not volatile or volatile_backlog(r) is None]
-    drainers = [r for r in routes if volatile and volatile_backlog(r) is not None]
+    feeders = [r for r in routes if volatile_backlog(r) is None]
+    drainers = [r for r in routes if volatile_backlog(r) is not None]
     with trio.move_on_after(grace) as scope:
         for route in feeders:
             route.stop()
@@ -186,7 +196,10 @@ async def shutdown(
         for route in drainers:
             await route.finished.wait()
     left_behind = sum(volatile_backlog(r) or 0 for r in drainers)
-    if left_behind:
+    if left_behind and stopping.durable:
+        stopping.kept = left_behind
+        say(f"{left_behind} message(s) stay in the embedded broker's store")
+    elif left_behind:
         stopping.lost = left_behind
         say(f"{left_behind} message(s) left in the embedded broker's queues are lost")
     if scope.cancelled_caught:

@@ -116,7 +116,11 @@ async def test_a_durable_broker_keeps_the_queue_across_a_stop(tmp_path: Path) ->
     status, output = await _run_until_queued(tmp_path, config)
     assert "volatile" not in output
     assert "lost" not in output
-    assert status in (0, 3), output  # (3: the message in flight was handed back)
+    assert status == 3, output
+    last = output.strip().splitlines()[-1]
+    found = re.search(r"(\d+) message\(s\) left in the embedded broker's store", last)
+    assert found, last
+    assert FILES - 1 <= int(found.group(1)) <= FILES  # (one may be in flight)
     # Started again with a sink that works, everything arrives.
     _write_config(tmp_path, data_dir=True, sink=OUTBOX)
     process = await trio.lowlevel.open_process(
@@ -139,6 +143,8 @@ async def test_a_durable_broker_keeps_the_queue_across_a_stop(tmp_path: Path) ->
 def test_exit_status_and_last_line() -> None:
     assert Stopped().exit_status == 0
     assert Stopped(unacknowledged=2).exit_status == 3
+    assert Stopped(kept=2).exit_status == 3
+    assert "2 message(s) left in the embedded broker's store" in Stopped(kept=2).summary()
     lost = Stopped(unacknowledged=2, lost=5)
     assert lost.exit_status == 4
     assert "5 message(s) lost" in lost.summary()
