@@ -226,7 +226,8 @@ def crash_run(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
 
         for share in shares:
             bridge = Bridge(work, config)
-            target = int(share * 2 * count)
+            # (at least one more file moved in this run: the kill is mid-transfer)
+            target = max(int(share * 2 * count), progress() + 1)
             # (a volatile broker loses files: then the kill comes after 3 s at most)
             wait_until(lambda t=target: progress() >= t, bridge, 3.0)
             time.sleep(rng.uniform(0, 0.05))
