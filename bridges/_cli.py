@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
+    from ._engine import Route
     from .service import Stopped
 
 PROG = "bridges"
@@ -61,8 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check(path: str, routes: Sequence[Route]) -> None:
+    _say(f"{path}: OK, {len(routes)} route(s)")
+    for route in routes:
+        _say(f"  {route.name}: {route.source.describe()} -> {route.sink.describe()}")
+        for endpoint in (route.source, route.sink, route.dead_letter):
+            for warning in getattr(endpoint, "check_warnings", list)():
+                _say(f"  {route.name}: warning: {warning}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``bridges`` with ``argv``; return the exit status (0 ok, 1 failed, 2 bad config)."""
+    from trio_stomp.broker import StoreError
+
     from ._config import load_config
     from ._convert import ConfigError
     from ._registry import default_registry
@@ -79,13 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config, registry)
         if args.command == "check":
-            routes = build_routes(config, registry, checking=True)
-            _say(f"{args.config}: OK, {len(routes)} route(s)")
-            for route in routes:
-                _say(f"  {route.name}: {route.source.describe()} -> {route.sink.describe()}")
-                for endpoint in (route.source, route.sink, route.dead_letter):
-                    for warning in getattr(endpoint, "check_warnings", list)():
-                        _say(f"  {route.name}: warning: {warning}")
+            _check(args.config, build_routes(config, registry, checking=True))
             return 0
         level = "debug" if args.verbose else config.bridge.log_level
         logging.basicConfig(
@@ -101,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             _say(str(problem))
         return 2
+    except StoreError as exc:  # the embedded broker's store failed while running
+        _say(str(exc))
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0

@@ -41,6 +41,8 @@ from typing import Any, Final
 import attrs
 import trio
 
+from trio_stomp.broker import StoreError
+
 from .._config import Config
 from .._convert import ConfigError
 from .._engine import Route, run_routes
@@ -230,6 +232,8 @@ async def run_bridge(
 
     Raises:
       ConfigError: the embedded broker cannot listen, or an endpoint refused its settings.
+      StoreError: the embedded broker's store failed to write (a full disk): it
+        stopped, and the bridge with it; nothing unconfirmed was acknowledged.
     """
     stopping = _Stopping(durable=config.broker.data_dir is not None)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -241,8 +245,9 @@ async def run_bridge(
                 guard.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # A config problem found while building is one line for the user, not a group.
-            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ConfigError):
-                raise group.exceptions[0] from None
+            single = group.exceptions[0] if len(group.exceptions) == 1 else None
+            if isinstance(single, (ConfigError, StoreError)):
+                raise single from None
             raise
     stopped = stopping.result()
     say(stopped.summary())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 import trio
 
+from bridges import default_registry, load_config, run_bridge
 from bridges.service import Stopped
 from bridges.testing import wait_until
+from trio_stomp.broker import StoreError
 
 FILES = 20
 
@@ -149,3 +152,24 @@ def test_exit_status_and_last_line() -> None:
     assert lost.exit_status == 4
     assert "5 message(s) lost" in lost.summary()
     assert "[broker] data_dir" in lost.summary()
+
+
+@pytest.mark.deadline(20)
+async def test_a_store_that_cannot_write_stops_the_bridge_with_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def commit(self: Any, adds: Any, removes: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr("trio_stomp.broker._store._Database.commit", commit)
+    path = _write_config(tmp_path, data_dir=True, sink=OUTBOX)
+    registry = default_registry(plugins=False)
+    config = load_config(path, registry, base_dir=tmp_path)
+    (tmp_path / "inbox").mkdir()
+    for i in range(5):
+        (tmp_path / "inbox" / f"f{i}").write_text(str(i))
+    with pytest.raises(StoreError, match="disk is full") as info:
+        await run_bridge(config, registry, say=lambda _: None)
+    assert str(tmp_path / "state") in str(info.value)
+    done = tmp_path / "inbox" / "done"
+    assert not done.exists() or not list(done.iterdir())  # nothing was confirmed
