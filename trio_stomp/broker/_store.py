@@ -283,7 +283,7 @@ async def open_store(data_dir: str | os.PathLike[str]) -> AsyncIterator[Store]:
     path = Path(data_dir) / STORE_FILE
     try:
         database, restored, next_key = await trio.to_thread.run_sync(_Database.open, path)
-    except (sqlite3.Error, OSError) as exc:
+    except (sqlite3.Error, OSError, ValueError, TypeError) as exc:  # (a row that is not ours)
         raise _store_error(path, "open", exc) from None
     store = Store(database, restored, next_key)
     log.info(
