@@ -1,10 +1,23 @@
 """Test kit for bridges and for endpoint plugin authors, like :mod:`trio.testing` is for Trio.
 
+- :func:`check_source` / :func:`check_sink`: the Source and Sink contracts
+  (ack only after durable, nack, close, cancellation), run against a real
+  server through a factory of :class:`SourceCase` / :class:`SinkCase`. Every
+  endpoint family's tests call them; see "Writing an endpoint" in
+  ``bridges/README.md``.
 - :class:`FakeSource` / :class:`FakeSink`: in-memory endpoints that record
   everything, for testing routes, transforms and the engine.
 - :func:`messages`, :func:`wait_until`: small helpers those tests need.
 """
 
+from ._contract import ContractViolation as ContractViolation
+from ._contract import SinkCase as SinkCase
+from ._contract import SinkFactory as SinkFactory
+from ._contract import SourceCase as SourceCase
+from ._contract import SourceFactory as SourceFactory
+from ._contract import check_sink as check_sink
+from ._contract import check_source as check_source
+from ._contract import contract_messages as contract_messages
 from ._fakes import FakeSink as FakeSink
 from ._fakes import FakeSource as FakeSource
 from ._fakes import messages as messages

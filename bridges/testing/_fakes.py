@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -25,6 +25,9 @@ def messages(count: int, prefix: str = "m") -> list[Message]:
 
 class FakeSource:
     """Hands out queued messages; a nack puts one back in front (like a broker).
+
+    Closing it puts back what is still unsettled, in front and in order, as a
+    broker does when a consumer disconnects (not counted in ``nacked``).
 
     Attributes:
       acked: ids, in ack order.
@@ -52,6 +55,7 @@ class FakeSource:
         self.open_now = False
         self._calls = 0
         self._more = trio.lowlevel.ParkingLot()
+        self._out: dict[int, Message] = {}  # handed out, not settled: delivery number -> message
 
     def describe(self) -> str:
         return "fake source"
@@ -68,6 +72,8 @@ class FakeSource:
             yield self
         finally:
             self.open_now = False
+            self.pending.extendleft(reversed(self._out.values()))
+            self._out.clear()
 
     async def receive(self) -> Envelope:
         await trio.lowlevel.checkpoint()
@@ -81,16 +87,34 @@ class FakeSource:
             await self._more.park()
         message = self.pending.popleft()
         self.handed.append(message.id)
+        delivery = len(self.handed)
+        self._out[delivery] = message
         return Envelope(
             message,
-            ack=partial(self._ack, message),
-            nack=partial(self._nack, message),
+            ack=partial(self._settled, delivery, self._ack, message),
+            nack=partial(self._settled_with, delivery, self._nack, message),
             origin=f"fake {message.id}",
         )
 
     @property
     def unsettled(self) -> int:
         return len(self.handed) - len(self.acked) - len(self.nacked)
+
+    async def _settled(
+        self, delivery: int, settle: Callable[[Message], Awaitable[None]], message: Message
+    ) -> None:
+        self._out.pop(delivery, None)
+        await settle(message)
+
+    async def _settled_with(
+        self,
+        delivery: int,
+        settle: Callable[[Message, BaseException | None], Awaitable[None]],
+        message: Message,
+        error: BaseException | None,
+    ) -> None:
+        self._out.pop(delivery, None)
+        await settle(message, error)
 
     async def _ack(self, message: Message) -> None:
         assert self.open_now, "acked after the source closed"

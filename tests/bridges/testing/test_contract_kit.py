@@ -1,0 +1,153 @@
+"""bridges.testing: the fakes pass the contract kit, and the kit catches endpoints that break it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import pytest
+import trio
+
+import bridges.testing
+from bridges import Envelope, Message, MessageRejected
+from bridges.testing import (
+    ContractViolation,
+    FakeSink,
+    FakeSource,
+    SinkCase,
+    SourceCase,
+    check_sink,
+    check_source,
+)
+
+BAD = Message(b"cannot be written", {"bad": "yes"}, "bad")
+
+
+def sources(
+    make: Callable[[], FakeSource], *, nack_redelivers: bool = True
+) -> Callable[[], AbstractAsyncContextManager[SourceCase]]:
+    @asynccontextmanager
+    async def factory() -> AsyncIterator[SourceCase]:
+        source = make()
+
+        async def publish(batch: Sequence[Message]) -> None:
+            source.push(*batch)
+
+        yield SourceCase(source, publish, nack_redelivers=nack_redelivers)
+
+    return factory
+
+
+def sinks(
+    make: Callable[[], FakeSink], *, reject: Message | None = None
+) -> Callable[[], AbstractAsyncContextManager[SinkCase]]:
+    @asynccontextmanager
+    async def factory() -> AsyncIterator[SinkCase]:
+        sink = make()
+
+        async def read_back() -> list[Message]:
+            return [message for batch in sink.batches for message in batch]
+
+        yield SinkCase(sink, read_back, reject=reject)
+
+    return factory
+
+
+class RejectingSink(FakeSink):
+    """Rejects messages with a ``bad`` header, naming them (or not, when ``name_them`` is off)."""
+
+    def __init__(self, *, name_them: bool = True) -> None:
+        super().__init__()
+        self.name_them = name_them
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        bad = [i for i, message in enumerate(batch) if "bad" in message.headers]
+        if bad:
+            raise MessageRejected("bad header", bad if self.name_them else None)
+        await super().write(batch)
+
+
+class LossySource(FakeSource):
+    """Takes the message off its queue before a checkpoint: a cancelled receive loses it."""
+
+    async def receive(self) -> Envelope:
+        if not self.pending:
+            return await super().receive()
+        message = self.pending.popleft()
+        await trio.lowlevel.checkpoint()
+        self.pending.appendleft(message)
+        return await super().receive()
+
+
+class ForgetfulSource(FakeSource):
+    """An ack that does not stick: the message is handed out again after a reopen."""
+
+    async def _ack(self, message: Message) -> None:
+        await super()._ack(message)
+        self.pending.append(message)
+
+
+class LazySink(FakeSink):
+    """Returns from write() at once and makes the batch visible only when closed."""
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[LazySink]:
+        self.held: list[list[Message]] = []
+        async with super().open():
+            yield self
+        self.batches.extend(self.held)
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        self.held.append(list(batch))
+
+
+async def test_the_fakes_keep_the_contracts() -> None:
+    await check_source(sources(lambda: FakeSource(end=False)), quiet=0.05)
+    await check_sink(sinks(lambda: RejectingSink(), reject=BAD))
+
+
+async def test_a_receive_that_loses_messages_when_cancelled_is_caught() -> None:
+    with pytest.raises(ContractViolation, match=r"cancelled receive\(\) hands out nothing"):
+        await check_source(sources(lambda: LossySource(end=False)), rule_seconds=1, quiet=0.05)
+
+
+async def test_a_source_whose_ack_does_not_stick_is_caught() -> None:
+    with pytest.raises(ContractViolation, match="an ack is final"):
+        await check_source(sources(lambda: ForgetfulSource(end=False)), quiet=0.05)
+
+
+async def test_a_source_that_drops_nacked_messages_is_caught() -> None:
+    dropping = sources(lambda: FakeSource(end=False, requeue=False))
+    with pytest.raises(ContractViolation, match="nack makes the message available again"):
+        await check_source(dropping, rule_seconds=1, quiet=0.05)
+
+
+async def test_a_source_that_may_dead_letter_on_nack_needs_only_releases_back() -> None:
+    class DeadLettering(FakeSource):
+        async def _nack(self, message: Message, error: BaseException | None) -> None:
+            if error is None:
+                await super()._nack(message, error)
+
+    with pytest.raises(ContractViolation, match="nack makes"):
+        await check_source(sources(lambda: DeadLettering(end=False)), rule_seconds=1, quiet=0.05)
+    relaxed = sources(lambda: DeadLettering(end=False), nack_redelivers=False)
+    await check_source(relaxed, quiet=0.05)
+
+
+async def test_a_write_that_returns_before_durable_is_caught() -> None:
+    with pytest.raises(ContractViolation, match="only when the batch is durable"):
+        await check_sink(sinks(LazySink))
+
+
+async def test_a_rejection_without_indices_is_caught() -> None:
+    with pytest.raises(ContractViolation, match="MessageRejected with its index"):
+        await check_sink(sinks(lambda: RejectingSink(name_them=False), reject=BAD))
+
+
+def test_the_testing_surface_is_pinned() -> None:
+    public = sorted(n for n in dir(bridges.testing) if n.isidentifier() and not n.startswith("_"))
+    assert public == [
+        "ContractViolation", "FakeSink", "FakeSource", "SinkCase", "SinkFactory", "SourceCase",
+        "SourceFactory", "check_sink", "check_source", "contract_messages", "messages",
+        "wait_until",
+    ]  # fmt: skip
