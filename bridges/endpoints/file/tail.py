@@ -3,8 +3,10 @@
 Each complete line (ending in a newline) is one message, its id
 ``NAME:OFFSET``. Acks may come in any order; the offset below which every
 line is acked is persisted (temporary file, fsync, rename) after each burst
-of acks, so a restart resumes after the last acked line and repeats at most
-what was in flight. A nacked line is handed out again before new ones. A file
+of acks, with the offsets of the lines acked beyond it (at most the
+in-flight window), so a restart resumes after the last acked line, skips
+those acked out of order, and repeats only what was in flight: an ack is
+final. A nacked line is handed out again before new ones. A file
 replaced (new inode) or truncated is read again from its start, once nothing
 of the old one is in flight.
 
@@ -44,8 +46,11 @@ log = logging.getLogger("bridges.file")
 
 #: One read of the tailed file, bytes.
 READ_SIZE: Final = 256 * 1024
-#: The largest position file read (it holds two numbers).
-_MAX_POSITION: Final = 4096
+#: The largest position file read (two numbers and the offsets acked out of order).
+_MAX_POSITION: Final = 4 * 1024 * 1024
+
+#: The position file's content: inode, committed offset, line starts acked beyond it.
+_Position = tuple[int | None, int, tuple[int, ...]]
 
 
 class JsonlReceiver:
@@ -67,16 +72,18 @@ class JsonlReceiver:
         # start offset -> [end offset, acked]; in offset order
         self._open: collections.OrderedDict[int, list[int | bool]] = collections.OrderedDict()
         self.committed = 0
-        self._persisted: tuple[int | None, int] | None = None
+        self._skip: set[int] = set()  # line starts acked out of order before a restart
+        self._persisted: _Position | None = None
         self._dirty = trio.Event()
 
     async def start(self) -> None:
-        inode, offset = await trio.to_thread.run_sync(self._load_position)
+        inode, offset, acked = await trio.to_thread.run_sync(self._load_position)
         self._inode, self.committed = inode, offset
+        self._skip = set(acked)
         self._read_at = offset
-        self._persisted = (inode, offset)
+        self._persisted = (inode, offset, acked)
 
-    def _load_position(self) -> tuple[int | None, int]:
+    def _load_position(self) -> _Position:
         position = self._source.position
         try:
             dir_fd = open_directory(position.parent)
@@ -89,9 +96,11 @@ class JsonlReceiver:
             finally:
                 os.close(fd)
             data = json.loads(text)
-            return (data.get("inode"), int(data["offset"]))
+            offset = int(data["offset"])
+            acked = tuple(sorted({int(start) for start in data.get("acked", ()) if start > offset}))
+            return (data.get("inode"), offset, acked)
         except FileNotFoundError:
-            return (None, 0)
+            return (None, 0, ())
         except Refused as exc:
             raise OSError(f"the position file {position} is {exc.strerror}: refused") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -109,7 +118,7 @@ class JsonlReceiver:
             else:
                 while not self._lines:
                     more = await trio.to_thread.run_sync(self._read_more)
-                    if (self._inode, self.committed) != self._persisted:
+                    if self._position() != self._persisted:
                         self._dirty.set()  # the file was replaced: start over, say so
                     if not more:
                         await trio.sleep(self._config.poll_interval)
@@ -121,6 +130,10 @@ class JsonlReceiver:
     def _envelope(self, start: int, end: int, line: bytes) -> Envelope | None:
         if start not in self._open:
             self._open[start] = [end, False]
+        if self._skip and start in self._skip:  # acked before the restart
+            self._skip.discard(start)
+            self._settle(start)
+            return None
         error: ValueError | None = None
         text = line.rstrip(b"\r")
         if end - start > self._config.max_line:
@@ -172,6 +185,7 @@ class JsonlReceiver:
             log.warning("%s was replaced; reading the new file from its start", self._name)
             self._read_at = self.committed = 0
             self._buffer, self._skipping = b"", None  # (the old file's unfinished last line)
+            self._skip.clear()
         self._inode = info.st_ino
         self._file.seek(self._read_at)
         return True
@@ -227,6 +241,7 @@ class JsonlReceiver:
             self._read_at = self.committed = 0
             self._buffer = b""
             self._skipping = None
+            self._skip.clear()
             if self._file is not None:
                 self._file.seek(0)
 
@@ -247,16 +262,13 @@ class JsonlReceiver:
         if entry is None:
             return
         entry[1] = True
-        advanced = False
         while self._open:
             first, (end, acked) = next(iter(self._open.items()))
             if not acked:
                 break
             del self._open[first]
             self.committed = int(end)
-            advanced = True
-        if advanced:
-            self._dirty.set()
+        self._dirty.set()
 
     async def persist_loop(self) -> None:
         """Write the committed offset after acks: one write per burst of acks."""
@@ -265,13 +277,22 @@ class JsonlReceiver:
             self._dirty = trio.Event()
             await self.persist()
 
+    def _position(self) -> _Position:
+        """What the position file must say now."""
+        ahead = tuple(start for start, (_, acked) in self._open.items() if acked)
+        # Acked before a restart and not read again yet: still acked.
+        if self._skip:
+            ahead = tuple(sorted({*ahead, *(s for s in self._skip if s > self.committed)}))
+        return (self._inode, self.committed, ahead)
+
     async def persist(self) -> None:
-        state = (self._inode, self.committed)
+        state = self._position()
         if state != self._persisted:
             await trio.to_thread.run_sync(self._write_position, state)
             self._persisted = state
 
-    def _write_position(self, state: tuple[int | None, int]) -> None:
-        data = json.dumps({"inode": state[0], "offset": state[1]}).encode()
+    def _write_position(self, state: _Position) -> None:
+        inode, offset, acked = state
+        data = json.dumps({"inode": inode, "offset": offset, "acked": acked}).encode()
         position = self._source.position
         atomic_write(position.parent, position.name, data)
