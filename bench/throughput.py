@@ -154,17 +154,13 @@ def run_trio_stomp(spec: dict[str, Any], meter: Meter) -> None:
                 destination, ack=mode, headers=WINDOW_HEADERS, buffer_size=spec.get("buffer_size")
             )
             async with subscription as sub:
-                if mode == "auto":
-                    async for _message in sub:
-                        got += 1
-                        if got == count:
-                            break
-                else:
-                    async for message in sub:
+                acking = mode != "auto"
+                async for message in sub:
+                    if acking:
                         await message.ack()
-                        got += 1
-                        if got == count:
-                            break
+                    got += 1
+                    if got == count:
+                        break
                 meter.stop(got)
             if got != count:
                 raise BenchError(f"the subscription ended after {got} of {count} messages")

@@ -22,7 +22,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin
 
@@ -151,6 +151,15 @@ def expand_env(text: str, where: Where) -> str | _Invalid:
     return INVALID if missing else result
 
 
+#: The scalar types a config class may use: whether a TOML value is one.
+_SCALARS: Final[dict[Any, Callable[[object], bool]]] = {
+    str: lambda v: isinstance(v, str),
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
+
+
 def convert(tp: Any, value: object, where: Where) -> Any:
     """``value`` as type ``tp``; on failure record a problem and return :data:`INVALID`."""
     origin, args = get_origin(tp), get_args(tp)
@@ -163,36 +172,31 @@ def convert(tp: Any, value: object, where: Where) -> Any:
     if origin is Literal:
         if value in args and type(value) in {type(a) for a in args}:
             return value
-        where.problem(f"expected {_type_name(tp)}, got {describe(value)}")
-        return INVALID
-    if tp is str:
-        if isinstance(value, str):
-            return expand_env(value, where)
-    elif tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif origin in (list, tuple, Sequence):
-        if isinstance(value, list):
-            item_type = args[0] if args else Any
-            items = [convert(item_type, item, where.at(i)) for i, item in enumerate(value)]
-            if any(item is INVALID for item in items):
-                return INVALID
-            return items if origin is list else tuple(items)
-    elif origin in (dict, Mapping):
-        if isinstance(value, dict):
-            value_type = args[1] if len(args) == 2 else Any
-            out = {str(k): convert(value_type, v, where.at(str(k))) for k, v in value.items()}
-            return INVALID if any(v is INVALID for v in out.values()) else out
+    elif tp in _SCALARS:
+        if _SCALARS[tp](value):
+            if tp is str:
+                return expand_env(value, where)  # type: ignore[arg-type]
+            return float(value) if tp is float else value  # type: ignore[arg-type]
+    elif origin in (list, tuple, Sequence, dict, Mapping):
+        if _accepts_shape(tp, value):
+            return _convert_items(origin, args, value, where)
     else:  # pragma: no cover - a config class uses a type this module does not know
         raise TypeError(f"config type {tp!r} is not supported")
     where.problem(f"expected {_type_name(tp)}, got {describe(value)}")
     return INVALID
+
+
+def _convert_items(origin: Any, args: tuple[Any, ...], value: Any, where: Where) -> Any:
+    """A TOML array or table (its shape already checked) as a list, tuple or dict."""
+    if origin in (dict, Mapping):
+        value_type = args[1] if len(args) == 2 else Any
+        out = {str(k): convert(value_type, v, where.at(str(k))) for k, v in value.items()}
+        return INVALID if any(v is INVALID for v in out.values()) else out
+    item_type = args[0] if args else Any
+    items = [convert(item_type, item, where.at(i)) for i, item in enumerate(value)]
+    if any(item is INVALID for item in items):
+        return INVALID
+    return items if origin is list else tuple(items)
 
 
 def _convert_union(tp: Any, args: tuple[Any, ...], value: object, where: Where) -> Any:
@@ -239,26 +243,9 @@ def structure(cls: type[T], data: object, where: Where) -> T | Any:
     fields = {f.alias: f for f in attrs.fields(cls) if f.init}  # type: ignore[arg-type]
     hints = _hints(cls)
     secrets = {f"{name}_file": name for name, f in fields.items() if f.metadata.get("secret")}
-    known = set(fields) | set(secrets)
+    ok = _known_keys(data, set(fields) | set(secrets), where)
     kwargs: dict[str, Any] = {}
-    ok = True
-    for key in data:
-        if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            where.at(key).problem(f"unknown key{hint} (known: {', '.join(sorted(known))})")
-            ok = False
-    for key, secret in secrets.items():
-        if key in data:
-            if secret in data:
-                where.at(key).problem(f"give {secret!r} or {key!r}, not both")
-                ok = False
-                continue
-            text = _read_secret(data[key], where.at(key))
-            if text is INVALID:
-                ok = False
-            else:
-                kwargs[secret] = text
+    ok = _read_secret_files(data, secrets, kwargs, where) and ok
     for name, field in fields.items():
         if name in kwargs:
             continue
@@ -280,6 +267,38 @@ def structure(cls: type[T], data: object, where: Where) -> T | Any:
     except (ValueError, TypeError) as exc:
         where.problem(str(exc))
         return INVALID
+
+
+def _known_keys(data: dict[str, object], known: set[str], where: Where) -> bool:
+    """Record a problem for every key of ``data`` not in ``known``; True when there is none."""
+    ok = True
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            where.at(key).problem(f"unknown key{hint} (known: {', '.join(sorted(known))})")
+            ok = False
+    return ok
+
+
+def _read_secret_files(
+    data: dict[str, object], secrets: dict[str, str], kwargs: dict[str, Any], where: Where
+) -> bool:
+    """Read each ``<secret>_file`` key of ``data`` into ``kwargs[<secret>]``; True when all read."""
+    ok = True
+    for key, secret in secrets.items():
+        if key not in data:
+            continue
+        if secret in data:
+            where.at(key).problem(f"give {secret!r} or {key!r}, not both")
+            ok = False
+            continue
+        text = _read_secret(data[key], where.at(key))
+        if text is INVALID:
+            ok = False
+        else:
+            kwargs[secret] = text
+    return ok
 
 
 def _convert_secret(tp: Any, value: object, where: Where) -> Any:

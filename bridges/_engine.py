@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import datetime
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 import trio
 
+from ._batch import Batch, Gathering, dead_letter_message
 from ._endpoint import MessageRejected, Receiver, Sink, Source, Writer
 from ._flow import (
     DeadLetterFailed,
@@ -55,15 +55,6 @@ from ._transforms import Transform, is_async
 
 log = logging.getLogger("bridges.route")
 
-#: Headers the engine adds to a dead letter.
-DEAD_LETTER_HEADERS: Final = (
-    "bridge-error",
-    "bridge-stage",
-    "bridge-route",
-    "bridge-source",
-    "bridge-attempts",
-    "bridge-failed-at",
-)
 #: The taker yields to other tasks at least this often, even when it never waits.
 _YIELD_EVERY: Final = 64
 
@@ -71,39 +62,6 @@ _YIELD_EVERY: Final = 64
 _Results = collections.deque[Message | BaseException]
 #: (envelopes, None to ack or the nack's error, the RouteStats counter to add to)
 _Settle = tuple[list[Envelope], BaseException | None, str]
-
-
-class _Gathering:
-    """A batch being gathered: kept on the route, not in a local, so that a sink
-    failing while it waits for more (its ``async with`` cancelled) leaves it to
-    be finished after the sink reopens instead of stranding its envelopes."""
-
-    __slots__ = ("deadline", "envelopes", "failed", "messages")
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.envelopes: list[Envelope] = []
-        self.messages: list[Message] = []
-        #: Envelopes whose transforms failed, given up in their turn.
-        self.failed: list[tuple[Envelope, BaseException]] = []
-
-
-class _Batch:
-    """Envelopes and the messages to write for them (transformed), side by side."""
-
-    __slots__ = ("envelopes", "messages")
-
-    def __init__(self, envelopes: list[Envelope], messages: list[Message]) -> None:
-        self.envelopes = envelopes
-        self.messages = messages
-
-    def __len__(self) -> int:
-        return len(self.envelopes)
-
-    def pick(self, indices: Collection[int]) -> _Batch:
-        """The items at ``indices`` (a set or range), in batch order."""
-        chosen = [i for i in range(len(self.envelopes)) if i in indices]
-        return _Batch([self.envelopes[i] for i in chosen], [self.messages[i] for i in chosen])
 
 
 class Route:
@@ -166,7 +124,7 @@ class Route:
         self._taken: Queue[Envelope] = Queue()
         self._results: _Results | None = collections.deque() if transforms else None
         self._to_settle: Queue[_Settle] = Queue()
-        self._gathering: _Gathering | None = None
+        self._gathering: Gathering | None = None
         self._pauses = 0
         self._unreadable = 0  # envelopes with an error taken and not yet gathered
 
@@ -356,7 +314,7 @@ class Route:
             self._to_settle.close()
 
     async def _write_batches(self, dead_letter: Writer | None) -> None:
-        batch: _Batch | None = None
+        batch: Batch | None = None
         attempt = 0
         open_failures = 0
         while True:
@@ -419,7 +377,7 @@ class Route:
                     )
                     await trio.sleep(delay)
 
-    async def _gather(self, dead_letter: Writer | None) -> _Batch | None:
+    async def _gather(self, dead_letter: Writer | None) -> Batch | None:
         """The next batch, in order; None once the taker has finished and all is written.
 
         Messages whose transforms failed, or that their source could not read
@@ -433,7 +391,7 @@ class Route:
             if gathering is None:
                 if not await taken.wait():
                     return None
-                gathering = self._gathering = _Gathering(trio.current_time() + wait)
+                gathering = self._gathering = Gathering(trio.current_time() + wait)
             envelopes, messages, failed = gathering.envelopes, gathering.messages, gathering.failed
             deadline = gathering.deadline
             while True:
@@ -449,15 +407,15 @@ class Route:
                 await taken.wait_for(count - len(envelopes), deadline)
             while failed:
                 envelope, error = failed[0]
-                original = _Batch([envelope], [envelope.message])
+                original = Batch([envelope], [envelope.message])
                 stage = "transform" if envelope.error is None else "source"
                 await self._give_up(original, error, 1, stage, dead_letter)
                 del failed[0]  # only once given up: a cancelled give-up is done again
             self._gathering = None
             if envelopes:
-                return _Batch(envelopes, messages)
+                return Batch(envelopes, messages)
 
-    def _add(self, chunk: list[Envelope], gathering: _Gathering) -> None:
+    def _add(self, chunk: list[Envelope], gathering: Gathering) -> None:
         """Put taken envelopes into the batch being gathered; failed ones aside, in order."""
         results = self._results
         if results is None:
@@ -488,20 +446,15 @@ class Route:
         return readable
 
     async def _rejected(
-        self, batch: _Batch, exc: MessageRejected, dead_letter: Writer | None
-    ) -> _Batch | None:
-        everything = range(len(batch))
-        indices = set(everything if exc.indices is None else exc.indices) & set(everything)
-        if not indices:  # a sink bug: nothing named; treat it as all
-            indices = set(everything)
-        bad = batch.pick(indices)
-        rest = batch.pick(set(everything) - indices)
+        self, batch: Batch, exc: MessageRejected, dead_letter: Writer | None
+    ) -> Batch | None:
+        bad, rest = batch.split_rejected(exc)
         await self._give_up(bad, exc, 1, "sink", dead_letter)
         return rest if rest.envelopes else None
 
     async def _give_up(
         self,
-        items: _Batch,
+        items: Batch,
         error: BaseException,
         attempts: int,
         stage: str,
@@ -510,7 +463,18 @@ class Route:
         """After the last attempt: dead-letter the messages, or nack them and pause."""
         reason = one_line(error)
         if dead_letter is not None:
-            letters = [self._dead_letter(env, reason, attempts, stage) for env in items.envelopes]
+            source = self.source.describe()
+            letters = [
+                dead_letter_message(
+                    env,
+                    reason=reason,
+                    attempts=attempts,
+                    stage=stage,
+                    route=self.name,
+                    source=source,
+                )
+                for env in items.envelopes
+            ]
             try:
                 await dead_letter.write(letters)
             except Exception as exc:
@@ -545,16 +509,6 @@ class Route:
             delay,
         )
         await trio.sleep(delay)
-
-    def _dead_letter(self, envelope: Envelope, reason: str, attempts: int, stage: str) -> Message:
-        original = envelope.message
-        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-        values = (reason, stage, self.name, envelope.origin or self.source.describe())
-        headers = {
-            **original.headers,
-            **dict(zip(DEAD_LETTER_HEADERS, (*values, str(attempts), now), strict=True)),
-        }
-        return Message(original.body, headers, original.id)
 
     # -- settling -----------------------------------------------------------------
 

@@ -34,30 +34,17 @@ import itertools
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
+
+from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
 
 if TYPE_CHECKING:
     from ._session import Session
 
-AckMode = Literal["auto", "client", "client-individual"]
-ACK_MODES: Final[frozenset[str]] = frozenset({"auto", "client", "client-individual"})
 TOPIC_PREFIX: Final = "/topic/"
 
-#: Headers of a SEND that the broker sets itself (or that only concern the SEND).
-RESERVED_HEADERS: Final = frozenset(
-    {
-        "destination",
-        "message-id",
-        "subscription",
-        "ack",
-        "redelivered",
-        "receipt",
-        "transaction",
-        "content-length",
-    }
-)
 
 # Header bytes beyond names and values: rough, it only bounds memory.
 _FRAME_OVERHEAD: Final = 64
@@ -339,3 +326,21 @@ class Router:
         """How many messages wait in the queue ``destination`` (0 when it has none)."""
         queue = self.queues.get(destination)
         return len(queue.messages) if queue is not None else 0
+
+
+def prefetch_window(headers: Headers, ack_mode: AckMode, default: int) -> int | None:
+    """The window a SUBSCRIBE asks for (its prefetch header, else ``default``); None: no window.
+
+    ``auto`` subscriptions have no window, but a malformed header is still an
+    error: ValueError(message, detail), for the session's ERROR frame.
+    """
+    for name in PREFETCH_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            text = value.strip()
+            digits = text[1:] if text[:1] == "-" else text
+            if not (digits.isascii() and digits.isdigit()):
+                raise ValueError(f"invalid {name} header", f"expected an integer, got {value!r}")
+            count = int(text)
+            return count if count > 0 and ack_mode != "auto" else None
+    return None if ack_mode == "auto" else default

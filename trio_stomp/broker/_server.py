@@ -332,7 +332,8 @@ async def _open_broker(
     broker = Broker(listeners, host, users, limits, store)
     error: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(broker._run)
+        # (this module's own Broker: _open_broker is the one owner of its lifetime)
+        nursery.start_soon(broker._run)  # noqa: SLF001
         try:
             yield broker
         except BaseException as exc:
@@ -345,9 +346,9 @@ async def _open_broker(
                 # says goodbye to every client, within the deadline.
                 with trio.CancelScope(shield=True) as scope:
                     scope.deadline = trio.current_time() + limits.close_timeout + 1.0
-                    await broker._shutdown()
+                    await broker._shutdown()  # noqa: SLF001
             finally:
-                broker._stop()
+                broker._stop()  # noqa: SLF001
     if error is not None:
         try:
             raise error

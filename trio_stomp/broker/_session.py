@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
 from ..frame import (
+    ACK_MODES,
     HEARTBEAT,
     Frame,
     FrameParser,
@@ -28,13 +29,20 @@ from ..frame import (
 )
 from ..frame._heartbeat import parse_heartbeat
 from ._config import Limits
-from ._destinations import ACK_MODES, AckMode, Message, Pending, Router, Subscription
+from ._destinations import (
+    Message,
+    Pending,
+    Router,
+    Subscription,
+    prefetch_window,
+)
 from ._negotiation import (
     SUPPORTED,
     check_credentials,
     choose_version,
     negotiate_heartbeats,
 )
+from ._transactions import ClientError, Transactions
 
 SERVER: Final = "trio-stomp/0.1.0"
 
@@ -47,15 +55,6 @@ class SessionEvents(Protocol):
 
     def abort(self) -> None:
         """Drop the connection now, without flushing (the client is not reading)."""
-
-
-class _Fatal(Exception):
-    """A client error that ends the session with an ERROR frame."""
-
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
 
 
 Handler = Callable[["Session", Frame, bool], None]
@@ -112,8 +111,7 @@ class Session:
         self._acks: dict[str, Pending] = {}
         self._ack_subs: dict[str, Subscription] = {}
         self._ack_counter = 0
-        self._transactions: dict[str, list[Frame]] = {}
-        self._transaction_bytes = 0
+        self._transactions = Transactions(limits)
         self._out: list[bytes] = []
         self._pending_bytes = 0  # queued plus taken and not yet sent
         self._backlog_bytes = 0  # waiting in this session's private (topic) queues
@@ -181,14 +179,14 @@ class Session:
         try:
             if self.version is None:
                 if frame.command not in ("CONNECT", "STOMP"):
-                    raise _Fatal("expected CONNECT", f"got {frame.command} before CONNECT")
+                    raise ClientError("expected CONNECT", f"got {frame.command} before CONNECT")
                 self._on_connect(frame)
                 return
-            handler = _HANDLERS.get(frame.command)
+            handler = self._HANDLERS.get(frame.command)
             if handler is None:
-                raise _Fatal(f"unexpected {frame.command} frame")
+                raise ClientError(f"unexpected {frame.command} frame")
             handler(self, frame, False)
-        except _Fatal as exc:
+        except ClientError as exc:
             self._error(exc.message, exc.detail, receipt)
             return
         if receipt is not None:
@@ -239,33 +237,24 @@ class Session:
             try:
                 client = parse_heartbeat(headers.get("heart-beat"))
             except RemoteProtocolError as exc:
-                raise _Fatal("invalid heart-beat header", str(exc)) from None
+                raise ClientError("invalid heart-beat header", str(exc)) from None
             heartbeats = negotiate_heartbeats(client, self.limits.min_heartbeat_ms)
         if not check_credentials(self.users, headers.get("login"), headers.get("passcode")):
-            raise _Fatal("access refused", "the login or passcode is not valid")
+            raise ClientError("access refused", "the login or passcode is not valid")
         self.version = version
         self.parser.version = version
         self.heartbeat_send_ms = heartbeats.send_ms
         self.heartbeat_receive_ms = heartbeats.receive_ms
         sx, sy = heartbeats.header
-        self._emit_frame(
-            Frame(
-                "CONNECTED",
-                {
-                    "version": version,
-                    "server": SERVER,
-                    "session": self.session_id,
-                    "heart-beat": f"{sx},{sy}",
-                },
-            )
-        )
+        connected = {"version": version, "server": SERVER, "session": self.session_id}
+        self._emit_frame(Frame("CONNECTED", {**connected, "heart-beat": f"{sx},{sy}"}))
 
     def _on_send(self, frame: Frame, committing: bool) -> None:
         headers = frame.headers
         destination = headers.get("destination")
         if not destination:
-            raise _Fatal("SEND without destination")
-        if not committing and self._buffer_in_transaction(frame):
+            raise ClientError("SEND without destination")
+        if not committing and self._transactions.hold(frame):
             return
         ticket = self.router.send(destination, headers.items(), frame.body)
         if ticket:
@@ -275,48 +264,41 @@ class Session:
         headers = frame.headers
         destination = headers.get("destination")
         if not destination:
-            raise _Fatal("SUBSCRIBE without destination")
+            raise ClientError("SUBSCRIBE without destination")
         sub_id = headers.get("id")
         if sub_id is None:
             if self.version != "1.0":
-                raise _Fatal("SUBSCRIBE without id")
+                raise ClientError("SUBSCRIBE without id")
             sub_id = destination
         if sub_id in self.subscriptions:
-            raise _Fatal("duplicate subscription id", f"subscription {sub_id!r} already exists")
+            raise ClientError(
+                "duplicate subscription id", f"subscription {sub_id!r} already exists"
+            )
         if len(self.subscriptions) >= self.limits.max_subscriptions:
-            raise _Fatal("too many subscriptions", f"the limit is {self.limits.max_subscriptions}")
-        mode = headers.get("ack", "auto")
-        if mode not in ACK_MODES:
-            raise _Fatal("invalid ack mode", "ack must be auto, client or client-individual")
-        ack_mode: AckMode = mode  # type: ignore[assignment]
-        window = self._prefetch(frame, ack_mode)
+            raise ClientError(
+                "too many subscriptions", f"the limit is {self.limits.max_subscriptions}"
+            )
+        ack_mode = headers.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise ClientError("invalid ack mode", "ack must be auto, client or client-individual")
+        try:
+            window = prefetch_window(headers, ack_mode, self.limits.default_prefetch)
+        except ValueError as exc:
+            raise ClientError(*exc.args) from None
         sub = Subscription(self, sub_id, destination, ack_mode, window)
         self.subscriptions[sub_id] = sub
         self.router.subscribe(sub)
-
-    def _prefetch(self, frame: Frame, ack_mode: AckMode) -> int | None:
-        # auto subscriptions have no window, but a malformed header is still an error.
-        for name in ("prefetch-count", "activemq.prefetchSize"):
-            value = frame.headers.get(name)
-            if value is not None:
-                text = value.strip()
-                digits = text[1:] if text[:1] == "-" else text
-                if not (digits.isascii() and digits.isdigit()):
-                    raise _Fatal(f"invalid {name} header", f"expected an integer, got {value!r}")
-                count = int(text)
-                return count if count > 0 and ack_mode != "auto" else None
-        return None if ack_mode == "auto" else self.limits.default_prefetch
 
     def _on_unsubscribe(self, frame: Frame, committing: bool) -> None:
         headers = frame.headers
         sub_id = headers.get("id")
         if sub_id is None:
             if self.version != "1.0" or "destination" not in headers:
-                raise _Fatal("UNSUBSCRIBE without id")
+                raise ClientError("UNSUBSCRIBE without id")
             sub_id = self._id_of_destination(headers["destination"])
         sub = self.subscriptions.pop(sub_id, None)
         if sub is None:
-            raise _Fatal("unknown subscription", f"no subscription {sub_id!r}")
+            raise ClientError("unknown subscription", f"no subscription {sub_id!r}")
         self._forget_acks(sub)
         self.router.unsubscribe(sub)
 
@@ -324,7 +306,7 @@ class Session:
         for sub_id, sub in self.subscriptions.items():
             if sub.destination == destination:
                 return sub_id
-        raise _Fatal("unknown subscription", f"no subscription to {destination!r}")
+        raise ClientError("unknown subscription", f"no subscription to {destination!r}")
 
     def _on_ack(self, frame: Frame, committing: bool) -> None:
         self._acknowledge(frame, committing, nack=False)
@@ -338,22 +320,24 @@ class Session:
         if self.version == "1.2":
             ack_id = headers.get("id")
             if ack_id is None:
-                raise _Fatal(f"{command} without id")
+                raise ClientError(f"{command} without id")
             pending = self._acks.get(ack_id)
             sub = self._ack_subs.get(ack_id)
             if pending is None or sub is None:
-                raise _Fatal("unknown ack id", f"{command} of {ack_id!r}, which is not pending")
+                raise ClientError(
+                    "unknown ack id", f"{command} of {ack_id!r}, which is not pending"
+                )
             message_id = pending.message.message_id
         else:
             found_id = headers.get("message-id")
             if found_id is None:
-                raise _Fatal(f"{command} without message-id")
+                raise ClientError(f"{command} without message-id")
             message_id = found_id
             sub_id = headers.get("subscription")
             if sub_id is None and self.version != "1.0":
-                raise _Fatal(f"{command} without subscription")
+                raise ClientError(f"{command} without subscription")
             sub = self._pending_sub(sub_id, message_id, command)
-        if not committing and self._buffer_in_transaction(frame):
+        if not committing and self._transactions.hold(frame):
             return
         if sub.ack_mode == "client":
             # Cumulative: this message and every one delivered before it.
@@ -383,57 +367,28 @@ class Session:
         if sub_id is not None:
             sub = self.subscriptions.get(sub_id)
             if sub is None:
-                raise _Fatal("unknown subscription", f"{command} names no subscription {sub_id!r}")
+                raise ClientError(
+                    "unknown subscription", f"{command} names no subscription {sub_id!r}"
+                )
             if message_id in sub.unacked:
                 return sub
         else:
             for sub in self.subscriptions.values():
                 if message_id in sub.unacked:
                     return sub
-        raise _Fatal("unknown message-id", f"{command} of {message_id!r}, which is not pending")
+        raise ClientError(
+            "unknown message-id", f"{command} of {message_id!r}, which is not pending"
+        )
 
     def _on_begin(self, frame: Frame, committing: bool) -> None:
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            raise _Fatal("BEGIN without transaction")
-        if tx in self._transactions:
-            raise _Fatal("transaction already exists", f"transaction {tx!r} is already open")
-        if len(self._transactions) >= self.limits.max_transactions:
-            raise _Fatal("too many transactions", f"the limit is {self.limits.max_transactions}")
-        self._transactions[tx] = []
+        self._transactions.begin(frame)
 
     def _on_commit(self, frame: Frame, committing: bool) -> None:
-        for buffered in self._end_transaction(frame):
-            _HANDLERS[buffered.command](self, buffered, True)
+        for buffered in self._transactions.end(frame):
+            self._HANDLERS[buffered.command](self, buffered, True)
 
     def _on_abort(self, frame: Frame, committing: bool) -> None:
-        self._end_transaction(frame)
-
-    def _end_transaction(self, frame: Frame) -> list[Frame]:
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            raise _Fatal(f"{frame.command} without transaction")
-        frames = self._transactions.pop(tx, None)
-        if frames is None:
-            raise _Fatal("unknown transaction", f"{frame.command} of {tx!r}, which is not open")
-        self._transaction_bytes -= sum(_frame_cost(f) for f in frames)
-        return frames
-
-    def _buffer_in_transaction(self, frame: Frame) -> bool:
-        tx = frame.headers.get("transaction")
-        if tx is None:
-            return False
-        frames = self._transactions.get(tx)
-        if frames is None:
-            raise _Fatal("unknown transaction", f"{frame.command} in {tx!r}, which is not open")
-        self._transaction_bytes += _frame_cost(frame)
-        if self._transaction_bytes > self.limits.max_transaction_bytes:
-            raise _Fatal(
-                "transactions too large",
-                f"open transactions hold more than {self.limits.max_transaction_bytes} bytes",
-            )
-        frames.append(frame)
-        return True
+        self._transactions.end(frame)
 
     def _on_disconnect(self, frame: Frame, committing: bool) -> None:
         if "receipt" not in frame.headers:
@@ -543,7 +498,6 @@ class Session:
             self.router.store.unwatch(self)
             self._held.clear()
         self._transactions.clear()
-        self._transaction_bytes = 0
         subs = list(self.subscriptions.values())
         self.subscriptions.clear()
         self._acks.clear()
@@ -618,9 +572,18 @@ class Session:
             self._acks.pop(pending.ack_id, None)
             self._ack_subs.pop(pending.ack_id, None)
 
-
-def _frame_cost(frame: Frame) -> int:
-    return len(frame.body) + sum(len(n) + len(v) + 2 for n, v in frame.headers.items()) + 64
+    #: The handler of each command after CONNECT.
+    _HANDLERS: Final[dict[str, Handler]] = {
+        "SEND": _on_send,
+        "SUBSCRIBE": _on_subscribe,
+        "UNSUBSCRIBE": _on_unsubscribe,
+        "ACK": _on_ack,
+        "NACK": _on_nack,
+        "BEGIN": _on_begin,
+        "COMMIT": _on_commit,
+        "ABORT": _on_abort,
+        "DISCONNECT": _on_disconnect,
+    }
 
 
 def _encodable(pair: tuple[str, str], version: str) -> bool:
@@ -629,16 +592,3 @@ def _encodable(pair: tuple[str, str], version: str) -> bool:
     except LocalProtocolError:
         return False
     return True
-
-
-_HANDLERS: Final[dict[str, Handler]] = {
-    "SEND": Session._on_send,
-    "SUBSCRIBE": Session._on_subscribe,
-    "UNSUBSCRIBE": Session._on_unsubscribe,
-    "ACK": Session._on_ack,
-    "NACK": Session._on_nack,
-    "BEGIN": Session._on_begin,
-    "COMMIT": Session._on_commit,
-    "ABORT": Session._on_abort,
-    "DISCONNECT": Session._on_disconnect,
-}

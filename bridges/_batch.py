@@ -1,0 +1,79 @@
+"""Batches of a route: gathering them, splitting what a sink rejected, building dead letters.
+
+The engine (:mod:`bridges._engine`) owns the tasks and the retry loop; this
+module holds the values it moves around and the rules that do not need a
+task: which items a :class:`~bridges.MessageRejected` names, and what a dead
+letter carries.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Collection
+from typing import Final
+
+from ._endpoint import MessageRejected
+from ._message import Envelope, Message
+
+#: Headers the engine adds to a dead letter.
+DEAD_LETTER_HEADERS: Final = (
+    "bridge-error",
+    "bridge-stage",
+    "bridge-route",
+    "bridge-source",
+    "bridge-attempts",
+    "bridge-failed-at",
+)
+
+
+class Gathering:
+    """A batch being gathered: kept on the route, not in a local, so that a sink
+    failing while it waits for more (its ``async with`` cancelled) leaves it to
+    be finished after the sink reopens instead of stranding its envelopes."""
+
+    __slots__ = ("deadline", "envelopes", "failed", "messages")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.envelopes: list[Envelope] = []
+        self.messages: list[Message] = []
+        #: Envelopes whose transforms failed, given up in their turn.
+        self.failed: list[tuple[Envelope, BaseException]] = []
+
+
+class Batch:
+    """Envelopes and the messages to write for them (transformed), side by side."""
+
+    __slots__ = ("envelopes", "messages")
+
+    def __init__(self, envelopes: list[Envelope], messages: list[Message]) -> None:
+        self.envelopes = envelopes
+        self.messages = messages
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+    def pick(self, indices: Collection[int]) -> Batch:
+        """The items at ``indices`` (a set or range), in batch order."""
+        chosen = [i for i in range(len(self.envelopes)) if i in indices]
+        return Batch([self.envelopes[i] for i in chosen], [self.messages[i] for i in chosen])
+
+    def split_rejected(self, exc: MessageRejected) -> tuple[Batch, Batch]:
+        """(the items ``exc`` names, the rest); a rejection naming none names them all."""
+        everything = range(len(self))
+        indices = set(everything if exc.indices is None else exc.indices) & set(everything)
+        if not indices:  # a sink bug: nothing named; treat it as all
+            indices = set(everything)
+        return self.pick(indices), self.pick(set(everything) - indices)
+
+
+def dead_letter_message(
+    envelope: Envelope, *, reason: str, attempts: int, stage: str, route: str, source: str
+) -> Message:
+    """The message to write to the dead-letter sink for ``envelope``: its original,
+    with :data:`DEAD_LETTER_HEADERS` saying why, where and when it was given up."""
+    original = envelope.message
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+    values = (reason, stage, route, envelope.origin or source, str(attempts), now)
+    headers = {**original.headers, **dict(zip(DEAD_LETTER_HEADERS, values, strict=True))}
+    return Message(original.body, headers, original.id)
