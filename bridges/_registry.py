@@ -115,6 +115,7 @@ class Registry:
             raise ValueError(f"{kind} {name!r} is already registered")
         if not doc:
             doc = (config.__doc__ or "").strip().splitlines()[0] if config.__doc__ else ""
+        doc = doc.replace("``", "")  # (docstrings are reStructuredText; users read plain text)
         self._plugins[(kind, name)] = Plugin(kind, name, config, build, doc)
 
     def get(self, kind: Kind, name: str) -> Plugin:

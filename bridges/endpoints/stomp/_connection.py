@@ -16,8 +16,8 @@ import attrs
 from attrs.validators import ge
 
 import trio_stomp
-from trio_stomp._url import Endpoint
 from trio_stomp.broker import Broker
+from trio_stomp.util import Endpoint
 
 from ..._endpoint import Context, InvalidSetting
 

@@ -395,3 +395,5 @@ def test_the_console_script_lists_plugins() -> None:
     assert done.returncode == 0
     assert "source    stomp" in done.stdout
     assert "transform json_extract" in done.stdout
+    assert "``" not in done.stdout  # plain text for people, not reStructuredText
+    assert 'type = "json_extract"' in done.stdout
