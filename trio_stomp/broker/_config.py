@@ -58,6 +58,14 @@ class Limits:
         buffer in its open transactions (bodies plus headers).
       min_heartbeat_ms: the shortest heart-beat interval the broker agrees to,
         in either direction, whatever the client asks for.
+      max_preconnect_frame: the largest frame a connection may send before its
+        CONNECT succeeded, in bytes: an unauthenticated peer cannot make the
+        broker hold a large frame.
+      max_buffered_bytes: the bound on incomplete frames held across all
+        connections, in bytes. A connection whose partial frame takes the total
+        past it gets an ERROR naming the limit and is closed; the others carry
+        on. Many slow peers each sending part of a large frame cannot exhaust
+        memory.
       connect_timeout: seconds a new connection has to send CONNECT (0: no
         limit).
       close_timeout: seconds the broker waits to flush a final frame (ERROR,
@@ -75,6 +83,8 @@ class Limits:
     max_transactions: int = attrs.field(default=1000, validator=_positive)
     max_transaction_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)
+    max_preconnect_frame: int = attrs.field(default=64 * 1024, validator=_positive)
+    max_buffered_bytes: int = attrs.field(default=256 * _MiB, validator=_positive)
     connect_timeout: float = attrs.field(default=30.0, validator=_non_negative)
     close_timeout: float = attrs.field(default=2.0, validator=_non_negative)
 

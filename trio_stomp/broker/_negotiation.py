@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ..frame import VERSIONS, Version
+from ..frame import VERSIONS, Frame, LocalProtocolError, Version, encode
 from ..frame._heartbeat import negotiate
 
 #: Ours, newest first: the order in which a version is preferred.
@@ -78,3 +78,24 @@ def check_credentials(
         hmac.compare_digest(b"", (passcode or "").encode())
         return False
     return hmac.compare_digest(users[login].encode(), (passcode or "").encode())
+
+
+def encode_message(headers: list[tuple[str, str]], body: bytes, version: str) -> bytes:
+    """A MESSAGE frame's bytes for a client of ``version``.
+
+    A header sent under another version that ours cannot carry (a line break
+    for a 1.0 client) is left out rather than failing the delivery.
+    """
+    try:
+        return encode(Frame("MESSAGE", headers, body), version)
+    except LocalProtocolError:
+        kept = [pair for pair in headers if _encodable(pair, version)]
+        return encode(Frame("MESSAGE", kept, body), version)
+
+
+def _encodable(pair: tuple[str, str], version: str) -> bool:
+    try:
+        encode(Frame("MESSAGE", [pair]), version)
+    except LocalProtocolError:
+        return False
+    return True

@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from ._budget import Budget
 from ._config import Limits, freeze_users
 from ._connection import Connection
 from ._destinations import Router
@@ -58,6 +59,7 @@ class Broker:
         self._users = users
         self._limits = limits
         self._router = Router(store=store)
+        self._budget = Budget(limits.max_buffered_bytes)
         self._connections: set[Connection] = set()
         self._session_ids = itertools.count(1)
         self._session_prefix = secrets.token_hex(4)
@@ -186,6 +188,7 @@ class Broker:
             session_id=session_id,
             users=self._users,
             limits=self._limits,
+            budget=self._budget,
         )
         self._connections.add(connection)
         log.debug("connection %s from %s", session_id, peer)

@@ -28,6 +28,7 @@ from ..frame import (
     encode,
 )
 from ..frame._heartbeat import parse_heartbeat
+from ._budget import Budget
 from ._config import Limits
 from ._destinations import (
     Message,
@@ -40,6 +41,7 @@ from ._negotiation import (
     SUPPORTED,
     check_credentials,
     choose_version,
+    encode_message,
     negotiate_heartbeats,
 )
 from ._transactions import ClientError, Transactions
@@ -69,6 +71,8 @@ class Session:
       session_id: the ``session`` header of CONNECTED.
       users: login -> passcode, or None to accept any login.
       limits: the broker's limits.
+      budget: shared by the broker's sessions: the bound on incomplete frames
+        across them (a session of its own when None).
 
     Lifecycle: :meth:`receive_data` until :attr:`closing` (ERROR sent, or
     DISCONNECT); the edge then flushes :meth:`take_output` and closes, and
@@ -85,14 +89,16 @@ class Session:
         session_id: str,
         users: Mapping[str, str] | None = None,
         limits: Limits | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.router = router
         self.events = events
         self.session_id = session_id
         self.users = users
         self.limits = limits = limits if limits is not None else Limits()
-        self.parser = FrameParser(
-            max_frame_size=limits.max_frame_size,
+        self.budget = budget if budget is not None else Budget(limits.max_buffered_bytes)
+        self.parser = FrameParser(  # (until CONNECT succeeds, only a small frame)
+            max_frame_size=min(limits.max_frame_size, limits.max_preconnect_frame),
             max_header_count=limits.max_header_count,
             max_header_length=limits.max_header_length,
         )
@@ -138,6 +144,11 @@ class Session:
             return
         if not isinstance(data, bytes):
             data = bytes(data)
+        self._receive(data)
+        if not self.budget.hold(self, self.parser.buffered) and not self.closing:
+            self._error("too much buffered", self.budget.exceeded)
+
+    def _receive(self, data: bytes) -> None:
         resume = False
         while not self.closing:
             # Until CONNECT negotiates a version, parse one frame at a time:
@@ -243,6 +254,7 @@ class Session:
             raise ClientError("access refused", "the login or passcode is not valid")
         self.version = version
         self.parser.version = version
+        self.parser.max_frame_size = self.limits.max_frame_size
         self.heartbeat_send_ms = heartbeats.send_ms
         self.heartbeat_receive_ms = heartbeats.receive_ms
         sx, sy = heartbeats.header
@@ -426,15 +438,7 @@ class Session:
         if message.redelivered:
             headers.append(("redelivered", "true"))
         headers.extend(message.headers)
-        version = self.version or "1.2"
-        try:
-            data = encode(Frame("MESSAGE", headers, message.body), version)
-        except LocalProtocolError:
-            # Some header sent under another version cannot be written in
-            # ours (a line break for a 1.0 client): leave those out.
-            kept = [pair for pair in headers if _encodable(pair, version)]
-            data = encode(Frame("MESSAGE", kept, message.body), version)
-        self._emit(data)
+        self._emit(encode_message(headers, message.body, self.version or "1.2"))
 
     def take_output(self) -> bytes:
         """Everything queued for the client, as one write (b"" when nothing).
@@ -494,6 +498,7 @@ class Session:
         if self._detached:
             return
         self._detached = True
+        self.budget.hold(self, 0)
         if self._held and self.router.store is not None:
             self.router.store.unwatch(self)
             self._held.clear()
@@ -584,11 +589,3 @@ class Session:
         "ABORT": _on_abort,
         "DISCONNECT": _on_disconnect,
     }
-
-
-def _encodable(pair: tuple[str, str], version: str) -> bool:
-    try:
-        encode(Frame("MESSAGE", [pair]), version)
-    except LocalProtocolError:
-        return False
-    return True

@@ -12,21 +12,34 @@ A missing ``heart-beat`` header means ``0,0``.
 
 from __future__ import annotations
 
+from typing import Final
+
 from ._errors import RemoteProtocolError
+
+#: The longest heart-beat interval either side may state, ms (about 24.8 days,
+#: a signed 32-bit count, what Java brokers hold it in). A longer one is not a
+#: real interval but a peer testing us: a protocol error, not an overflow.
+MAX_HEARTBEAT_MS: Final = 2**31 - 1
 
 
 def parse_heartbeat(value: str | None) -> tuple[int, int]:
     """Parse a ``heart-beat`` header value; None (absent) means ``(0, 0)``.
 
     Raises:
-      RemoteProtocolError: the value is not two non-negative integers.
+      RemoteProtocolError: the value is not two non-negative integers of at
+        most :data:`MAX_HEARTBEAT_MS`.
     """
     if value is None:
         return (0, 0)
     first, comma, second = value.partition(",")
     first, second = first.strip(), second.strip()
     if not comma or not (first + second).isascii() or not first.isdigit() or not second.isdigit():
-        raise RemoteProtocolError(f"malformed heart-beat header {value!r}")
+        raise RemoteProtocolError(f"malformed heart-beat header {value[:40]!r}")
+    # (the length first: int() of thousands of digits costs time, and Python refuses it)
+    if max(len(first), len(second)) > 10 or max(int(first), int(second)) > MAX_HEARTBEAT_MS:
+        raise RemoteProtocolError(
+            f"heart-beat header {value[:40]!r} states an interval over {MAX_HEARTBEAT_MS} ms"
+        )
     return (int(first), int(second))
 
 

@@ -110,6 +110,11 @@ class FrameParser:
         self._ended = False
 
     @property
+    def buffered(self) -> int:
+        """Bytes held for the frame not yet complete (its head or body so far)."""
+        return len(self._buf) + self._have + len(self._held)
+
+    @property
     def version(self) -> Version:
         """The STOMP version whose rules apply to the frames parsed next."""
         return self._version

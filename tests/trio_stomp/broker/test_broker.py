@@ -19,6 +19,7 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from bridges.testing import wait_until
 from trio_stomp import RemoteProtocolError
 from trio_stomp.broker import Broker, Limits, open_broker, serve_broker
 from trio_stomp.frame import Heartbeat
@@ -616,6 +617,48 @@ async def test_frame_over_limit_is_an_error() -> None:
                 frames = await client.expect_closed()
                 assert [f.command for f in frames] == ["ERROR"]
                 assert "max_frame_size" in frames[0].body.decode()
+
+
+async def test_before_connect_only_a_small_frame_is_held() -> None:
+    with trio.fail_after(TIMEOUT):
+        limits = Limits(max_preconnect_frame=64 * 1024)
+        async with open_broker(limits=limits) as broker:
+            async with open_raw_client(broker, connect=False) as stranger:
+                # Part of a 16 MB frame, unauthenticated: refused at 64 KiB, not held.
+                await stranger.send_raw(b"CONNECT\ncontent-length:16000000\n\n")
+                await stranger.send_raw(b"x" * (70 * 1024))
+                frames = await stranger.expect_closed()
+                assert [f.command for f in frames] == ["ERROR"]
+                assert "max_frame_size=65536" in frames[0].body.decode()
+            async with open_raw_client(broker) as client:  # after CONNECT: the full limit
+                await client.publish("/queue/big", b"y" * (200 * 1024))
+                await client.subscribe("/queue/big")
+                assert len((await client.expect("MESSAGE")).body) == 200 * 1024
+
+
+async def test_partial_frames_across_connections_share_one_budget() -> None:
+    head = b"SEND\ndestination:/queue/slow\ncontent-length:400000\n\n"
+    part, rest = head + b"z" * 260_000, b"z" * 140_000 + b"\0"
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(limits=Limits(max_buffered_bytes=1_000_000)) as broker:
+            async with open_raw_client(broker) as a, open_raw_client(broker) as b:
+                async with open_raw_client(broker) as c, open_raw_client(broker) as d:
+                    for client in (a, b, c):
+                        await client.send_raw(part)
+                    await wait_until(lambda: broker._budget.used >= 780_000)  # all read
+                    # The fourth partial frame takes the total past 1 MB: that one is refused.
+                    await d.send_raw(part)
+                    frames = await d.expect_closed()
+                    assert [f.command for f in frames] == ["ERROR"]
+                    assert frames[0].headers["message"] == "too much buffered"
+                    assert "max_buffered_bytes=1000000" in frames[0].body.decode()
+                    # The others carry on and finish their frames.
+                    for client in (a, b, c):
+                        await client.send_raw(rest)
+                    await a.subscribe("/queue/slow")
+                    got = [await a.expect("MESSAGE") for _ in range(3)]
+                    assert [len(m.body) for m in got] == [400_000] * 3
+            assert broker._budget.used == 0  # closed and finished frames give their share back
 
 
 async def test_too_many_subscriptions_is_an_error() -> None:
