@@ -81,8 +81,10 @@ async def _run_until_queued(tmp_path: Path, config: Path) -> tuple[int, str]:
         with trio.fail_after(15):
             await read_until(process.stderr, output, b"route 'out'")
         (tmp_path / "inbox").mkdir(exist_ok=True)
-        for i in range(FILES):
-            (tmp_path / "inbox" / f"f{i:02d}").write_text(str(i))
+        for i in range(FILES):  # written aside, renamed in: settle = 0 relies on renames
+            aside = tmp_path / "inbox" / f"f{i:02d}.tmp"
+            aside.write_text(str(i))
+            aside.rename(aside.with_suffix(""))
         done = tmp_path / "inbox" / "done"
         with trio.fail_after(15):
             await wait_until(lambda: done.exists() and len(list(done.iterdir())) == FILES, 0.05)
