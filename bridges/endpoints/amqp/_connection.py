@@ -12,25 +12,23 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Final
 
 import aio_pika
 import aiormq
 import attrs
-import trio
 import yarl
 from attrs.validators import ge
 
-from bridges import Context, InvalidSetting
+from bridges import Context
 
-from .._asyncio import AsyncioLoop, asyncio_loop
+from .._asyncio import AsyncioLoop
+from .._asyncio_client import AsyncioConnector, redact, split_url
 
 #: Schemes aio-pika connects with.
 SCHEMES: Final = ("amqp", "amqps")
 #: The header that carries a message's stable id across brokers (as the stomp family does).
 ID_HEADER: Final = "bridge-id"
-#: How long closing a connection may take before we give up on being polite.
-CLOSE_TIMEOUT: Final = 5.0
 
 
 @attrs.frozen
@@ -54,48 +52,32 @@ def check_url(url: str) -> str:
     Raises:
       InvalidSetting: not an amqp(s) URL.
     """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidSetting("url", f"not a URL ({exc})") from None
-    if parts.scheme not in SCHEMES:
-        raise InvalidSetting("url", f"expected amqp:// or amqps://, got {parts.scheme or url!r}://")
-    if not parts.hostname:
-        raise InvalidSetting("url", "no host")
+    parts, port = split_url(url, SCHEMES)
     vhost = urllib.parse.unquote(parts.path[1:]) if parts.path else "/"
     where = parts.hostname if port is None else f"{parts.hostname}:{port}"
     return f"{parts.scheme}://{where} vhost {vhost or '/'}"
 
 
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, aiormq.exceptions.ChannelClosed) and len(exc.args) >= 2:
+        return f"{exc.args[1]} (AMQP {exc.args[0]})"
+    if isinstance(exc, aiormq.exceptions.ProbableAuthenticationError):
+        return "the broker closed the connection during login (wrong user or password?)"
+    return str(exc) or type(exc).__name__
+
+
 def one_line(exc: BaseException, secret: str | None = None) -> str:
     """An aio-pika/aiormq error as one line, without the password."""
-    if isinstance(exc, aiormq.exceptions.ChannelClosed) and len(exc.args) >= 2:
-        text = f"{exc.args[1]} (AMQP {exc.args[0]})"
-    elif isinstance(exc, aiormq.exceptions.ProbableAuthenticationError):
-        text = "the broker closed the connection during login (wrong user or password?)"
-    else:
-        text = str(exc) or type(exc).__name__
-    if secret:
-        text = text.replace(secret, "***")
-    return " ".join(text.split())
+    return redact(_describe(exc), secret)
 
 
-class Connector:
+class Connector(AsyncioConnector):
     """Opens an aio-pika connection and channel for one endpoint's settings."""
 
     def __init__(self, config: AmqpConnection, context: Context) -> None:
+        where = check_url(config.url)
+        super().__init__("amqp", config.url, where, config.password, context, _describe)
         self._config = config
-        self._context = context
-        self.where = check_url(config.url)
-        parts = urllib.parse.urlsplit(config.url)
-        self._secret = config.password or (
-            urllib.parse.unquote(parts.password) if parts.password else None
-        )
-
-    def error(self, what: str, exc: BaseException) -> ConnectionError:
-        """``exc`` as a one-line error that says what we were doing, where."""
-        return ConnectionError(f"amqp {self.where}: {what}: {one_line(exc, self._secret)}")
 
     @asynccontextmanager
     async def connect(
@@ -107,30 +89,19 @@ class Connector:
         waited for.
         """
         config = self._config
-        kwargs: dict[str, Any] = {"timeout": config.connect_timeout}
         url = _with_heartbeat(config.url, config.heartbeat)
         if config.password is not None:
             # (aio-pika ignores password= when it is given a URL)
             parsed = yarl.URL(url)
             url = str(parsed.with_user(parsed.user or "guest").with_password(config.password))
-        async with asyncio_loop(self._context) as aio:
-            try:
-                with trio.fail_after(config.connect_timeout + 1):
-                    connection = await aio.run(aio_pika.connect, url, **kwargs)
-            except trio.TooSlowError:
-                raise ConnectionError(f"amqp {self.where}: connecting timed out") from None
-            except (OSError, aiormq.exceptions.AMQPError, TimeoutError) as exc:
-                raise self.error("cannot connect", exc) from None
-            try:
-                channel = await aio.run(_open_channel, connection, confirms)
-                yield aio, channel
-            finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                    if not connection.is_closed:
-                        try:
-                            await aio.run(connection.close)
-                        except Exception:  # already broken: nothing left to be polite to
-                            pass
+        failures = (OSError, aiormq.exceptions.AMQPError, TimeoutError)
+        within = config.connect_timeout + 1
+        timeout = config.connect_timeout
+        async with self.open_client(within, failures, aio_pika.connect, url, timeout=timeout) as (
+            aio,
+            connection,
+        ):
+            yield aio, await aio.run(_open_channel, connection, confirms)
 
 
 async def _open_channel(

@@ -27,7 +27,8 @@ from attrs.validators import and_, ge, le, optional
 from bridges import Context, Envelope, InvalidSetting, Message
 
 from .._asyncio import AsyncioLoop, AsyncioSender, Batcher
-from ._connection import CLOSE_TIMEOUT, AmqpConnection, Connector
+from .._asyncio_client import CLOSE_TIMEOUT
+from ._connection import AmqpConnection, Connector
 from ._headers import SHORTSTR, to_headers
 
 #: AMQP's prefetch-count is a 16-bit field.

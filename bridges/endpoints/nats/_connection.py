@@ -9,7 +9,6 @@ reconnect behind our back would leave fetched messages unaccounted for).
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -21,9 +20,10 @@ import nats.js.errors
 import trio
 from attrs.validators import ge
 
-from bridges import Context, InvalidSetting
+from bridges import Context
 
-from .._asyncio import AsyncioLoop, asyncio_loop
+from .._asyncio import AsyncioLoop
+from .._asyncio_client import AsyncioConnector, redact, split_url
 
 SCHEMES: Final = ("nats", "tls")
 #: The header that carries a message's stable id through a STOMP broker (as the stomp family).
@@ -32,7 +32,6 @@ ID_HEADER: Final = "bridge-id"
 MSG_ID: Final = "Nats-Msg-Id"
 #: A header the source adds: the subject the message was published on.
 SUBJECT_HEADER: Final = "nats-subject"
-CLOSE_TIMEOUT: Final = 5.0
 
 
 @attrs.frozen
@@ -55,15 +54,7 @@ def check_url(url: str) -> str:
     Raises:
       InvalidSetting: not a nats:// or tls:// URL.
     """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidSetting("url", f"not a URL ({exc})") from None
-    if parts.scheme not in SCHEMES:
-        raise InvalidSetting("url", f"expected nats:// or tls://, got {parts.scheme or url!r}://")
-    if not parts.hostname:
-        raise InvalidSetting("url", "no host")
+    parts, port = split_url(url, SCHEMES)
     return f"{parts.scheme}://{parts.hostname}:{port or 4222}"
 
 
@@ -77,32 +68,24 @@ def check_subject(subject: str, *, wildcards: bool) -> None:
         raise ValueError(f"cannot publish to the wildcard subject {subject[:60]!r}")
 
 
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, nats.js.errors.APIError):
+        return f"{exc.description} (JetStream {exc.code}/{exc.err_code})"
+    return str(exc) or type(exc).__name__
+
+
 def one_line(exc: BaseException, secret: str | None = None) -> str:
     """A nats-py error as one line, without the password."""
-    if isinstance(exc, nats.js.errors.APIError):
-        text = f"{exc.description} (JetStream {exc.code}/{exc.err_code})"
-    else:
-        text = str(exc) or type(exc).__name__
-    if secret:
-        text = text.replace(secret, "***")
-    return " ".join(text.split())
+    return redact(_describe(exc), secret)
 
 
-class Connector:
+class Connector(AsyncioConnector):
     """Opens a nats-py connection for one endpoint's settings."""
 
     def __init__(self, config: NatsConnection, context: Context) -> None:
+        where = check_url(config.url)
+        super().__init__("nats", config.url, where, config.password, context, _describe)
         self._config = config
-        self._context = context
-        self.where = check_url(config.url)
-        parts = urllib.parse.urlsplit(config.url)
-        self._secret = config.password or (
-            urllib.parse.unquote(parts.password) if parts.password else None
-        )
-
-    def error(self, what: str, exc: BaseException) -> ConnectionError:
-        """``exc`` as a one-line error that says what we were doing, where."""
-        return ConnectionError(f"nats {self.where}: {what}: {one_line(exc, self._secret)}")
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[tuple[AsyncioLoop, Any, trio.Event]]:
@@ -132,20 +115,8 @@ class Connector:
             kwargs["user"] = config.user
         if config.password is not None:
             kwargs["password"] = config.password
-        async with asyncio_loop(self._context) as aio:
-            try:
-                with trio.fail_after(config.connect_timeout + 2):
-                    client = await aio.run(nats.connect, **kwargs)
-            except trio.TooSlowError:
-                raise ConnectionError(f"nats {self.where}: connecting timed out") from None
-            except (OSError, nats.errors.Error, TimeoutError) as exc:
-                raise self.error("cannot connect", errors[0] if errors else exc) from None
-            try:
-                yield aio, client, closed
-            finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                    if not client.is_closed:
-                        try:
-                            await aio.run(client.close)
-                        except Exception:  # already broken: nothing to be polite to
-                            pass
+        failures = (OSError, nats.errors.Error, TimeoutError)
+        async with self.open_client(
+            config.connect_timeout + 2, failures, nats.connect, reasons=errors, **kwargs
+        ) as (aio, client):
+            yield aio, client, closed

@@ -37,8 +37,8 @@ from attrs.validators import ge, optional
 from bridges import Context, Envelope, InvalidSetting, Message
 
 from .._asyncio import AsyncioLoop, Batcher
+from .._asyncio_client import CLOSE_TIMEOUT
 from ._connection import (
-    CLOSE_TIMEOUT,
     ID_HEADER,
     MSG_ID,
     SUBJECT_HEADER,
