@@ -5,32 +5,18 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
+from family_kit import bridges_command, read_until
 
 from bridges import ConfigError, default_registry, load_config, run_bridge
 from bridges.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "examples" / "quickstart.toml"
-
-
-def bridges_command() -> list[str]:
-    script = Path(sys.executable).with_name("bridges")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
-
-
-async def read_until(stream: Any, buffer: bytearray, needle: bytes) -> None:
-    while needle not in buffer:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            raise AssertionError(f"bridges ended before saying {needle!r}: {bytes(buffer)!r}")
-        buffer += chunk
 
 
 @pytest.mark.deadline(30)

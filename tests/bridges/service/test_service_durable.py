@@ -11,12 +11,12 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from family_kit import bridges_command, read_until
 
 from bridges import default_registry, load_config, run_bridge
 from bridges.service import Stopped
@@ -24,19 +24,6 @@ from bridges.testing import wait_until
 from trio_stomp.broker import StoreError
 
 FILES = 20
-
-
-def bridges_command() -> list[str]:
-    script = Path(sys.executable).with_name("bridges")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
-
-
-async def read_until(stream: Any, buffer: bytearray, needle: bytes) -> None:
-    while needle not in buffer:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            raise AssertionError(f"bridges ended before saying {needle!r}: {bytes(buffer)!r}")
-        buffer += chunk
 
 
 CONFIG = """

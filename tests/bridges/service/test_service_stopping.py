@@ -11,17 +11,16 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
 import trio
+from family_kit import bridges_command, read_until
 
 from bridges import Context, Message, default_registry, load_config, run_bridge
 from bridges._cli import main
@@ -30,11 +29,6 @@ from bridges.testing import wait_until
 
 SECRET = "s3cr/et:@%2F?#pw"  # characters a URL parser and a regex both trip on
 SECRET_QUOTED = "s3cr%2Fet%3A%40%252F%3F%23pw"
-
-
-def bridges_command() -> list[str]:
-    script = Path(sys.executable).with_name("bridges")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
 
 
 def secret_parts() -> list[str]:
@@ -175,14 +169,6 @@ def write_config(tmp_path: Path, port: int, shutdown_timeout: float) -> Path:
     for i in range(3):
         (tmp_path / "inbox" / f"f{i}").write_text(str(i))
     return path
-
-
-async def read_until(stream: Any, buffer: bytearray, needle: bytes) -> None:
-    while needle not in buffer:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            raise AssertionError(f"bridges ended before saying {needle!r}: {bytes(buffer)!r}")
-        buffer += chunk
 
 
 async def run_until_frozen(

@@ -17,21 +17,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aio_pika
-import pytest
 import trio
+from family_kit import host_port, require_server
 
 from bridges import Context
 from bridges.endpoints._asyncio import AsyncioLoop, asyncio_loop
 
 AMQP_URL = os.environ.get("TRIO_STOMP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
-REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
-HOSTPORT = AMQP_URL.split("//", 1)[1].rsplit("@", 1)[-1].split("/", 1)[0]
-
-
-def _unavailable(reason: str) -> None:
-    if REQUIRE:
-        pytest.fail(f"STOMP_REQUIRE_BROKERS=1 but {reason}")
-    pytest.skip(reason)
+HOSTPORT = host_port(AMQP_URL)
 
 
 def _probe(host: str, port: int) -> str | None:
@@ -50,11 +43,7 @@ def _probe(host: str, port: int) -> str | None:
 
 def require_amqp() -> str:
     """The broker's URL; skip (locally) or fail (CI) when it is not up."""
-    host, _, port = HOSTPORT.partition(":")
-    reason = _probe(host, int(port or 5672))
-    if reason is not None:
-        _unavailable(reason)
-    return AMQP_URL
+    return require_server(AMQP_URL, 5672, _probe)
 
 
 def unique() -> str:

@@ -5,6 +5,7 @@ The shared broker is the one ``scripts/brokers up mosquitto`` starts on 1883
 not answer, tests skip, or fail under ``STOMP_REQUIRE_BROKERS=1``. Tests that
 restart the broker, or need an ACL and a packet-size limit, run their own
 ``mosquitto`` on a free port (persistence on, so sessions survive a restart).
+What every family shares is in ``tests/family_kit.py``.
 """
 
 from __future__ import annotations
@@ -13,28 +14,26 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-import pytest
-import trio
 import trustme
+from family_kit import (
+    PrivateServer,
+    free_port,
+    host_port,
+    private_server,
+    require_programs,
+    require_server,
+)
 
 MQTT_URL = os.environ.get("TRIO_STOMP_MQTT_URL", "mqtt://127.0.0.1:1883")
-REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
-HOSTPORT = MQTT_URL.split("//", 1)[1].rsplit("@", 1)[-1].rstrip("/")
+HOSTPORT = host_port(MQTT_URL)
 USER, PASSWORD = "guest", "guest"
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
 #: The private broker refuses PUBLISH packets larger than this.
 PRIVATE_MAX_PACKET = 10_000
-
-
-def _unavailable(reason: str) -> None:
-    if REQUIRE:
-        pytest.fail(f"STOMP_REQUIRE_BROKERS=1 but {reason}")
-    pytest.skip(reason)
 
 
 def _probe(host: str, port: int) -> str | None:
@@ -55,35 +54,27 @@ def _probe(host: str, port: int) -> str | None:
 
 def require_mqtt() -> str:
     """The shared broker's URL; skip (locally) or fail (CI) when it is not up."""
-    host, _, port = HOSTPORT.partition(":")
-    reason = _probe(host, int(port or 1883))
-    if reason is not None:
-        _unavailable(reason)
-    return MQTT_URL
+    return require_server(MQTT_URL, 1883, _probe)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class PrivateMosquitto:
+class PrivateMosquitto(PrivateServer):
     """A mosquitto of our own: guest/guest, ACL ``allowed/#`` only, persistence, small packets."""
 
+    programs = (MOSQUITTO, MOSQUITTO_PASSWD)
+
     def __init__(self, directory: Path) -> None:
-        self.port = free_port()
+        super().__init__(directory)
         self.url = f"mqtt://127.0.0.1:{self.port}"
         #: A TLS listener (certificate for 127.0.0.1 and localhost from a private CA).
         self.tls_port = free_port()
         self.tls_url = f"mqtts://localhost:{self.tls_port}"
         self.ca_file = directory / "ca.pem"
-        self._directory = directory
-        self._process: trio.Process | None = None
+
+    def probe(self, host: str, port: int) -> str | None:
+        return _probe(host, port)
 
     def _write_config(self) -> Path:
-        directory = self._directory
+        directory = self.directory
         subprocess.run(
             [MOSQUITTO_PASSWD, "-c", "-b", str(directory / "passwd"), USER, PASSWORD], check=True
         )
@@ -114,47 +105,19 @@ class PrivateMosquitto:
         )
         return config
 
-    async def start(self) -> None:
-        config = self._directory / "mosquitto.conf"
+    def command(self) -> list[str]:
+        # SIGTERM on stop: mosquitto saves its sessions and exits.
+        config = self.directory / "mosquitto.conf"
         if not config.exists():
             config = self._write_config()
-        self._process = await trio.lowlevel.open_process(
-            [MOSQUITTO, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        with trio.fail_after(10):
-            while _probe("127.0.0.1", self.port) is not None:  # noqa: ASYNC110 (a process)
-                await trio.sleep(0.02)
-
-    async def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.returncode is None:
-            process.terminate()  # SIGTERM: mosquitto saves its sessions and exits
-            with trio.move_on_after(10):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-
-    async def restart(self, down: float = 0.3) -> None:
-        await self.stop()
-        await trio.sleep(down)
-        await self.start()
+        return [MOSQUITTO, "-c", str(config)]
 
 
 def private_mosquitto_available() -> None:
     """Skip (locally) or fail (CI) when mosquitto is not installed."""
-    if not (os.access(MOSQUITTO, os.X_OK) and os.access(MOSQUITTO_PASSWD, os.X_OK)):
-        _unavailable("mosquitto is not installed (scripts/brokers up installs it)")
+    require_programs(*PrivateMosquitto.programs)
 
 
-@asynccontextmanager
-async def private_mosquitto(directory: Path) -> AsyncIterator[PrivateMosquitto]:
+def private_mosquitto(directory: Path) -> AbstractAsyncContextManager[PrivateMosquitto]:
     """A private broker for one test, stopped (and reaped) when the block ends."""
-    private_mosquitto_available()
-    server = PrivateMosquitto(directory)
-    try:
-        await server.start()
-        yield server
-    finally:
-        with trio.CancelScope(shield=True):
-            await server.stop()
+    return private_server(PrivateMosquitto, directory)

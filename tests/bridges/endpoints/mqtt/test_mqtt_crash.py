@@ -4,38 +4,15 @@
 Mosquitto and the embedded broker (each in its own process), kills the
 bridge with SIGKILL at a random moment and starts it again; every
 message must arrive, duplicates within ``kills * in_flight``, and the last
-run must stop cleanly on SIGTERM.
+run must stop cleanly on SIGTERM (the assertions: ``family_kit.crash_run``).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
+from family_kit import crash_run
 from mqtt_servers import private_mosquitto_available
-
-SCRIPT = Path(__file__).resolve().parents[4] / "bench" / "mqtt_redis_crash.py"
 
 
 def test_sigkill_loses_nothing_in_either_direction() -> None:
     private_mosquitto_available()
-    command = [sys.executable, str(SCRIPT), "--count", "200", "--kills", "1", "--seed", "7"]
-    done = subprocess.run(
-        [*command, "--only", "stomp-to-mqtt,mqtt-to-stomp", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    results = [json.loads(line) for line in done.stdout.strip().splitlines()]
-    assert [r["scenario"] for r in results] == ["stomp-to-mqtt", "mqtt-to-stomp"], (
-        done.stdout + done.stderr
-    )
-    for result in results:
-        assert "error" not in result, result
-        assert result["missing"] == 0, result
-        assert result["arrived"] == 200, result
-        assert result["duplicates"] <= result["bound"], result
-        assert result["exit_status"] == 0, result
-    assert done.returncode == 0
+    crash_run("mqtt_redis_crash.py", ["stomp-to-mqtt", "mqtt-to-stomp"], count=200, seed=7)

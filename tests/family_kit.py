@@ -1,0 +1,268 @@
+"""What the endpoint families' tests share: servers, ``bridges run`` and the crash bench.
+
+Every family (mqtt, redis, nats, amqp, ...) keeps only what is its own in
+``<family>_servers.py``: the URL of the shared server, how to probe it, and how
+to start a private one. The rest is here, once:
+
+- :func:`unavailable`: skip (locally) or fail (CI, ``STOMP_REQUIRE_BROKERS=1``);
+  CI never silently skips.
+- :func:`require_server`: the shared server's URL, or :func:`unavailable`.
+- :class:`PrivateServer` and :func:`private_server`: a server process of the
+  test's own on a free port, that a test may stop and restart.
+- :func:`bridges_command`, :func:`bridges_run`, :func:`stop_bridge`,
+  :func:`stomp_round_trip` and :func:`check_round_trip`: an ``examples/*.toml``
+  through ``bridges run``.
+- :func:`crash_run`: a small run of a ``bench/`` crash script, with the
+  assertions every crash test makes.
+
+It lives beside ``tests/conftest.py`` so that every test folder imports it as
+``family_kit``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import pytest
+import trio
+
+import trio_stomp
+
+REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+BENCH = ROOT / "bench"
+
+#: A probe answers None when a server speaks its protocol at (host, port), or why not.
+Probe = Callable[[str, int], "str | None"]
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip (locally) or fail (CI) for REASON."""
+    if REQUIRE:
+        pytest.fail(f"STOMP_REQUIRE_BROKERS=1 but {reason}")
+    pytest.skip(reason)
+
+
+def host_port(url: str) -> str:
+    """``host:port`` of URL (credentials and path dropped)."""
+    return url.split("//", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1]
+
+
+def require_server(url: str, default_port: int, probe: Probe) -> str:
+    """URL, once PROBE says its server is up; skip (locally) or fail (CI) when it is not."""
+    host, _, port = host_port(url).partition(":")
+    reason = probe(host, int(port or default_port))
+    if reason is not None:
+        unavailable(reason)
+    return url
+
+
+def require_programs(*paths: str) -> None:
+    """Skip (locally) or fail (CI) when one of the server programs is not installed."""
+    for path in paths:
+        if not os.access(path, os.X_OK):
+            name = Path(path).name
+            unavailable(f"{name} is not installed (scripts/brokers up installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrivateServer:
+    """A server process of the test's own on ``self.port``, that a test may restart.
+
+    A family's subclass says how to start it (:meth:`command`, which may write
+    a configuration into ``self.directory``) and how to tell it is up
+    (:meth:`probe`). :meth:`stop` sends SIGTERM (the servers save their state
+    and exit), then SIGKILL after 10 s.
+    """
+
+    #: The programs :func:`private_server` requires (skip or fail without them).
+    programs: tuple[str, ...] = ()
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.directory = directory
+        self._process: trio.Process | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def probe(self, host: str, port: int) -> str | None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        self._process = await trio.lowlevel.open_process(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        with trio.fail_after(10):
+            while self.probe("127.0.0.1", self.port) is not None:  # noqa: ASYNC110 (a process)
+                await trio.sleep(0.02)
+
+    async def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            process.terminate()
+            with trio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+    async def restart(self, down: float = 0.3) -> None:
+        await self.stop()
+        await trio.sleep(down)
+        await self.start()
+
+
+ServerT = TypeVar("ServerT", bound=PrivateServer)
+
+
+@asynccontextmanager
+async def private_server(kind: type[ServerT], directory: Path) -> AsyncIterator[ServerT]:
+    """A private server for one test, stopped (and reaped) when the block ends."""
+    require_programs(*kind.programs)
+    server = kind(directory)
+    try:
+        await server.start()
+        yield server
+    finally:
+        with trio.CancelScope(shield=True):
+            await server.stop()
+
+
+# --- an example through `bridges run` ---------------------------------------------------------
+
+#: Binary bodies (NUL, 0xff, CR, LF) that a round trip must carry unchanged.
+BODIES = [bytes([i, 0, 255, 10, 13]) * (i + 1) for i in range(20)]
+
+
+def bridges_command() -> list[str]:
+    script = Path(sys.executable).with_name("bridges")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
+
+
+async def read_until(stream: Any, buffer: bytearray, needle: bytes) -> None:
+    while needle not in buffer:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            raise AssertionError(f"bridges ended before saying {needle!r}: {bytes(buffer)!r}")
+        buffer += chunk
+
+
+@asynccontextmanager
+async def bridges_run(
+    config: Path, ready: bytes = b"", **options: Any
+) -> AsyncIterator[tuple[trio.Process, bytearray]]:
+    """``bridges run CONFIG`` in CONFIG's folder, once its stderr has said READY.
+
+    Yields the process and its stderr so far; the process is killed (and
+    reaped) when the block ends if it is still running.
+    """
+    process = await trio.lowlevel.open_process(
+        [*bridges_command(), "run", str(config)],
+        cwd=config.parent,
+        stderr=subprocess.PIPE,
+        **options,
+    )
+    output = bytearray()
+    try:
+        assert process.stderr is not None
+        if ready:
+            await read_until(process.stderr, output, ready)
+        yield process, output
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def stop_bridge(process: trio.Process, output: bytearray) -> None:
+    """Ctrl-C: ``bridges run`` must stop cleanly (status 0) within 15 s."""
+    process.send_signal(signal.SIGINT)
+    with trio.fail_after(15):
+        status = await process.wait()
+    assert status == 0, bytes(output)
+
+
+async def stomp_round_trip(
+    port: int,
+    family: str,
+    headers: Callable[[int], Mapping[str, str]],
+    *,
+    receipt_each: bool = False,
+    extra: Sequence[tuple[bytes, Mapping[str, str]]] = (),
+) -> list[trio_stomp.Message]:
+    """:data:`BODIES` to ``/queue/to-FAMILY`` on PORT, and as many back from ``/queue/from-FAMILY``.
+
+    HEADERS gives message I's headers; EXTRA messages are sent after them
+    (each with a receipt) and not waited for.
+    """
+    got: list[trio_stomp.Message] = []
+    async with trio_stomp.connect(f"stomp://127.0.0.1:{port}") as client:
+        for i, body in enumerate(BODIES):
+            receipt = receipt_each or i == len(BODIES) - 1
+            await client.send(f"/queue/to-{family}", body, headers=headers(i), receipt=receipt)
+        for body, more in extra:
+            await client.send(f"/queue/to-{family}", body, headers=more, receipt=True)
+        async with client.subscribe(f"/queue/from-{family}", ack="client-individual") as sub:
+            async for message in sub:
+                await message.ack()
+                got.append(message)
+                if len(got) == len(BODIES):
+                    break
+    return got
+
+
+def check_round_trip(got: Sequence[trio_stomp.Message]) -> dict[int, trio_stomp.Message]:
+    """Every body of :data:`BODIES` came back once, unchanged, each with its own bridge-id.
+
+    Returns the messages by their ``n`` header.
+    """
+    by_n = {int(m.headers["n"]): m for m in got}
+    assert sorted(by_n) == list(range(len(BODIES)))
+    for i, body in enumerate(BODIES):
+        assert by_n[i].body == body
+        assert by_n[i].headers["note"] == "caf\u00e9"
+    assert len({m.headers["bridge-id"] for m in got}) == len(BODIES)  # the STOMP id, carried round
+    assert all(m.headers["bridge-id"] for m in got)
+    return by_n
+
+
+# --- a small run of a crash bench -------------------------------------------------------------
+
+
+def crash_run(script: str, scenarios: Sequence[str], count: int, seed: int) -> list[dict[str, Any]]:
+    """``bench/SCRIPT`` for SCENARIOS: COUNT messages, one SIGKILL; the results, as JSON.
+
+    Asserts what every crash test asserts: each scenario ran, no error,
+    nothing missing, every message arrived, duplicates within the in-flight
+    bound, the last run stopped cleanly, and the script exited 0.
+    """
+    command = [sys.executable, str(BENCH / script), "--count", str(count), "--kills", "1"]
+    command += ["--seed", str(seed), "--only", ",".join(scenarios), "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    results = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert [r.get("scenario") for r in results] == list(scenarios), done.stdout + done.stderr
+    for result in results:
+        assert "error" not in result, result
+        assert result["missing"] == 0, result
+        assert result["arrived"] == count, result
+        assert result["duplicates"] <= result["bound"], result
+        assert result["exit_status"] == 0, result
+    assert done.returncode == 0
+    return results
