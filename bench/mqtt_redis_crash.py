@@ -20,29 +20,23 @@ the far side holds a random share of the messages (plus 0-50 ms), ``--kills``
 times, then runs until everything arrived and is stopped with SIGTERM (a clean
 exit is required). ``--restart`` also restarts the private server once,
 mid-run. Figures: arrived (must be all), duplicates and the most copies of one
-id, against the bound at-least-once promises: ``kills * in_flight``.
+id, against the bound at-least-once promises: ``kills * in_flight``. The
+harness (kills, figures, command line) is ``bench/_crash.py``, shared with
+``bench/queues_crash.py``; this script adds the four scenarios.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
-import dataclasses
-import json
+import functools
 import os
-import random
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,77 +44,13 @@ import coredis
 import paho.mqtt.client as paho
 import stomp
 import trio
-from _common import Target, embedded_broker
+from _common import BenchError, Target, embedded_broker
+from _crash import HOST, Factory, Scenario, Server, main, private_servers
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 import trio_stomp
-
-IN_FLIGHT: Final = 200
-BATCH: Final = 100
-LIMIT: Final = 120.0
-HOST: Final = "127.0.0.1"
-
-
-class BenchError(Exception):
-    """A run could not be completed; the message says why, in one line."""
-
-
-def bridges_command() -> list[str]:
-    script = Path(sys.executable).with_name("bridges")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection((HOST, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise BenchError(f"{what} did not start") from None
-            time.sleep(0.05)
-
-
-class Server:
-    """A private mosquitto or redis-server that the run may restart."""
-
-    def __init__(self, command: Callable[[int, Path], list[str]], what: str) -> None:
-        self.port = free_port()
-        self._work = Path(tempfile.mkdtemp(prefix=f"{what}-"))
-        self._command = command(self.port, self._work)
-        self._what = what
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self._process = subprocess.Popen(
-            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        wait_port(self.port, self._process, self._what)
-
-    def stop(self) -> None:
-        if self._process is not None:
-            self._process.terminate()  # both save their data on SIGTERM
-            self._process.wait(30)
-            self._process = None
-
-    def restart(self) -> None:
-        self.stop()
-        time.sleep(0.3)
-        self.start()
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self._work, ignore_errors=True)
 
 
 def mosquitto_command(port: int, work: Path) -> list[str]:
@@ -308,30 +238,8 @@ def redis_length(url: str, stream: str) -> int:
 # -- scenarios --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Scenario:
-    """One scenario's route config and the means to watch the far side."""
-
-    source: str
-    sink: str
-    held: Callable[[], int]  # messages the far side holds now (duplicates included)
-    final: Callable[[], Counter[str]]  # copies per id at the end
-    distinct: Callable[[], int]  # ids the far side holds now
-    server: Server
-
-    def config(self) -> str:
-        return f"""
-[bridge]
-shutdown_timeout = 20
-log_level = "warning"
-
-[routes.crash]
-in_flight = {IN_FLIGHT}
-batch = {{ count = {BATCH}, time = 0.01 }}
-retry = {{ attempts = 1000, initial = 0.05, max = 1.0 }}
-source = {self.source}
-sink = {self.sink}
-"""
+def queue_name() -> str:
+    return f"/queue/crash-{uuid.uuid4().hex[:8]}"
 
 
 def stomp_endpoint(target: Target, queue: str) -> str:
@@ -341,26 +249,27 @@ def stomp_endpoint(target: Target, queue: str) -> str:
     )
 
 
-def stomp_to_mqtt(ids: list[str], target: Target, servers: dict[str, Server]) -> Scenario:
-    mqtt, queue, topic = (
-        servers["mqtt"],
-        f"/queue/crash-{uuid.uuid4().hex[:8]}",
-        f"crash/{uuid.uuid4().hex[:8]}",
-    )
+def all_of(count: int, counter: StompCounter | MqttCounter) -> Callable[[], bool]:
+    return lambda: counter.held() >= count and counter.distinct() >= count
+
+
+def stomp_to_mqtt(ids: list[str], target: Target, mqtt: Server) -> Scenario:
+    queue, topic = queue_name(), f"crash/{uuid.uuid4().hex[:8]}"
     counter = MqttCounter(mqtt.port, topic)
     stomp_fill(target, queue, ids)
     sink = f'{{ type = "mqtt", url = "mqtt://{HOST}:{mqtt.port}", topic = "{topic}", qos = 1 }}'
     return Scenario(
-        stomp_endpoint(target, queue), sink, counter.held, counter.final, counter.distinct, mqtt
+        stomp_endpoint(target, queue),
+        sink,
+        counter.held,
+        counter.final,
+        all_of(len(ids), counter),
+        mqtt.restart,
     )
 
 
-def mqtt_to_stomp(ids: list[str], target: Target, servers: dict[str, Server]) -> Scenario:
-    mqtt, queue, topic = (
-        servers["mqtt"],
-        f"/queue/crash-{uuid.uuid4().hex[:8]}",
-        f"crash/{uuid.uuid4().hex[:8]}",
-    )
+def mqtt_to_stomp(ids: list[str], target: Target, mqtt: Server) -> Scenario:
+    queue, topic = queue_name(), f"crash/{uuid.uuid4().hex[:8]}"
     client_id = f"crash-{uuid.uuid4().hex[:8]}"
     mqtt_fill(mqtt.port, client_id, topic, ids)
     counter = StompCounter(target, queue)
@@ -369,35 +278,36 @@ def mqtt_to_stomp(ids: list[str], target: Target, servers: dict[str, Server]) ->
         f'client_id = "{client_id}" }}'
     )
     return Scenario(
-        source, stomp_endpoint(target, queue), counter.held, counter.final, counter.distinct, mqtt
+        source,
+        stomp_endpoint(target, queue),
+        counter.held,
+        counter.final,
+        all_of(len(ids), counter),
+        mqtt.restart,
     )
 
 
-def stomp_to_redis(ids: list[str], target: Target, servers: dict[str, Server]) -> Scenario:
-    redis, queue, stream = (
-        servers["redis"],
-        f"/queue/crash-{uuid.uuid4().hex[:8]}",
-        f"crash-{uuid.uuid4().hex[:8]}",
-    )
+def stomp_to_redis(ids: list[str], target: Target, redis: Server) -> Scenario:
+    queue, stream = queue_name(), f"crash-{uuid.uuid4().hex[:8]}"
     url = f"redis://{HOST}:{redis.port}/0"
     stomp_fill(target, queue, ids)
     sink = f'{{ type = "redis", url = "{url}", stream = "{stream}" }}'
+
+    def finished() -> bool:
+        return redis_length(url, stream) >= len(ids) and len(redis_bodies(url, stream)) >= len(ids)
+
     return Scenario(
         stomp_endpoint(target, queue),
         sink,
         lambda: redis_length(url, stream),
         lambda: redis_bodies(url, stream),
-        lambda: len(redis_bodies(url, stream)),
-        redis,
+        finished,
+        redis.restart,
     )
 
 
-def redis_to_stomp(ids: list[str], target: Target, servers: dict[str, Server]) -> Scenario:
-    redis, queue, stream = (
-        servers["redis"],
-        f"/queue/crash-{uuid.uuid4().hex[:8]}",
-        f"crash-{uuid.uuid4().hex[:8]}",
-    )
+def redis_to_stomp(ids: list[str], target: Target, redis: Server) -> Scenario:
+    queue, stream = queue_name(), f"crash-{uuid.uuid4().hex[:8]}"
     url = f"redis://{HOST}:{redis.port}/0"
     redis_fill(url, stream, ids)
     counter = StompCounter(target, queue)
@@ -406,180 +316,47 @@ def redis_to_stomp(ids: list[str], target: Target, servers: dict[str, Server]) -
         'consumer = "crash", block = 0.1 }'
     )
     return Scenario(
-        source, stomp_endpoint(target, queue), counter.held, counter.final, counter.distinct, redis
+        source,
+        stomp_endpoint(target, queue),
+        counter.held,
+        counter.final,
+        all_of(len(ids), counter),
+        redis.restart,
     )
 
 
-SCENARIOS: Final = {
-    "stomp-to-mqtt": stomp_to_mqtt,
-    "mqtt-to-stomp": mqtt_to_stomp,
-    "stomp-to-redis": stomp_to_redis,
-    "redis-to-stomp": redis_to_stomp,
+Make = Callable[[list[str], Target, Server], Scenario]
+
+#: Each scenario and the private server it needs.
+SCENARIOS: Final[dict[str, tuple[Make, str]]] = {
+    "stomp-to-mqtt": (stomp_to_mqtt, "mqtt"),
+    "mqtt-to-stomp": (mqtt_to_stomp, "mqtt"),
+    "stomp-to-redis": (stomp_to_redis, "redis"),
+    "redis-to-stomp": (redis_to_stomp, "redis"),
 }
 
 
-def wait_for(
-    condition: Callable[[], bool], process: subprocess.Popen[bytes], limit: float = LIMIT
-) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            if condition():
-                return
-        except Exception:  # the server is restarting: look again
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise BenchError("no progress (the bridge exited, or the limit passed)")
-        time.sleep(0.05)
-
-
-def run_scenario(
-    name: str,
-    count: int,
-    kills: int,
-    restart: bool,
-    rng: random.Random,
-    target: Target,
-    servers: dict[str, Server],
-) -> dict[str, Any]:
-    ids = [f"msg-{i:06d}" for i in range(count)]
-    with tempfile.TemporaryDirectory(prefix="mqtt-redis-crash-") as tmp:
-        work = Path(tmp)
-        scenario = SCENARIOS[name](ids, target, servers)
-        (work / "bridge.toml").write_text(scenario.config())
-        log = (work / "bridge.log").open("w")
-        command = [*bridges_command(), "run", str(work / "bridge.toml")]
-        started = time.monotonic()
-        shares = sorted(rng.uniform(0.05, 0.9) for _ in range(kills))
-        restart_at = rng.randrange(kills) if restart and kills else -1
-        progress = []
-        for n, share in enumerate(shares):
-            process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
-            goal = int(share * count)
-            wait_for(lambda goal=goal: scenario.held() >= goal, process)  # type: ignore[misc]
-            time.sleep(rng.uniform(0.0, 0.05))
-            if n == restart_at:
-                scenario.server.restart()
-                time.sleep(1.0)
-            if process.poll() is not None:
-                raise BenchError(f"{name}: bridges exited by itself; see {work}/bridge.log")
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-            progress.append(scenario.held())
-        log.flush()
-        log_start = (work / "bridge.log").stat().st_size
-        process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
-
-        def finished() -> bool:
-            # (a SIGTERM before the bridge handles signals would just kill it)
-            with (work / "bridge.log").open("rb") as text:
-                text.seek(log_start)
-                running = b"running 1 route(s)" in text.read()
-            return running and scenario.held() >= count and scenario.distinct() >= count
-
-        try:
-            wait_for(finished, process, LIMIT + count / 100)
-            time.sleep(0.5)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                status = process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                status = -9
-            log.close()
-        copies = scenario.final()
-        held_ids = set(copies) & set(ids)
-        total = sum(copies.values())
-        return {
-            "scenario": name,
-            "messages": count,
-            "kills": kills,
-            "server_restarted": restart_at >= 0,
-            "held_at_kills": progress,
-            "arrived": len(held_ids),
-            "missing": len(set(ids) - set(copies)),
-            "duplicates": total - len(copies),
-            "max_copies": max(copies.values(), default=0),
-            "bound": kills * IN_FLIGHT,
-            "exit_status": status,
-            "seconds": round(time.monotonic() - started, 1),
-            "log_tail": (work / "bridge.log").read_text()[-1500:] if status != 0 else "",
+@contextmanager
+def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
+    """The embedded broker and the private servers NAMES need; a factory per scenario."""
+    needed = {SCENARIOS[name][1] for name in names}
+    wanted = {
+        "mqtt": Server(mosquitto_command, "mosquitto") if "mqtt" in needed else None,
+        "redis": Server(redis_command, "redis-server") if "redis" in needed else None,
+    }
+    with embedded_broker() as target, private_servers(wanted) as servers:
+        yield {
+            name: functools.partial(_ignore_work, make, target, servers[kind])
+            for name, (make, kind) in SCENARIOS.items()
+            if name in names
         }
 
 
-def ok(result: dict[str, Any]) -> bool:
-    return bool(
-        result["missing"] == 0
-        and result["duplicates"] <= result["bound"]
-        and result["exit_status"] == 0
-    )
-
-
-@contextmanager
-def servers_for(names: list[str]) -> Iterator[dict[str, Server]]:
-    with ExitStack() as stack:
-        servers: dict[str, Server] = {}
-        if any("mqtt" in name for name in names):
-            servers["mqtt"] = Server(mosquitto_command, "mosquitto")
-        if any("redis" in name for name in names):
-            servers["redis"] = Server(redis_command, "redis-server")
-        for server in servers.values():
-            stack.callback(server.close)
-            server.start()
-        yield servers
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=10_000)
-    parser.add_argument("--kills", type=int, default=5)
-    parser.add_argument("--only", default=",".join(SCENARIOS))
-    parser.add_argument("--restart", action="store_true", help="restart the server once, too")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    names = [name for name in args.only.split(",") if name]
-    unknown = set(names) - set(SCENARIOS)
-    if unknown:
-        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
-    seed = args.seed if args.seed is not None else random.randrange(2**32)
-    rng = random.Random(seed)
-    results = []
-    with embedded_broker() as target, servers_for(names) as servers:
-        for name in names:
-            try:
-                result = run_scenario(
-                    name, args.count, args.kills, args.restart, rng, target, servers
-                )
-            except BenchError as exc:
-                result = {"scenario": name, "error": str(exc)}
-            result["seed"] = seed
-            results.append(result)
-            if args.json:
-                print(json.dumps(result), flush=True)
-    if not args.json:
-        print(
-            f"{args.count} messages per scenario, {args.kills} SIGKILLs, "
-            f"in_flight {IN_FLIGHT}, seed {seed}"
-        )
-        print(
-            "| scenario       | arrived | missing | duplicates (bound) | max copies | exit | s    |"
-        )
-        print(
-            "|----------------|---------|---------|--------------------|------------|------|------|"
-        )
-        for r in results:
-            if "error" in r:
-                print(f"| {r['scenario']:<14} | FAILED: {r['error']}")
-                continue
-            print(
-                f"| {r['scenario']:<14} | {r['arrived']:>7} | {r['missing']:>7} | "
-                f"{r['duplicates']:>8} ({r['bound']:>5})   | {r['max_copies']:>10} | "
-                f"{r['exit_status']:>4} | {r['seconds']:>4} |"
-            )
-    return 0 if all("error" not in r and ok(r) for r in results) else 1
+def _ignore_work(
+    make: Make, target: Target, server: Server, work: Path, ids: list[str]
+) -> Scenario:
+    return make(ids, target, server)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__ or "", list(SCENARIOS), setup))

@@ -22,24 +22,20 @@ disturbs everything else using that RabbitMQ: not in CI).
 
 Figures: arrived (must be all), duplicates and the most copies of one id,
 against the bound at-least-once promises (``kills * in_flight``; JetStream's
-duplicate window drops the sink's re-sends, so nats-sink expects none).
+duplicate window drops the sink's re-sends, so nats-sink expects none). The
+harness (kills, figures, command line) is ``bench/_crash.py``, shared with
+``bench/mqtt_redis_crash.py``; this script adds the four scenarios.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import dataclasses
+import functools
 import json
 import os
-import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -49,78 +45,10 @@ from typing import Any, Final
 
 import aio_pika
 import nats
+from _crash import HOST, Factory, Scenario, Server, main, private_servers
 
-IN_FLIGHT: Final = 200
-BATCH: Final = 100
-LIMIT: Final = 120.0
-HOST: Final = "127.0.0.1"
 AMQP_URL = os.environ.get("TRIO_STOMP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class BenchError(Exception):
-    pass
-
-
-def bridges_command() -> list[str]:
-    script = Path(sys.executable).with_name("bridges")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class PrivateNats:
-    """A nats-server with JetStream of our own, restartable, its store kept across restarts."""
-
-    def __init__(self, store: Path) -> None:
-        self.port = free_port()
-        self.url = f"nats://{HOST}:{self.port}"
-        self._store = store
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
-        command = [binary, "-a", HOST, "-p", str(self.port), "-js", "-sd", str(self._store)]
-        self._process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline or self._process.poll() is not None:
-                    raise BenchError("nats-server did not start") from None
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(10)
-            self._process = None
-
-    def restart(self) -> None:
-        self.stop()
-        time.sleep(0.5)
-        self.start()
-
-
-@contextmanager
-def private_nats() -> Iterator[PrivateNats]:
-    with tempfile.TemporaryDirectory(prefix="nats-crash-") as store:
-        server = PrivateNats(Path(store))
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
-
 
 # -- what the servers hold ------------------------------------------------------------------
 
@@ -231,34 +159,7 @@ def outbox_bodies(outbox: Path) -> Counter[str]:
     return copies
 
 
-# -- one scenario ---------------------------------------------------------------------------
-
-
-def route_config(source: str, sink: str) -> str:
-    return f"""
-[bridge]
-shutdown_timeout = 20
-log_level = "warning"
-
-[routes.crash]
-in_flight = {IN_FLIGHT}
-batch = {{ count = {BATCH}, time = 0.01 }}
-retry = {{ attempts = 1000, initial = 0.05, max = 1.0 }}
-source = {source}
-sink = {sink}
-"""
-
-
-@dataclasses.dataclass
-class Scenario:
-    """One scenario's route config and the means to watch the far side."""
-
-    config: str
-    held: Callable[[], int]  # messages the far side holds now (duplicates included)
-    final: Callable[[], Counter[str]]  # copies per body at the end
-    finished: Callable[[], bool]  # everything arrived (and the source is drained)
-    restart_server: Callable[[], None]
-
+# -- the scenarios --------------------------------------------------------------------------
 
 JSONL_SOURCE: Final = (
     '{ type = "file", path = "events.jsonl", mode = "jsonl", poll_interval = 0.05 }'
@@ -266,17 +167,28 @@ JSONL_SOURCE: Final = (
 FILE_SINK: Final = '{ type = "file", path = "outbox", format = "jsonl", rotate_bytes = 65536 }'
 
 
+def nats_command(port: int, store: Path) -> list[str]:
+    """A nats-server with JetStream of our own, its store kept across restarts."""
+    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    return [binary, "-a", HOST, "-p", str(port), "-js", "-sd", str(store)]
+
+
+def nats_url(server: Server) -> str:
+    return f"nats://{HOST}:{server.port}"
+
+
 def restart_rabbitmq() -> None:
     subprocess.run([str(ROOT / "scripts" / "brokers"), "restart", "rabbitmq"], check=True)
 
 
-def nats_sink(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
-    url, stream = server.url, f"CRASH{uuid.uuid4().hex[:8].upper()}"
+def nats_sink(work: Path, ids: list[str], server: Server) -> Scenario:
+    url, stream = nats_url(server), f"CRASH{uuid.uuid4().hex[:8].upper()}"
     nats_call(url, lambda _, js: js.add_stream(name=stream, subjects=[f"{stream}.>"]))
     (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
     sink = f'{{ type = "nats", url = "{url}", subject = "{stream}.out" }}'
     return Scenario(
-        route_config(JSONL_SOURCE, sink),
+        JSONL_SOURCE,
+        sink,
         lambda: nats_stored(url, stream),
         lambda: nats_bodies(url, stream),
         lambda: nats_stored(url, stream) >= len(ids),
@@ -284,8 +196,8 @@ def nats_sink(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
     )
 
 
-def nats_source(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
-    url, stream = server.url, f"CRASH{uuid.uuid4().hex[:8].upper()}"
+def nats_source(work: Path, ids: list[str], server: Server) -> Scenario:
+    url, stream = nats_url(server), f"CRASH{uuid.uuid4().hex[:8].upper()}"
     nats_fill(url, stream, ids)
     source = (
         f'{{ type = "nats", url = "{url}", stream = "{stream}", durable = "crash", '
@@ -293,7 +205,8 @@ def nats_source(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
     )
     outbox = work / "outbox"
     return Scenario(
-        route_config(source, FILE_SINK),
+        source,
+        FILE_SINK,
         lambda: sum(outbox_bodies(outbox).values()),
         lambda: outbox_bodies(outbox),
         lambda: len(outbox_bodies(outbox)) >= len(ids),
@@ -301,13 +214,14 @@ def nats_source(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
     )
 
 
-def amqp_sink(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
+def amqp_sink(work: Path, ids: list[str]) -> Scenario:
     queue = f"queues-crash-{uuid.uuid4().hex[:10]}"
     amqp_fill(queue, [])
     (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
     sink = f'{{ type = "amqp", url = "{AMQP_URL}", routing_key = "{queue}" }}'
     return Scenario(
-        route_config(JSONL_SOURCE, sink),
+        JSONL_SOURCE,
+        sink,
         lambda: amqp_depth(queue),
         lambda: amqp_drain(queue),
         lambda: amqp_depth(queue) >= len(ids),
@@ -315,7 +229,7 @@ def amqp_sink(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
     )
 
 
-def amqp_source(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
+def amqp_source(work: Path, ids: list[str]) -> Scenario:
     queue = f"queues-crash-{uuid.uuid4().hex[:10]}"
     amqp_fill(queue, ids)
     source = f'{{ type = "amqp", url = "{AMQP_URL}", queue = "{queue}" }}'
@@ -326,7 +240,8 @@ def amqp_source(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
         return outbox_bodies(outbox)
 
     return Scenario(
-        route_config(source, FILE_SINK),
+        source,
+        FILE_SINK,
         lambda: sum(outbox_bodies(outbox).values()),
         final,
         lambda: amqp_depth(queue) == 0 and len(outbox_bodies(outbox)) >= len(ids),
@@ -334,153 +249,22 @@ def amqp_source(work: Path, ids: list[str], server: PrivateNats) -> Scenario:
     )
 
 
-SCENARIOS: Final = {
-    "nats-sink": nats_sink,
-    "nats-source": nats_source,
-    "amqp-sink": amqp_sink,
-    "amqp-source": amqp_source,
-}
+SCENARIOS: Final = ["nats-sink", "nats-source", "amqp-sink", "amqp-source"]
 
 
-def run_scenario(
-    name: str, count: int, kills: int, restart: bool, rng: random.Random, server: PrivateNats
-) -> dict[str, Any]:
-    ids = [f"msg-{i:06d}" for i in range(count)]
-    with tempfile.TemporaryDirectory(prefix="queues-crash-") as tmp:
-        work = Path(tmp)
-        scenario = SCENARIOS[name](work, ids, server)
-        (work / "bridge.toml").write_text(scenario.config)
-        log = (work / "bridge.log").open("w")
-        command = [*bridges_command(), "run", str(work / "bridge.toml")]
-        started = time.monotonic()
-        shares = sorted(rng.uniform(0.05, 0.9) for _ in range(kills))
-        restart_at = rng.randrange(kills) if restart and kills else -1
-        progress = []
-        for n, share in enumerate(shares):
-            process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
-            goal = int(share * count)
-            wait_for(lambda goal=goal: scenario.held() >= goal, process)  # type: ignore[misc]
-            time.sleep(rng.uniform(0.0, 0.05))
-            if n == restart_at:
-                scenario.restart_server()
-                time.sleep(1.0)
-            if process.poll() is not None:
-                raise BenchError(f"{name}: bridges exited by itself; see {work}/bridge.log")
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-            progress.append(scenario.held())
-        log.flush()
-        log_start = (work / "bridge.log").stat().st_size
-        process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
-
-        def finished() -> bool:
-            # (a SIGTERM before the bridge handles signals would just kill it)
-            with (work / "bridge.log").open("rb") as text:
-                text.seek(log_start)
-                running = b"running 1 route(s)" in text.read()
-            return running and scenario.finished()
-
-        try:
-            wait_for(finished, process, LIMIT + count / 100)
-            time.sleep(0.5)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                status = process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                status = -9
-            log.close()
-        copies = scenario.final()
-        total = sum(copies.values())
-        return {
-            "scenario": name,
-            "messages": count,
-            "kills": kills,
-            "server_restarted": restart_at >= 0,
-            "held_at_kills": progress,
-            "arrived": len(set(copies) & set(ids)),
-            "missing": len(set(ids) - set(copies)),
-            "duplicates": total - len(copies),
-            "max_copies": max(copies.values(), default=0),
-            "bound": kills * IN_FLIGHT,
-            "exit_status": status,
-            "seconds": round(time.monotonic() - started, 1),
-            "log_tail": (work / "bridge.log").read_text()[-1500:] if status != 0 else "",
-        }
-
-
-def wait_for(
-    condition: Callable[[], bool], process: subprocess.Popen[bytes], limit: float = LIMIT
-) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            if condition():
-                return
-        except Exception:  # the server is restarting: look again
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise BenchError("no progress (the bridge exited, or the limit passed)")
-        time.sleep(0.05)
-
-
-def ok(result: dict[str, Any]) -> bool:
-    return bool(
-        result["missing"] == 0
-        and result["duplicates"] <= result["bound"]
-        and result["exit_status"] == 0
+@contextmanager
+def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
+    """A private nats-server when NATS_NAMES need one; a factory per scenario."""
+    wanted = (
+        Server(nats_command, "nats-server", down=0.5) if any("nats" in n for n in names) else None
     )
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=10_000)
-    parser.add_argument("--kills", type=int, default=5)
-    parser.add_argument("--only", default="nats-sink,nats-source,amqp-sink,amqp-source")
-    parser.add_argument("--restart", action="store_true", help="restart the server once, too")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    rng = random.Random(seed)
-    results = []
-    with private_nats() as server:
-        for name in args.only.split(","):
-            try:
-                results.append(
-                    run_scenario(name, args.count, args.kills, args.restart, rng, server)
-                )
-            except BenchError as exc:
-                results.append({"scenario": name, "error": str(exc)})
-    if args.json:
-        for result in results:
-            print(json.dumps(result))
-    else:
-        print(f"queues crash test, seed {seed}: SIGKILL at random moments")
-        print(
-            "| scenario    | messages | kills | restart | arrived | missing | duplicates "
-            "| max copies | dup bound | exit | time, s | verdict |"
-        )
-        print(
-            "|-------------|----------|-------|---------|---------|---------|------------"
-            "|------------|-----------|------|---------|---------|"
-        )
-        for r in results:
-            if "error" in r:
-                print(f"| {r['scenario']:<11} | error: {r['error']}")
-                continue
-            print(
-                f"| {r['scenario']:<11} | {r['messages']:>8,} | {r['kills']:>5} "
-                f"| {'yes' if r['server_restarted'] else 'no':>7} | {r['arrived']:>7,} "
-                f"| {r['missing']:>7} | {r['duplicates']:>10} | {r['max_copies']:>10} "
-                f"| {r['bound']:>9,} | {r['exit_status']:>4} | {r['seconds']:>7} "
-                f"| {'ok' if ok(r) else 'FAIL':<7} |"
-            )
-            if r["log_tail"]:
-                print(r["log_tail"])
-    return 0 if all("error" not in r and ok(r) for r in results) else 1
+    with private_servers({"nats": wanted}) as servers:
+        factories: dict[str, Factory] = {"amqp-sink": amqp_sink, "amqp-source": amqp_source}
+        if "nats" in servers:
+            factories["nats-sink"] = functools.partial(nats_sink, server=servers["nats"])
+            factories["nats-source"] = functools.partial(nats_source, server=servers["nats"])
+        yield factories
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__ or "", SCENARIOS, setup))
