@@ -37,67 +37,34 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as paho
 import trio
+from _common import HOST, add_ratios, private_server, run_from_memory, run_to_count, timed
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from bridges import Context, Envelope, Message, Route
+from bridges import Context
 from bridges.endpoints.mqtt import MqttSink, MqttSinkConfig, MqttSource, MqttSourceConfig
 from bridges.endpoints.mqtt._connection import Broker
 from bridges.endpoints.mqtt._driver import PahoDriver, open_paho
 
-HOST = "127.0.0.1"
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def private_mosquitto() -> Iterator[int]:
-    """A mosquitto of our own for the block; yields its port."""
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    port = free_port()
-    with tempfile.TemporaryDirectory() as work:
-        config = Path(work) / "mosquitto.conf"
-        config.write_text(
-            f"listener {port} {HOST}\nallow_anonymous true\npersistence false\n"
-            "max_inflight_messages 0\nmax_queued_messages 0\nset_tcp_nodelay true\n"
-        )
-        process = subprocess.Popen(
-            [binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection((HOST, port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise SystemExit(f"mosquitto ({binary}) did not start") from None
-                    time.sleep(0.05)
-            yield port
-        finally:
-            process.terminate()
-            process.wait(10)
+def mosquitto_command(port: int, work: Path) -> list[str]:
+    """A mosquitto of our own: no persistence, no queue or in-flight limits."""
+    config = work / "mosquitto.conf"
+    config.write_text(
+        f"listener {port} {HOST}\nallow_anonymous true\npersistence false\n"
+        "max_inflight_messages 0\nmax_queued_messages 0\nset_tcp_nodelay true\n"
+    )
+    return [shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c", str(config)]
 
 
 def bare_client(client_id: str, *, manual_ack: bool = False) -> paho.Client:
@@ -240,97 +207,17 @@ async def consume_driver(port: int, client_id: str, topic: str, count: int) -> N
             await done.wait()
 
 
-class ListSource:
-    """Hands out messages made on demand (a list made in advance would be that many live
-    objects for the garbage collector to walk): the route's cost, not a source's."""
-
-    def __init__(self, items: Iterator[Message]) -> None:
-        self._items = items
-        self.acked = 0
-
-    def describe(self) -> str:
-        return "list"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[ListSource]:
-        yield self
-
-    async def receive(self) -> Envelope:
-        message = next(self._items, None)
-        if message is None:
-            raise trio.EndOfChannel
-        return Envelope(message, ack=self._ack, nack=self._nack)
-
-    async def _ack(self) -> None:
-        self.acked += 1
-
-    async def _nack(self, error: BaseException | None) -> None:
-        raise SystemExit(f"a message was nacked: {error}")
-
-
-class CountingSink:
-    """A sink that only counts (the route's cost without a destination's)."""
-
-    def __init__(self, goal: int, done: trio.Event) -> None:
-        self.count = 0
-        self._goal = goal
-        self._done = done
-
-    def describe(self) -> str:
-        return "count"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[CountingSink]:
-        yield self
-
-    async def write(self, batch: Sequence[Message]) -> None:
-        self.count += len(batch)
-        if self.count >= self._goal:
-            self._done.set()
-        await trio.lowlevel.checkpoint()
-
-
 async def consume_bridge(port: int, client_id: str, topic: str, count: int, args: Any) -> None:
     context = Context(route="bench", in_flight=args.window)
     config = MqttSourceConfig(url=f"mqtt://{HOST}:{port}", topics=[topic], client_id=client_id)
-    done = trio.Event()
-    route = Route(
-        "bench",
-        MqttSource(config, context),
-        CountingSink(count, done),
-        in_flight=args.window,
-        batch_count=args.batch,
-    )
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(route.run)
-        with trio.fail_after(120):
-            await done.wait()
-        route.stop()
+    source = MqttSource(config, context)
+    await run_to_count(source, count, in_flight=args.window, batch_count=args.batch)
 
 
 async def publish_bridge(port: int, topic: str, count: int, args: Any) -> None:
-    body = b"x" * args.size
-    source = ListSource(Message(body, {}, f"m{i}") for i in range(count))
     config = MqttSinkConfig(url=f"mqtt://{HOST}:{port}", topic=topic)
-    route = Route(
-        "bench",
-        source,
-        MqttSink(config, Context(route="bench", role="sink")),
-        in_flight=args.window,
-        batch_count=args.batch,
-    )
-    with trio.fail_after(120):
-        await route.run()
-    if source.acked != count:
-        raise SystemExit(f"bridge sink wrote {source.acked} of {count}")
-
-
-def timed(run: Callable[[], None], count: int) -> tuple[float, float]:
-    """(messages/s, CPU µs per message) of ``run``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    run()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return count / wall, cpu / count * 1e6
+    sink = MqttSink(config, Context(route="bench", role="sink"))
+    await run_from_memory(sink, count, args.size, in_flight=args.window, batch_count=args.batch)
 
 
 def measure(port: int, args: Any) -> list[dict[str, Any]]:
@@ -379,9 +266,7 @@ def measure(port: int, args: Any) -> list[dict[str, Any]]:
         "paho bare (its thread)", lambda t: publish_bare(port, t, count, args.size, args.batch)
     )
     publish_case("bridge mqtt sink", lambda t: trio.run(publish_bridge, port, t, count, args))
-    for row in rows:
-        bare = next(r for r in rows if r["direction"] == row["direction"])
-        row["ratio"] = row["rate"] / bare["rate"]
+    add_ratios(rows)
     return rows
 
 
@@ -394,7 +279,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with private_mosquitto() as port:
+    with private_server(mosquitto_command, "mosquitto") as port:
         rows = measure(port, args)
     if args.json:
         print(json.dumps(rows))

@@ -40,90 +40,28 @@ import asyncio
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import aio_pika
 import nats
 import trio
+from _common import HOST, private_server, run_from_memory, run_to_count, timed
 
-from bridges import Context, Message, Route
+from bridges import Context, Sink, Source
 from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig, AmqpSource, AmqpSourceConfig
 from bridges.endpoints.nats import NatsSink, NatsSinkConfig, NatsSource, NatsSourceConfig
-from bridges.testing import FakeSource
 
-HOST = "127.0.0.1"
 AMQP_URL = os.environ.get("TRIO_STOMP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def private_nats() -> Iterator[str]:
-    """A nats-server with JetStream of our own for the block; yields its URL."""
+def nats_command(port: int, work: Path) -> list[str]:
+    """A nats-server with JetStream of our own."""
     binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    port = free_port()
-    with tempfile.TemporaryDirectory() as work:
-        process = subprocess.Popen(
-            [binary, "-a", HOST, "-p", str(port), "-js", "-sd", work],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection((HOST, port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise SystemExit(f"nats-server ({binary}) did not start") from None
-                    time.sleep(0.05)
-            yield f"nats://{HOST}:{port}"
-        finally:
-            process.terminate()
-            process.wait(10)
-
-
-class CountingSink:
-    """A sink that only counts; ``done`` is set once ``target`` messages were written."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.count = 0
-        self.done = trio.Event()
-
-    def describe(self) -> str:
-        return "count"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[CountingSink]:
-        yield self
-
-    async def write(self, batch: Sequence[Message]) -> None:
-        self.count += len(batch)
-        if self.count >= self.target:
-            self.done.set()
-
-
-def timed(run: Callable[[], None], count: int) -> tuple[float, float]:
-    """(messages/s, CPU µs per message) of ``run()``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    run()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return count / wall, cpu / count * 1e6
+    return [binary, "-a", HOST, "-p", str(port), "-js", "-sd", str(work)]
 
 
 # -- NATS -------------------------------------------------------------------------------
@@ -186,14 +124,14 @@ def nats_rows(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             NatsSourceConfig(url=url, stream=stream, subject=f"{stream}.>", durable="bridge"),
             Context(in_flight=window),
         )
-        trio.run(run_to_count, source, count, batch, window)
+        trio.run(to_count, source, count, batch, window)
 
     def publish_bare() -> None:
         asyncio.run(nats_publish_bare(url, stream, count, size, batch))
 
     def publish_bridge() -> None:
         sink = NatsSink(NatsSinkConfig(url=url, subject=f"{stream}.a"), Context())
-        trio.run(run_from_memory, sink, count, size, batch, window)
+        trio.run(from_memory, sink, count, size, batch, window)
 
     for direction, bare, bridge in (
         ("consume", consume_bare, consume_bridge),
@@ -290,14 +228,14 @@ def amqp_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     def consume_bridge() -> None:
         source = AmqpSource(AmqpSourceConfig(url=AMQP_URL, queue=queue), Context(in_flight=window))
-        trio.run(run_to_count, source, count, batch, window)
+        trio.run(to_count, source, count, batch, window)
 
     def publish_bare() -> None:
         asyncio.run(amqp_publish_bare(queue, count, size, batch))
 
     def publish_bridge() -> None:
         sink = AmqpSink(AmqpSinkConfig(url=AMQP_URL, routing_key=queue), Context())
-        trio.run(run_from_memory, sink, count, size, batch, window)
+        trio.run(from_memory, sink, count, size, batch, window)
 
     for direction, bare, bridge in (
         ("consume", consume_bare, consume_bridge),
@@ -321,23 +259,15 @@ def amqp_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 # -- routes -------------------------------------------------------------------------------
 
 
-async def run_to_count(source: Any, count: int, batch: int, window: int) -> None:
-    sink = CountingSink(count)
-    route = Route("bench", source, sink, in_flight=window, batch_count=batch, batch_time=0.005)
-    with trio.fail_after(300):  # (a server restarted under us: fail, not hang)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(route.run)
-            await sink.done.wait()
-            route.stop()
+async def to_count(source: Source, count: int, batch: int, window: int) -> None:
+    # (a server restarted under us: fail, not hang)
+    await run_to_count(source, count, 300, in_flight=window, batch_count=batch, batch_time=0.005)
 
 
-async def run_from_memory(sink: Any, count: int, size: int, batch: int, window: int) -> None:
-    body = b"x" * size
-    source = FakeSource([Message(body, {}, f"m{i}") for i in range(count)], end=True)
-    route = Route("bench", source, sink, in_flight=window, batch_count=batch, batch_time=0.005)
-    await route.run()
-    if len(source.acked) != count:
-        raise SystemExit(f"the route acked {len(source.acked)} of {count}")
+async def from_memory(sink: Sink, count: int, size: int, batch: int, window: int) -> None:
+    await run_from_memory(
+        sink, count, size, 300, in_flight=window, batch_count=batch, batch_time=0.005
+    )
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -377,8 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     families = set(args.only.split(","))
     rows: list[dict[str, Any]] = []
     if "nats" in families:
-        with private_nats() as url:
-            rows += nats_rows(url, args)
+        with private_server(nats_command, "nats-server") as port:
+            rows += nats_rows(f"nats://{HOST}:{port}", args)
     if "amqp" in families:
         rows += amqp_rows(args)
     if args.json:

@@ -29,57 +29,31 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import coredis
 import trio
+from _common import HOST, add_ratios, private_server, run_from_memory, run_to_count, timed
 
-from bridges import Context, Envelope, Message, Route
+from bridges import Context
 from bridges.endpoints.redis import RedisSink, RedisSinkConfig, RedisSource, RedisSourceConfig
 
-HOST = "127.0.0.1"
 
+def redis_command(fsync: str) -> Callable[[int, Path], list[str]]:
+    """A redis-server of our own, with an AOF fsynced as FSYNC says."""
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def private_redis(fsync: str) -> Iterator[str]:
-    """A redis-server of our own for the block; yields its URL."""
-    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    port = free_port()
-    with tempfile.TemporaryDirectory() as work:
-        command = [
-            binary, "--port", str(port), "--bind", HOST, "--dir", work, "--save", "",
+    def command(port: int, work: Path) -> list[str]:
+        return [
+            shutil.which("redis-server") or "/usr/bin/redis-server",
+            "--port", str(port), "--bind", HOST, "--dir", str(work), "--save", "",
             "--appendonly", "yes", "--appendfsync", fsync,
         ]  # fmt: skip
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection((HOST, port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise SystemExit(f"redis-server ({binary}) did not start") from None
-                    time.sleep(0.05)
-            yield f"redis://{HOST}:{port}/0"
-        finally:
-            process.terminate()
-            process.wait(10)
+
+    return command
 
 
 async def fill(url: str, stream: str, count: int, size: int) -> None:
@@ -103,72 +77,11 @@ async def consume_bare(url: str, stream: str, count: int, window: int) -> None:
                 got += len(entries)
 
 
-class ListSource:
-    """Hands out messages made on demand (a list made in advance would be that many live
-    objects for the garbage collector to walk): the route's cost, not a source's."""
-
-    def __init__(self, items: Iterator[Message]) -> None:
-        self._items = items
-        self.acked = 0
-
-    def describe(self) -> str:
-        return "list"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[ListSource]:
-        yield self
-
-    async def receive(self) -> Envelope:
-        message = next(self._items, None)
-        if message is None:
-            raise trio.EndOfChannel
-        return Envelope(message, ack=self._ack, nack=self._nack)
-
-    async def _ack(self) -> None:
-        self.acked += 1
-
-    async def _nack(self, error: BaseException | None) -> None:
-        raise SystemExit(f"a message was nacked: {error}")
-
-
-class CountingSink:
-    """A sink that only counts (the route's cost without a destination's)."""
-
-    def __init__(self, goal: int, done: trio.Event) -> None:
-        self.count = 0
-        self._goal = goal
-        self._done = done
-
-    def describe(self) -> str:
-        return "count"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[CountingSink]:
-        yield self
-
-    async def write(self, batch: Sequence[Message]) -> None:
-        self.count += len(batch)
-        if self.count >= self._goal:
-            self._done.set()
-        await trio.lowlevel.checkpoint()
-
-
 async def consume_bridge(url: str, stream: str, count: int, args: Any) -> None:
     context = Context(route="bench", in_flight=args.window)
     config = RedisSourceConfig(url=url, stream=stream, group="bridge", start="0", block=0.1)
-    done = trio.Event()
-    route = Route(
-        "bench",
-        RedisSource(config, context),
-        CountingSink(count, done),
-        in_flight=args.window,
-        batch_count=args.batch,
-    )
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(route.run)
-        with trio.fail_after(120):
-            await done.wait()
-        route.stop()
+    source = RedisSource(config, context)
+    await run_to_count(source, count, in_flight=args.window, batch_count=args.batch)
 
 
 async def publish_bare(url: str, stream: str, count: int, size: int, batch: int) -> None:
@@ -181,22 +94,8 @@ async def publish_bare(url: str, stream: str, count: int, size: int, batch: int)
 
 
 async def publish_bridge(url: str, stream: str, count: int, args: Any) -> None:
-    body = b"x" * args.size
-    source = ListSource(Message(body, {}, f"m{i}") for i in range(count))
     sink = RedisSink(RedisSinkConfig(url=url, stream=stream), Context(route="bench", role="sink"))
-    route = Route("bench", source, sink, in_flight=args.window, batch_count=args.batch)
-    with trio.fail_after(120):
-        await route.run()
-    if source.acked != count:
-        raise SystemExit(f"bridge sink wrote {source.acked} of {count}")
-
-
-def timed(run: Callable[[], None], count: int) -> tuple[float, float]:
-    """(messages/s, CPU µs per message) of ``run``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    run()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return count / wall, cpu / count * 1e6
+    await run_from_memory(sink, count, args.size, in_flight=args.window, batch_count=args.batch)
 
 
 def measure(url: str, args: Any) -> list[dict[str, Any]]:
@@ -237,9 +136,7 @@ def measure(url: str, args: Any) -> list[dict[str, Any]]:
         lambda s: trio.run(publish_bridge, url, s, count, args),
         False,
     )
-    for row in rows:
-        bare = next(r for r in rows if r["direction"] == row["direction"])
-        row["ratio"] = row["rate"] / bare["rate"]
+    add_ratios(rows)
     return rows
 
 
@@ -253,8 +150,8 @@ def main() -> int:
     parser.add_argument("--fsync", choices=("always", "everysec"), default="always")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with private_redis(args.fsync) as url:
-        rows = measure(url, args)
+    with private_server(redis_command(args.fsync), "redis-server") as port:
+        rows = measure(f"redis://{HOST}:{port}/0", args)
     if args.json:
         print(json.dumps(rows))
         return 0
