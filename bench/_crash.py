@@ -20,7 +20,6 @@ import json
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,36 +30,16 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from _common import BenchError
+from _common import BenchError, free_port, wait_port
 
 IN_FLIGHT: Final = 200
 BATCH: Final = 100
 LIMIT: Final = 120.0
-HOST: Final = "127.0.0.1"
 
 
 def bridges_command() -> list[str]:
     script = Path(sys.executable).with_name("bridges")
     return [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection((HOST, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise BenchError(f"{what} did not start") from None
-            time.sleep(0.05)
 
 
 class Server:

@@ -44,8 +44,8 @@ import coredis
 import paho.mqtt.client as paho
 import stomp
 import trio
-from _common import BenchError, Target, embedded_broker
-from _crash import HOST, Factory, Scenario, Server, main, private_servers
+from _common import HOST, BenchError, Target, embedded_broker
+from _crash import Factory, Scenario, Server, main, private_servers
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties

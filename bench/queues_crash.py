@@ -45,7 +45,8 @@ from typing import Any, Final
 
 import aio_pika
 import nats
-from _crash import HOST, Factory, Scenario, Server, main, private_servers
+from _common import HOST
+from _crash import Factory, Scenario, Server, main, private_servers
 
 AMQP_URL = os.environ.get("TRIO_STOMP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
 ROOT = Path(__file__).resolve().parents[1]
