@@ -27,7 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -241,6 +241,39 @@ def check_round_trip(got: Sequence[trio_stomp.Message]) -> dict[int, trio_stomp.
     assert len({m.headers["bridge-id"] for m in got}) == len(BODIES)  # the STOMP id, carried round
     assert all(m.headers["bridge-id"] for m in got)
     return by_n
+
+
+async def example_round_trip(
+    tmp_path: Path,
+    example: str,
+    replacements: Sequence[tuple[str, str]],
+    port: int,
+    family: str,
+    headers: Callable[[int], Mapping[str, str]],
+    *,
+    before_stop: Callable[[], Awaitable[None]] | None = None,
+    **options: Any,
+) -> dict[int, trio_stomp.Message]:
+    """``examples/EXAMPLE`` (with REPLACEMENTS made in order) through ``bridges run``.
+
+    The example's STOMP side listens on PORT: :func:`stomp_round_trip` sends
+    :data:`BODIES` to ``/queue/to-FAMILY`` and takes them back (OPTIONS go to
+    it); BEFORE_STOP runs while the bridge still does; then the bridge must
+    stop cleanly, and :func:`check_round_trip` checks what came back (and
+    returns it).
+    """
+    text = (EXAMPLES / example).read_text()
+    for old, new in replacements:
+        text = text.replace(old, new)
+    config = tmp_path / "bridge.toml"
+    config.write_text(text)
+    ready = f"it comes back on /queue/from-{family}".encode()
+    async with bridges_run(config, ready) as (process, output):
+        got = await stomp_round_trip(port, family, headers, **options)
+        if before_stop is not None:
+            await before_stop()
+        await stop_bridge(process, output)
+    return check_round_trip(got)
 
 
 # --- a small run of a crash bench -------------------------------------------------------------

@@ -11,9 +11,8 @@ from amqp_servers import rabbit, require_amqp, unique
 from family_kit import (
     EXAMPLES,
     bridges_run,
-    check_round_trip,
+    example_round_trip,
     free_port,
-    stomp_round_trip,
     stop_bridge,
 )
 
@@ -25,34 +24,28 @@ async def test_stomp_to_amqp_to_stomp_through_bridges_run(tmp_path: Path) -> Non
     url = require_amqp()
     port = free_port()
     name = unique()
-    text = (
-        (EXAMPLES / "amqp-stomp.toml")
-        .read_text()
-        .replace("61639", str(port))
-        .replace("bridge-events", name)
-        .replace("bridge.", f"{name}.")
-    )
-    config = tmp_path / "bridge.toml"
-    config.write_text(text)
+    replacements = [("61639", str(port)), ("bridge-events", name), ("bridge.", f"{name}.")]
+    dead = tmp_path / "dead-letters"
+
+    async def dead_lettered() -> None:
+        await wait_until(lambda: dead.exists() and any(p.stat().st_size for p in dead.iterdir()))
+
     try:
-        async with bridges_run(config, b"it comes back on /queue/from-amqp") as (process, output):
-            got = await stomp_round_trip(
-                port,
-                "amqp",
-                lambda i: {"n": str(i), "note": "caf\u00e9", "content-type": "application/x-test"},
-                receipt_each=True,
-                # No queue is bound for this kind: RabbitMQ returns it, it is dead-lettered.
-                extra=[(b"lost?", {"kind": "nowhere"})],
-            )
-            dead = tmp_path / "dead-letters"
-            await wait_until(
-                lambda: dead.exists() and any(p.stat().st_size for p in dead.iterdir())
-            )
-            await stop_bridge(process, output)
+        by_n = await example_round_trip(
+            tmp_path,
+            "amqp-stomp.toml",
+            replacements,
+            port,
+            "amqp",
+            lambda i: {"n": str(i), "note": "caf\u00e9", "content-type": "application/x-test"},
+            before_stop=dead_lettered,
+            receipt_each=True,
+            # No queue is bound for this kind: RabbitMQ returns it, it is dead-lettered.
+            extra=[(b"lost?", {"kind": "nowhere"})],
+        )
     finally:
         async with rabbit(url) as (aio, channel):
             await aio.run(channel.queue_delete, name)
-    by_n = check_round_trip(got)
     for message in by_n.values():
         assert message.headers["content-type"] == "application/x-test"
         assert message.headers["amqp-exchange"] == "amq.direct"

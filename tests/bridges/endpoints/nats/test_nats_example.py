@@ -8,13 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 from family_kit import (
-    EXAMPLES,
     bridges_command,
-    bridges_run,
-    check_round_trip,
+    example_round_trip,
     free_port,
-    stomp_round_trip,
-    stop_bridge,
 )
 from nats_servers import HOSTPORT, jetstream, require_nats, unique
 
@@ -24,25 +20,25 @@ async def test_stomp_to_nats_to_stomp_through_bridges_run(tmp_path: Path) -> Non
     url = require_nats()
     port = free_port()
     name = unique()
-    text = (
-        (EXAMPLES / "nats-stomp.toml")
-        .read_text()
-        .replace("61638", str(port))
-        .replace("127.0.0.1:4222", HOSTPORT)
-        .replace('"BRIDGE"', f'"{name}"')
-        .replace("bridge.", f"{name}.")
-    )
-    config = tmp_path / "bridge.toml"
-    config.write_text(text)
+    replacements = [
+        ("61638", str(port)),
+        ("127.0.0.1:4222", HOSTPORT),
+        ('"BRIDGE"', f'"{name}"'),
+        ("bridge.", f"{name}."),
+    ]
     try:
-        async with bridges_run(config, b"it comes back on /queue/from-nats") as (process, output):
-            got = await stomp_round_trip(port, "nats", lambda i: {"n": str(i), "note": "caf\u00e9"})
-            await stop_bridge(process, output)
+        by_n = await example_round_trip(
+            tmp_path,
+            "nats-stomp.toml",
+            replacements,
+            port,
+            "nats",
+            lambda i: {"n": str(i), "note": "caf\u00e9"},
+        )
     finally:
         async with jetstream(url) as (aio, js):
             with trio.move_on_after(5):
                 await aio.run(js.delete_stream, name)
-    by_n = check_round_trip(got)
     for message in by_n.values():
         assert message.headers["nats-subject"] == f"{name}.events"
     # The STOMP message's id went out as Nats-Msg-Id and came back as the bridge-id

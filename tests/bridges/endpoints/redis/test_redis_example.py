@@ -6,14 +6,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from family_kit import (
-    EXAMPLES,
-    bridges_run,
-    check_round_trip,
-    free_port,
-    stomp_round_trip,
-    stop_bridge,
-)
+from family_kit import example_round_trip, free_port
 from redis_servers import HOSTPORT, require_redis
 
 
@@ -26,21 +19,19 @@ async def test_stomp_to_redis_to_stomp_through_bridges_run(tmp_path: Path) -> No
     require_redis()
     port = free_port()
     run = uuid.uuid4().hex[:10]
-    text = (
-        (EXAMPLES / "redis-stomp.toml")
-        .read_text()
-        .replace("61637", str(port))
-        .replace("127.0.0.1:6379", HOSTPORT)
-        .replace("bridge-", f"trio-stomp-test-{run}-")
+    replacements = [
+        ("61637", str(port)),
+        ("127.0.0.1:6379", HOSTPORT),
+        ("bridge-", f"trio-stomp-test-{run}-"),
+    ]
+    by_n = await example_round_trip(
+        tmp_path,
+        "redis-stomp.toml",
+        replacements,
+        port,
+        "redis",
+        lambda i: {"site": site(i), "n": str(i), "note": "caf\u00e9"},
     )
-    config = tmp_path / "bridge.toml"
-    config.write_text(text)
-    async with bridges_run(config, b"it comes back on /queue/from-redis") as (process, output):
-        got = await stomp_round_trip(
-            port, "redis", lambda i: {"site": site(i), "n": str(i), "note": "caf\u00e9"}
-        )
-        await stop_bridge(process, output)
-    by_n = check_round_trip(got)
     for i, message in by_n.items():
         assert message.headers["site"] == site(i)
         assert message.headers["redis-stream"] == f"trio-stomp-test-{run}-events"
