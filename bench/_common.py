@@ -18,14 +18,17 @@ Nothing here is timed by itself. It provides:
 - :func:`drain_rest`: whatever a failed cell leaves in a queue is consumed;
   a broker left holding messages is a broker that slows (ActiveMQ keeps
   them on its heap until it runs out of it).
-- For the endpoint benchmarks (mqtt, redis, nats, amqp): :func:`private_server`
-  (a server of our own on a free port), :func:`timed` and :func:`add_ratios`,
-  and routes whose other end costs nothing: :func:`run_to_count` (into a
-  :class:`CountingSink`) and :func:`run_from_memory` (from a :class:`ListSource`).
+- :func:`free_port` and :func:`wait_port`, for the scripts that start
+  servers of their own (``bench/_endpoints.py``, ``bench/_crash.py``).
+
+The broker/client measurements import neither trio nor bridges from here
+(their children start clean); what the endpoint benchmarks share beyond
+this is in ``bench/_endpoints.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -36,15 +39,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
-
-import trio
-
-from bridges import Envelope, Message, Route, Sink, Source
 
 HOST: Final = "127.0.0.1"
 #: Bytes per socket read and per write, for every client measured.
@@ -545,115 +544,57 @@ def wait_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
             time.sleep(0.05)
 
 
-@contextmanager
-def private_server(command: Callable[[int, Path], list[str]], what: str) -> Iterator[int]:
-    """A server of our own (mosquitto, redis-server, nats-server) for the block; yields its port.
-
-    COMMAND gives its command line for a free port and a temporary directory.
-    """
-    port = free_port()
-    with tempfile.TemporaryDirectory() as work:
-        process = subprocess.Popen(
-            command(port, Path(work)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        try:
-            try:
-                wait_port(port, process, f"{what} ({command(port, Path(work))[0]})")
-            except BenchError as exc:
-                raise SystemExit(str(exc)) from None
-            yield port
-        finally:
-            process.terminate()
-            process.wait(10)
+# -- what every broker/client measurement does the same way --------------------------------
 
 
-def timed(run: Callable[[], None], count: int) -> tuple[float, float]:
-    """(messages/s, CPU µs per message) of ``run()``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    run()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return count / wall, cpu / count * 1e6
+def run_trio_cell(main: Callable[[], Awaitable[None]], timeout: float) -> None:
+    """``trio.run(main)`` in a measurement child; a client error or the timeout: BenchError."""
+    import trio
+
+    import trio_stomp
+
+    try:
+        trio.run(main)
+    except trio_stomp.StompError as exc:
+        raise BenchError(f"{type(exc).__name__}: {exc}") from None
+    except trio.TooSlowError:
+        raise BenchError(f"no result within {timeout} s") from None
 
 
-def add_ratios(rows: list[dict[str, Any]], rate: str = "rate", ratio: str = "ratio") -> None:
-    """Each row's rate against the first row of its direction (the bare library)."""
-    for row in rows:
-        bare = next(r for r in rows if r["direction"] == row["direction"])
-        row[ratio] = row[rate] / bare[rate]
+async def consume_count(sub: Any, count: int, acking: bool, meter: Meter) -> None:
+    """COUNT messages from the trio_stomp subscription SUB (each acked when ACKING), metered."""
+    got = 0
+    async for message in sub:
+        if acking:
+            await message.ack()
+        got += 1
+        if got == count:
+            break
+    meter.stop(got)
+    if got != count:
+        raise BenchError(f"the subscription ended after {got} of {count} messages")
 
 
-class ListSource:
-    """Hands out messages made on demand (a list made in advance would be that many live
-    objects for the garbage collector to walk): the route's cost, not a source's."""
-
-    def __init__(self, items: Iterator[Message]) -> None:
-        self._items = items
-        self.acked = 0
-
-    def describe(self) -> str:
-        return "list"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[ListSource]:
-        yield self
-
-    async def receive(self) -> Envelope:
-        message = next(self._items, None)
-        if message is None:
-            raise trio.EndOfChannel
-        return Envelope(message, ack=self._ack, nack=self._nack)
-
-    async def _ack(self) -> None:
-        self.acked += 1
-
-    async def _nack(self, error: BaseException | None) -> None:
-        raise SystemExit(f"a message was nacked: {error}")
+def check_raw_count(got: int, count: int) -> None:
+    if got != count:
+        raise BenchError(f"received {got} messages, expected {count}")
 
 
-class CountingSink:
-    """A sink that only counts (the route's cost without a destination's); ``done`` is set
-    once ``goal`` messages were written."""
-
-    def __init__(self, goal: int) -> None:
-        self.count = 0
-        self.goal = goal
-        self.done = trio.Event()
-
-    def describe(self) -> str:
-        return "count"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[CountingSink]:
-        yield self
-
-    async def write(self, batch: Sequence[Message]) -> None:
-        self.count += len(batch)
-        if self.count >= self.goal:
-            self.done.set()
-        await trio.lowlevel.checkpoint()
+def add_cell_options(parser: argparse.ArgumentParser) -> None:
+    """--timeout, --profile and the hidden --child of a script measuring cells in children."""
+    parser.add_argument("--timeout", type=float, default=60.0, help="bound on each cell, s")
+    parser.add_argument("--profile", metavar="DIR", help="cProfile the trio_stomp cells into DIR")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
 
 
-async def run_to_count(source: Source, count: int, limit: float = 120.0, **route: Any) -> None:
-    """A route from SOURCE to a :class:`CountingSink` until COUNT messages were written.
-
-    ROUTE: the :class:`bridges.Route` options (in_flight, batch_count, ...).
-    """
-    sink = CountingSink(count)
-    bench_route = Route("bench", source, sink, **route)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(bench_route.run)
-        with trio.fail_after(limit):
-            await sink.done.wait()
-        bench_route.stop()
+def check_cell_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--count, --size and --rounds positive; the --profile folder made."""
+    if args.count < 1 or args.size < 1 or args.rounds < 1:
+        parser.error("--count, --size and --rounds must be positive")
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
 
 
-async def run_from_memory(
-    sink: Sink, count: int, size: int, limit: float = 120.0, **route: Any
-) -> None:
-    """A route from COUNT messages of SIZE bytes (a :class:`ListSource`) to SINK, to the end."""
-    body = b"x" * size
-    source = ListSource(Message(body, {}, f"m{i}") for i in range(count))
-    with trio.fail_after(limit):
-        await Route("bench", source, sink, **route).run()
-    if source.acked != count:
-        raise SystemExit(f"bridge sink wrote {source.acked} of {count}")
+def print_elapsed(started: float, profile: str | None) -> None:
+    note = "; profiled: not for quoting" if profile else ""
+    print(f"\n({time.perf_counter() - started:.0f} s{note})")

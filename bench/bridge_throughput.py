@@ -57,6 +57,7 @@ from _common import (
     Result,
     Target,
     body_of,
+    check_raw_count,
     check_target,
     child_main,
     drain_rest,
@@ -68,6 +69,7 @@ from _common import (
     prefill,
     process_cpu,
     run_child,
+    run_trio_cell,
     unique_queue,
 )
 
@@ -82,15 +84,13 @@ def run_raw(spec: dict[str, Any], meter: Meter) -> None:
     client.subscribe(spec["destination"], "client-individual")
     got = client.consume(count, ack=True)
     meter.stop(count)
-    if got != count:
-        raise BenchError(f"received {got} messages, expected {count}")
+    check_raw_count(got, count)
     client.disconnect()
 
 
 def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
     import trio
 
-    import trio_stomp
     from bridges import Context, Route
     from bridges.endpoints.file import FileSink, FileSinkConfig
     from bridges.endpoints.stomp import StompSource, StompSourceConfig
@@ -134,12 +134,7 @@ def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
                 meter.stop(route.stats.delivered)
                 route.stop()
 
-    try:
-        trio.run(main)
-    except trio_stomp.StompError as exc:
-        raise BenchError(f"{type(exc).__name__}: {exc}") from None
-    except trio.TooSlowError:
-        raise BenchError(f"no result within {spec['timeout']} s") from None
+    run_trio_cell(main, spec["timeout"])
     lines = sum(p.read_bytes().count(b"\n") for p in out.glob("messages-*.jsonl*"))
     if lines != count or route.stats.restarts or route.stats.retries:
         raise BenchError(

@@ -58,17 +58,22 @@ from _common import (
     RawClient,
     Result,
     Target,
+    add_cell_options,
     body_of,
     broker_went_away,
+    check_cell_options,
     child_main,
+    consume_count,
     drain_rest,
     environment_line,
     fmt_rate,
     listening_pid,
     open_targets,
     parse_brokers,
+    print_elapsed,
     process_cpu,
     run_child,
+    run_trio_cell,
     send_frames,
     unique_queue,
 )
@@ -133,23 +138,9 @@ def run_trio_stomp(spec: dict[str, Any], meter: Meter) -> None:
                 async with subscription as sub, trio.open_nursery() as nursery:
                     meter.start()
                     nursery.start_soon(produce, producer)
-                    got = 0
-                    async for message in sub:
-                        if ack != "auto":
-                            await message.ack()
-                        got += 1
-                        if got == count:
-                            break
-                    meter.stop(got)
-                if got != count:
-                    raise BenchError(f"the subscription ended after {got} of {count} messages")
+                    await consume_count(sub, count, ack != "auto", meter)
 
-    try:
-        trio.run(main)
-    except trio_stomp.StompError as exc:
-        raise BenchError(f"{type(exc).__name__}: {exc}") from None
-    except trio.TooSlowError:
-        raise BenchError(f"no result within {spec['timeout']} s") from None
+    run_trio_cell(main, spec["timeout"])
 
 
 RUNNERS: Final = {"trio_stomp": run_trio_stomp, "raw": run_raw}
@@ -333,9 +324,7 @@ def main(argv: list[str]) -> int:
         help="comma-separated ack modes: auto, client-individual (default: both)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="runs per cell; best kept")
-    parser.add_argument("--timeout", type=float, default=60.0, help="bound on each cell, s")
-    parser.add_argument("--profile", metavar="DIR", help="cProfile the trio_stomp cells into DIR")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    add_cell_options(parser)
     args = parser.parse_args(argv)
     if args.child is not None:
         child(args.child)
@@ -343,10 +332,7 @@ def main(argv: list[str]) -> int:
     acks = [ack.strip() for ack in args.ack.split(",") if ack.strip()]
     if not acks or any(ack not in ACK_MODES for ack in acks):
         parser.error(f"--ack: expected names from {','.join(ACK_MODES)}")
-    if args.count < 1 or args.size < 1 or args.rounds < 1:
-        parser.error("--count, --size and --rounds must be positive")
-    if args.profile:
-        os.makedirs(args.profile, exist_ok=True)
+    check_cell_options(parser, args)
 
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -357,8 +343,7 @@ def main(argv: list[str]) -> int:
         cells = run_all(targets, acks, args)
     print()
     print_table(targets, acks, cells, args)
-    note = "; profiled: not for quoting" if args.profile else ""
-    print(f"\n({time.perf_counter() - started:.0f} s{note})")
+    print_elapsed(started, args.profile)
     return 0
 
 

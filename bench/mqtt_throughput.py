@@ -46,7 +46,8 @@ from typing import Any
 
 import paho.mqtt.client as paho
 import trio
-from _common import HOST, add_ratios, private_server, run_from_memory, run_to_count, timed
+from _common import HOST
+from _endpoints import add_ratios, private_server, run_from_memory, run_to_count, timed
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties

@@ -49,7 +49,8 @@ from typing import Any
 import aio_pika
 import nats
 import trio
-from _common import HOST, private_server, run_from_memory, run_to_count, timed
+from _common import HOST
+from _endpoints import private_server, run_from_memory, run_to_count, timed
 
 from bridges import Context, Sink, Source
 from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig, AmqpSource, AmqpSourceConfig

@@ -37,7 +37,8 @@ from typing import Any
 
 import coredis
 import trio
-from _common import HOST, add_ratios, private_server, run_from_memory, run_to_count, timed
+from _common import HOST
+from _endpoints import add_ratios, private_server, run_from_memory, run_to_count, timed
 
 from bridges import Context
 from bridges.endpoints.redis import RedisSink, RedisSinkConfig, RedisSource, RedisSourceConfig

@@ -80,9 +80,13 @@ from _common import (
     RawClient,
     Result,
     Target,
+    add_cell_options,
     body_of,
     broker_went_away,
+    check_cell_options,
+    check_raw_count,
     child_main,
+    consume_count,
     drain_rest,
     environment_line,
     fmt_rate,
@@ -90,7 +94,9 @@ from _common import (
     open_targets,
     parse_brokers,
     prefill,
+    print_elapsed,
     run_child,
+    run_trio_cell,
     send_frames,
     unique_queue,
 )
@@ -125,8 +131,7 @@ def run_raw(spec: dict[str, Any], meter: Meter) -> None:
         client.subscribe(destination, mode)
         got = client.consume(count, ack=mode != "auto")
         meter.stop(count)
-        if got != count:
-            raise BenchError(f"received {got} messages, expected {count}")
+        check_raw_count(got, count)
         client.disconnect()
 
 
@@ -149,32 +154,17 @@ def run_trio_stomp(spec: dict[str, Any], meter: Meter) -> None:
     async def receive() -> None:
         async with trio_stomp.connect(target.url, heartbeat=(0, 0)) as client:
             meter.start()
-            got = 0
             subscription = client.subscribe(
                 destination, ack=mode, headers=WINDOW_HEADERS, buffer_size=spec.get("buffer_size")
             )
             async with subscription as sub:
-                acking = mode != "auto"
-                async for message in sub:
-                    if acking:
-                        await message.ack()
-                    got += 1
-                    if got == count:
-                        break
-                meter.stop(got)
-            if got != count:
-                raise BenchError(f"the subscription ended after {got} of {count} messages")
+                await consume_count(sub, count, mode != "auto", meter)
 
     async def main() -> None:
         with trio.fail_after(spec["timeout"]):
             await (send() if mode == "send" else receive())
 
-    try:
-        trio.run(main)
-    except trio_stomp.StompError as exc:
-        raise BenchError(f"{type(exc).__name__}: {exc}") from None
-    except trio.TooSlowError:
-        raise BenchError(f"no result within {spec['timeout']} s") from None
+    run_trio_cell(main, spec["timeout"])
 
 
 def run_stomp_py(spec: dict[str, Any], meter: Meter) -> None:
@@ -474,17 +464,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--rounds", type=int, default=2, help="interleaved runs per cell; best kept"
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="bound on each measurement, s")
-    parser.add_argument("--profile", metavar="DIR", help="cProfile the trio_stomp cells into DIR")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    add_cell_options(parser)
     args = parser.parse_args(argv)
     if args.child is not None:
         child(args.child)
         return 0
-    if args.count < 1 or args.size < 1 or args.rounds < 1:
-        parser.error("--count, --size and --rounds must be positive")
-    if args.profile:
-        os.makedirs(args.profile, exist_ok=True)
+    check_cell_options(parser, args)
 
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -499,8 +484,7 @@ def main(argv: list[str]) -> int:
         print()
         for note in notes:
             print(note)
-    note = "; profiled: not for quoting" if args.profile else ""
-    print(f"\n({time.perf_counter() - started:.0f} s{note})")
+    print_elapsed(started, args.profile)
     return 0
 
 
