@@ -36,6 +36,9 @@ import pytest
 import trio
 
 import trio_stomp
+from bridges import Message
+from bridges._cli import main as cli_main
+from bridges.testing import FakeSink
 
 REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,6 +277,35 @@ async def example_round_trip(
             await before_stop()
         await stop_bridge(process, output)
     return check_round_trip(got)
+
+
+# --- endpoint tests in process ---------------------------------------------------------------
+
+
+def written(sink: FakeSink) -> list[Message]:
+    """Every message a :class:`bridges.testing.FakeSink` was given, in order."""
+    return [message for batch in sink.batches for message in batch]
+
+
+def check_says(
+    capsys: pytest.CaptureFixture[str],
+    config: Path,
+    says: str,
+    secret: str,
+    bad: tuple[str, str],
+    bad_says: str,
+) -> None:
+    """``bridges check CONFIG`` passes and SAYS so; with BAD (old, new) made, it fails (2)
+    and BAD_SAYS; neither says SECRET."""
+    assert cli_main(["check", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert says in err
+    assert secret not in err
+    config.write_text(config.read_text().replace(*bad))
+    assert cli_main(["check", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert bad_says in err
+    assert secret not in err
 
 
 # --- a small run of a crash bench -------------------------------------------------------------

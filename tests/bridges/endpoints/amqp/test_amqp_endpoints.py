@@ -10,6 +10,7 @@ import aio_pika
 import pytest
 import trio
 from amqp_servers import get_all, publish, queue, require_amqp, unique
+from family_kit import written
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, RetryPolicy, Route
 from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig, AmqpSource, AmqpSourceConfig
@@ -246,19 +247,15 @@ async def test_a_cut_connection_mid_stream_loses_nothing() -> None:
             retry=RetryPolicy(attempts=3, initial=0.1, max=0.3),
         )
         nursery.start_soon(route.run)
-        await wait_until(lambda: len(_all(sink)) >= 30)
+        await wait_until(lambda: len(written(sink)) >= 30)
         proxy.cut()
         await publish(aio, channel, name, *(aio_pika.Message(b) for b in bodies[100:]))
-        await wait_until(lambda: {m.body for m in _all(sink)} >= set(bodies))
+        await wait_until(lambda: {m.body for m in written(sink)} >= set(bodies))
         route.stop()
         await route.finished.wait()
         nursery.cancel_scope.cancel()
     assert route.stats.restarts >= 1
-    assert {m.body for m in _all(sink)} == set(bodies)
-
-
-def _all(sink: FakeSink) -> list[Message]:
-    return [message for batch in sink.batches for message in batch]
+    assert {m.body for m in written(sink)} == set(bodies)
 
 
 # -- the contract kit ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import trio
+from family_kit import written
 from nats_servers import (
     PRIVATE_MAX_PAYLOAD,
     jetstream,
@@ -239,14 +240,14 @@ async def test_a_server_restart_mid_stream_loses_nothing(tmp_path: Path) -> None
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(route.run)
-            await wait_until(lambda: len(_all(sink)) >= 30)
+            await wait_until(lambda: len(written(sink)) >= 30)
             await server.restart()
             async with jetstream(server.url) as (aio, js):
                 await publish(aio, js, f"{name}.a", [Message(b) for b in bodies[100:]])
-            await wait_until(lambda: {m.body for m in _all(sink)} >= set(bodies))
+            await wait_until(lambda: {m.body for m in written(sink)} >= set(bodies))
             route.stop()
         assert route.stats.restarts >= 1
-        assert {m.body for m in _all(sink)} == set(bodies)
+        assert {m.body for m in written(sink)} == set(bodies)
 
 
 async def test_over_the_servers_max_payload_is_rejected_not_retried(tmp_path: Path) -> None:
@@ -258,10 +259,6 @@ async def test_over_the_servers_max_payload_is_rejected_not_retried(tmp_path: Pa
                 await writer.write(batch)
         assert caught.value.indices == (1,)
         assert [m.data for m in await stored(aio, js, name)] == [b"small"]
-
-
-def _all(sink: FakeSink) -> list[Message]:
-    return [message for batch in sink.batches for message in batch]
 
 
 # -- the contract kit ----------------------------------------------------------------------
