@@ -1,7 +1,8 @@
 """NATS JetStream and AMQP endpoints against nats-py and aio-pika used bare, in one run.
 
     .venv/bin/python bench/queues_throughput.py [--count 20000] [--size 100] [--batch 100]
-        [--window 1000] [--rounds 3] [--only nats,amqp] [--json]
+        [--window 1000] [--rounds 3] [--only nats,amqp] [--directions consume,publish]
+        [--json]
 
 NATS runs on a private ``nats-server -js`` (Debian's binary; loopback, a free
 port, JetStream in a temporary directory) so that nothing else disturbs it;
@@ -138,6 +139,8 @@ def nats_rows(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         ("consume", consume_bare, consume_bridge),
         ("publish", publish_bare, publish_bridge),
     ):
+        if direction not in args.directions.split(","):
+            continue
         best: dict[str, tuple[float, float]] = {}
         for _ in range(args.rounds):
             for name, run in (("bare", bare), ("bridge", bridge)):
@@ -242,6 +245,8 @@ def amqp_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         ("consume", consume_bare, consume_bridge),
         ("publish", publish_bare, publish_bridge),
     ):
+        if direction not in args.directions.split(","):
+            continue
         best: dict[str, tuple[float, float]] = {}
         for _ in range(args.rounds):
             for name, run in (("bare", bare), ("bridge", bridge)):
@@ -299,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="nats,amqp")
+    parser.add_argument("--directions", default="consume,publish")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     # Importing the endpoints imports trio-asyncio, which makes a plain
