@@ -16,17 +16,21 @@ second time (the writer remembers them for the next write).
 aiormq matches a returned message to its publish by ``message-id``, so two
 messages with the same id are never in flight at once: a batch that holds
 one id twice is published in rounds.
+
+The publishes of a round run in one asyncio task (:mod:`._confirms`), not one
+task each as ``gather`` over aio-pika's ``Exchange.publish`` would: on the
+trio-asyncio loop every asyncio callback is a Trio checkpoint, and a task per
+message cost three times the callbacks.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Final
 
-import aio_pika
 import aiormq
+import aiormq.abc
 import attrs
 import trio
 from attrs.validators import ge
@@ -34,6 +38,7 @@ from attrs.validators import ge
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 
 from .._asyncio import AsyncioLoop
+from ._confirms import Publish, publish_confirmed
 from ._connection import AmqpConnection, Connector, one_line
 from ._headers import SHORTSTR, to_amqp
 
@@ -81,15 +86,16 @@ class AmqpSink:
         async with connector.connect(confirms=True) as (aio, channel):
             try:
                 if name:
-                    exchange = await aio.run(channel.get_exchange, name, ensure=True)
-                else:
-                    exchange = channel.default_exchange
+                    await aio.run(channel.get_exchange, name, ensure=True)
             except aiormq.exceptions.AMQPError as exc:
                 raise connector.error(f"exchange {name!r}", exc) from None
-            yield _AmqpWriter(aio, exchange, self, self._config.confirm_timeout)
+            underlay = await aio.run(channel.get_underlay_channel)
+            if not isinstance(underlay, aiormq.Channel):  # pragma: no cover - aio-pika's own
+                raise TypeError(f"aio-pika's channel is {type(underlay).__name__}, not aiormq's")
+            yield _AmqpWriter(aio, underlay, self, self._config.confirm_timeout)
 
-    def prepare(self, message: Message) -> tuple[str, aio_pika.Message]:
-        """The routing key and the AMQP message for ``message``.
+    def prepare(self, message: Message) -> Publish:
+        """The ``basic.publish`` for ``message``.
 
         Raises:
           ValueError: it can never be published (too big, a bad header, no key).
@@ -102,13 +108,16 @@ class AmqpSink:
         key = message.destination or self._routing_key.render(message)
         if len(key.encode()) > SHORTSTR:
             raise ValueError(f"routing key {key[:40]!r}... is longer than 255 bytes")
-        return key, to_amqp(message, persistent=self._config.persistent)
+        outgoing = to_amqp(message, persistent=self._config.persistent)
+        return Publish(self._config.exchange, key, outgoing.body, outgoing.properties)
 
 
 class _AmqpWriter:
-    def __init__(self, aio: AsyncioLoop, exchange: Any, sink: AmqpSink, timeout: float) -> None:
+    def __init__(
+        self, aio: AsyncioLoop, channel: aiormq.Channel, sink: AmqpSink, timeout: float
+    ) -> None:
         self._aio = aio
-        self._exchange = exchange
+        self._channel = channel
         self._sink = sink
         self._timeout = timeout
         #: Messages the broker confirmed in a write that ended in MessageRejected.
@@ -116,60 +125,64 @@ class _AmqpWriter:
 
     async def write(self, batch: Sequence[Message]) -> None:
         already, self._confirmed = self._confirmed, {}
-        todo: list[tuple[int, str, aio_pika.Message]] = []
+        todo: list[tuple[int, Publish]] = []
         bad: dict[int, str] = {}
         for index, message in enumerate(batch):
             if already.get(id(message)) is message:
                 continue
             try:
-                key, outgoing = self._sink.prepare(message)
+                todo.append((index, self._sink.prepare(message)))
             except (ValueError, TemplateError) as exc:
                 bad[index] = str(exc)
-                continue
-            todo.append((index, key, outgoing))
         confirmed: list[int] = []
         for round_ in _rounds(todo):
+            publishes = [publish for _, publish in round_]
             try:
                 with trio.fail_after(self._timeout):
-                    results = await self._aio.run(self._publish, round_)
+                    results = await self._aio.run(publish_confirmed, self._channel, publishes)
             except trio.TooSlowError:
                 raise TimeoutError(
                     f"the broker did not confirm {len(round_)} message(s) in {self._timeout:g} s"
                 ) from None
-            for (index, key, _), result in zip(round_, results, strict=True):
-                if isinstance(result, aiormq.exceptions.PublishError):
-                    bad[index] = _unroutable(result, self._exchange.name, key)
-                elif isinstance(result, BaseException):
-                    raise ConnectionError(f"publishing failed: {one_line(result)}") from result
-                else:
+            for (index, publish), result in zip(round_, results, strict=True):
+                if _acked(result):
                     confirmed.append(index)
+                else:
+                    bad[index] = _unroutable(result, publish)
         if bad:
             self._confirmed = {id(batch[i]): batch[i] for i in confirmed}
             indices = sorted(bad)
             raise MessageRejected(bad[indices[0]], indices)
 
-    async def _publish(self, round_: list[tuple[int, str, aio_pika.Message]]) -> list[Any]:
-        publish = self._exchange.publish
-        return await asyncio.gather(
-            *(publish(outgoing, key, mandatory=True) for _, key, outgoing in round_),
-            return_exceptions=True,
-        )
+
+def _acked(result: object) -> bool:
+    """True for the broker's ``basic.ack``, False for a returned message.
+
+    Raises:
+      ConnectionError: a nack, or the channel or connection failed under the publish.
+    """
+    if isinstance(result, aiormq.spec.Basic.Ack):
+        return True
+    if isinstance(result, aiormq.exceptions.PublishError | aiormq.abc.DeliveredMessage):
+        return False
+    if isinstance(result, BaseException):
+        raise ConnectionError(f"publishing failed: {one_line(result)}") from result
+    raise ConnectionError(f"publishing failed: the broker answered {result!r}, not basic.ack")
 
 
-def _unroutable(error: aiormq.exceptions.PublishError, exchange: str, key: str) -> str:
-    frame = error.frame
+def _unroutable(returned: object, publish: Publish) -> str:
+    frame = getattr(returned, "frame", None) or getattr(returned, "delivery", None)
     text = getattr(frame, "reply_text", None) or "returned"
-    return f"unroutable: {text} (exchange {exchange or '(default)'!r}, routing key {key!r})"
+    exchange, key = publish.exchange or "(default)", publish.routing_key
+    return f"unroutable: {text} (exchange {exchange!r}, routing key {key!r})"
 
 
-def _rounds(
-    todo: list[tuple[int, str, aio_pika.Message]],
-) -> list[list[tuple[int, str, aio_pika.Message]]]:
+def _rounds(todo: list[tuple[int, Publish]]) -> list[list[tuple[int, Publish]]]:
     """``todo`` split so that no message id appears twice in one round (usually one round)."""
-    rounds: list[list[tuple[int, str, aio_pika.Message]]] = []
+    rounds: list[list[tuple[int, Publish]]] = []
     seen: list[set[str]] = []
     for item in todo:
-        message_id = item[2].message_id or ""
+        message_id = item[1].properties.message_id or ""
         for ids, round_ in zip(seen, rounds, strict=True):
             if not message_id or message_id not in ids:
                 ids.add(message_id)
