@@ -44,11 +44,15 @@ class Gathering:
 class Batch:
     """Envelopes and the messages to write for them (transformed), side by side."""
 
-    __slots__ = ("envelopes", "messages")
+    __slots__ = ("envelopes", "messages", "since")
 
-    def __init__(self, envelopes: list[Envelope], messages: list[Message]) -> None:
+    def __init__(
+        self, envelopes: list[Envelope], messages: list[Message], since: float = 0.0
+    ) -> None:
         self.envelopes = envelopes
         self.messages = messages
+        #: When its first message was ready to be written (trio clock, s).
+        self.since = since
 
     def __len__(self) -> int:
         return len(self.envelopes)
@@ -56,7 +60,8 @@ class Batch:
     def pick(self, indices: Collection[int]) -> Batch:
         """The items at ``indices`` (a set or range), in batch order."""
         chosen = [i for i in range(len(self.envelopes)) if i in indices]
-        return Batch([self.envelopes[i] for i in chosen], [self.messages[i] for i in chosen])
+        envelopes = [self.envelopes[i] for i in chosen]
+        return Batch(envelopes, [self.messages[i] for i in chosen], self.since)
 
     def split_rejected(self, exc: MessageRejected) -> tuple[Batch, Batch]:
         """(the items ``exc`` names, the rest); a rejection naming none names them all."""

@@ -53,11 +53,19 @@ class BridgeSettings:
       hint: a line printed once every route is running (the quickstart
         says what to do).
       log_level: "debug", "info", "warning" or "error".
+      stall_timeout: a route that has messages in flight and settles none
+        of them for this long is stuck: systemd's watchdog is no longer fed
+        (so it restarts the process) and ``/healthz`` fails, s.
+      http: ``HOST:PORT`` to serve ``/metrics``, ``/healthz`` and
+        ``/readyz`` on (shared with webhook routes on the same address), or
+        None for no such server.
     """
 
     shutdown_timeout: float = attrs.field(default=10.0, validator=ge(0.0))
     hint: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    stall_timeout: float = attrs.field(default=60.0, validator=gt(0.0))
+    http: str | None = attrs.field(default=None, validator=attrs.validators.optional(_listen))
 
 
 @attrs.frozen

@@ -177,6 +177,7 @@ class Route:
                         return
                     failures = 1 if self.stats.delivered > delivered else failures + 1
                     self.stats.restarts += 1
+                    self.stats.trouble(one_line(exc))
                     delay = self._retry.delay(failures, self._rand)
                     log.error(
                         "route %r failed: %s; starting again in %.2f s",
@@ -323,6 +324,7 @@ class Route:
                 async with self.sink.open() as writer:
                     opened = True
                     self.ready.set()
+                    self.stats.running()
                     open_failures = 0
                     while True:
                         if batch is None:
@@ -331,6 +333,7 @@ class Route:
                                 return
                             attempt = 0
                         attempt += 1
+                        started = trio.current_time()
                         try:
                             await writer.write(batch.messages.copy())
                         except MessageRejected as exc:
@@ -338,12 +341,14 @@ class Route:
                             attempt -= 1
                             continue
                         self._queue_settle(batch.envelopes, None, "delivered")
+                        self.stats.wrote(len(batch), started, batch.since)
                         batch = None
                         self._pauses = 0
                         await trio.lowlevel.checkpoint()  # a sink that never waits
             except Exception as exc:
                 if isinstance(sole(exc), DeadLetterFailed):
                     raise
+                self.stats.trouble(one_line(exc))
                 if batch is None:
                     if self._taken.finished and self._gathering is None:
                         return
@@ -413,7 +418,7 @@ class Route:
                 del failed[0]  # only once given up: a cancelled give-up is done again
             self._gathering = None
             if envelopes:
-                return Batch(envelopes, messages)
+                return Batch(envelopes, messages, deadline - wait)
 
     def _add(self, chunk: list[Envelope], gathering: Gathering) -> None:
         """Put taken envelopes into the batch being gathered; failed ones aside, in order."""

@@ -9,6 +9,7 @@ checkpoint on their own, at least once per batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import attrs
@@ -122,9 +123,23 @@ class Queue(Generic[T]):
         return self.items.pop(0)
 
 
+#: Called once per batch written (see :attr:`RouteStats.observe`): the batch's
+#: size, when its write started and when its first message was ready (trio clock, s).
+BatchObserver = Callable[[int, float, float], None]
+
+
 @attrs.define
 class RouteStats:
-    """Counters of one route, since it was created."""
+    """Counters of one route, since it was created, and its state.
+
+    Attributes:
+      state: ``"starting"`` (not open yet), ``"running"`` (source and sink
+        open) or ``"retrying"`` (something failed; :attr:`error` says what,
+        and the route tries again by its retry policy).
+      error: the last failure as one line while retrying, else None.
+      observe: called after each batch is written (metrics hook it); None
+        costs nothing.
+    """
 
     received: int = 0
     batches: int = 0
@@ -135,6 +150,29 @@ class RouteStats:
     released: int = 0
     retries: int = 0
     restarts: int = 0
+    state: str = "starting"
+    error: str | None = None
+    observe: BatchObserver | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def settled(self) -> int:
+        """Messages settled one way or another: what moving forward means for a route."""
+        return self.delivered + self.filtered + self.dead_lettered + self.nacked + self.released
+
+    def running(self) -> None:
+        """The source and the sink are open."""
+        self.state = "running"
+        self.error = None
+
+    def trouble(self, error: str) -> None:
+        """Something failed (``error``, one line); the route tries again."""
+        self.state = "retrying"
+        self.error = error
+
+    def wrote(self, count: int, started: float, since: float) -> None:
+        """A batch of ``count`` was written (durable) after starting at ``started``."""
+        if self.observe is not None:
+            self.observe(count, started, since)
 
 
 class TransformFailed(Exception):

@@ -45,12 +45,15 @@ from trio_stomp.broker import StoreError
 
 from .._config import Config
 from .._convert import ConfigError
-from .._engine import Route, run_routes
+from .._engine import Route
+from .._flow import sole
 from .._registry import Registry
 from .._shared import open_shared
 from ..endpoints.stomp import EMBEDDED_BROKER
 from ._embedded import open_embedded
+from ._reload import Reloader
 from ._routes import build_routes
+from ._service import Service, open_service
 
 log = logging.getLogger("bridges")
 
@@ -127,6 +130,8 @@ class _Stopping:
 
     routes: Sequence[Route] = ()
     signalled: bool = False
+    service: Service | None = None
+    reloader: Reloader | None = None
     #: Set when the routes are aborted, or have stopped after a signal: the last stretch.
     final: trio.Event = attrs.field(factory=trio.Event)
     unacknowledged: int | None = None
@@ -236,7 +241,7 @@ async def run_bridge(
         stopped, and the bridge with it; nothing unconfirmed was acknowledged.
     """
     stopping = _Stopping(durable=config.broker.data_dir is not None)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         try:
             async with trio.open_nursery() as guard:
                 if hard_stop is not None:
@@ -245,7 +250,7 @@ async def run_bridge(
                 guard.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # A config problem found while building is one line for the user, not a group.
-            single = group.exceptions[0] if len(group.exceptions) == 1 else None
+            single = sole(group)
             if isinstance(single, (ConfigError, StoreError)):
                 raise single from None
             raise
@@ -269,13 +274,24 @@ async def _run(
         async with open_shared() as shared:
             if broker is not None:
                 shared.provide(EMBEDDED_BROKER, broker)
-            routes = stopping.routes = build_routes(config, registry, shared=shared)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_announce, routes, config, say)
-                nursery.start_soon(_watch_signals, signals, stopping, config, say, nursery)
+            routes = build_routes(config, registry, shared=shared)
+            stopping.routes = routes
+            service_cm = open_service(config, routes, shared)
+            async with service_cm as service, trio.open_nursery() as tasks:
+                stopping.service = service
+                tasks.start_soon(_announce, routes, config, say)
+                tasks.start_soon(_watch_signals, signals, stopping, config, say, tasks)
                 task_status.started(routes)
-                await run_routes(routes)
-                nursery.cancel_scope.cancel()
+                async with trio.open_nursery() as running:
+                    stopping.reloader = Reloader(
+                        config, registry, routes, running, service, say, shared,
+                        is_stopping=lambda: stopping.signalled,
+                    )  # fmt: skip
+                    for route in routes:
+                        running.start_soon(route.run, name=f"route {route.name}")
+                tasks.cancel_scope.cancel()
+                if not stopping.signalled:
+                    service.stopping()
             if stopping.signalled:
                 stopping.final.set()  # what is left: shared resources, the broker
 
@@ -300,8 +316,14 @@ async def _watch_signals(
 ) -> None:
     async for signum in signals:
         name = signal.Signals(signum).name
+        if signum == signal.SIGHUP:
+            if stopping.reloader is not None and not stopping.signalled:
+                stopping.reloader.request()
+            continue
         if not stopping.signalled:
             stopping.signalled = True
+            if stopping.service is not None:
+                stopping.service.stopping()
             timeout = config.bridge.shutdown_timeout
             say(
                 f"{name}: stopping (finishing in-flight messages, at most {timeout:g} s; "
