@@ -18,7 +18,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -58,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the routes of a config")
     run.add_argument("config", metavar="CONFIG", help="the TOML config file")
     run.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    run.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines (default) or one JSON object per line; under journald "
+        "($JOURNAL_STREAM) each line starts with its syslog priority (<3>...)",
+    )
     commands.add_parser("plugins", help="list the endpoint and transform types")
     return parser
 
@@ -79,8 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._convert import ConfigError
     from ._registry import default_registry
     from .service import build_routes, freeze_heap, run_bridge
+    from .service._logs import configure_logging
 
     args = build_parser().parse_args(argv)
+    say: Callable[[str], None] = _say
+    if args.command == "run":
+        say = configure_logging("debug" if args.verbose else "info", args.log_format, prog=PROG)
     registry = default_registry()
     if args.command == "plugins":
         for plugin in registry.plugins():
@@ -93,22 +104,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check":
             _check(args.config, build_routes(config, registry, checking=True))
             return 0
-        level = "debug" if args.verbose else config.bridge.log_level
-        logging.basicConfig(
-            level=level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            datefmt="%H:%M:%S",
-        )
+        if not args.verbose:
+            logging.getLogger().setLevel(config.bridge.log_level.upper())
         freeze_heap()
-        stopped = trio.run(partial(run_bridge, config, registry, say=_say, hard_stop=_exit_now))
+        stopped = trio.run(partial(run_bridge, config, registry, say=say, hard_stop=_exit_now))
         if not stopped.clean:
             return stopped.exit_status
     except ConfigError as exc:
         for problem in exc.problems:
-            _say(str(problem))
+            say(str(problem))
         return 2
     except StoreError as exc:  # the embedded broker's store failed while running
-        _say(str(exc))
+        say(str(exc))
         return 1
     except KeyboardInterrupt:
         return 130

@@ -10,6 +10,12 @@ Two conveniences for secrets, so they need not sit in the file:
 
 - ``${NAME}`` in any string is replaced by the environment variable NAME
   (``$${`` writes a literal ``${``); an unset variable is an error.
+- ``${credential:NAME}`` is replaced by the systemd credential NAME: the
+  file NAME in ``$CREDENTIALS_DIRECTORY`` (``LoadCredential=NAME:path`` in
+  the unit), read without following links and at most
+  :data:`MAX_CREDENTIAL_BYTES`, one trailing newline removed. Use it in
+  secret fields (``passcode``, ``secret``, ``bearer_token``...), which
+  nothing prints.
 - A field marked ``secret`` (``attrs.field(metadata={"secret": True})``) may
   be given as ``NAME_file = "path"`` instead: the file's content, without its
   trailing newline, is the value.
@@ -18,8 +24,10 @@ Two conveniences for secrets, so they need not sit in the file:
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +40,10 @@ T = TypeVar("T")
 
 _ENV: Final = re.compile(r"\$\$\{|\$\{([^}]*)\}")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What systemd accepts as a credential name, less anything that could leave the directory.
+_CREDENTIAL: Final = re.compile(r"[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,254}")
+#: The largest credential file read, bytes.
+MAX_CREDENTIAL_BYTES: Final = 64 * 1024
 
 
 @attrs.frozen
@@ -136,6 +148,12 @@ def expand_env(text: str, where: Where) -> str | _Invalid:
         if match.group(0) == "$${":
             return "${"
         name = match.group(1)
+        if name.startswith("credential:"):
+            try:
+                return read_credential(name.removeprefix("credential:"))
+            except ValueError as exc:
+                missing.append(str(exc))
+                return ""
         if not _NAME.fullmatch(name):
             missing.append(f"${{{name}}} is not a valid environment variable reference")
             return ""
@@ -149,6 +167,60 @@ def expand_env(text: str, where: Where) -> str | _Invalid:
     for message in missing:
         where.problem(message)
     return INVALID if missing else result
+
+
+def read_credential(name: str, directory: str | None = None) -> str:
+    """The systemd credential ``name``: ``$CREDENTIALS_DIRECTORY/name``, as text.
+
+    The file is opened relative to the directory without following a link,
+    must be a regular file of at most :data:`MAX_CREDENTIAL_BYTES`, and is
+    UTF-8 text; one trailing newline is removed.
+
+    Raises:
+      ValueError: naming the credential (never its value) and what is wrong.
+    """
+    where = f"credential {name!r}"
+    if not _CREDENTIAL.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"{where}: not a valid credential name")
+    directory = directory if directory is not None else os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        raise ValueError(
+            f"{where}: $CREDENTIALS_DIRECTORY is not set (give the unit LoadCredential={name}:...)"
+        )
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot open $CREDENTIALS_DIRECTORY: {exc.strerror}") from None
+    try:
+        return _read_credential_at(dir_fd, name, where)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_credential_at(dir_fd: int, name: str, where: str) -> str:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{where}: not in $CREDENTIALS_DIRECTORY (LoadCredential={name}:...)"
+        ) from None
+    except OSError as exc:
+        reason = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise ValueError(f"{where}: cannot read: {reason}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{where}: not a regular file")
+        data = os.read(fd, MAX_CREDENTIAL_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CREDENTIAL_BYTES:
+        raise ValueError(f"{where}: larger than {MAX_CREDENTIAL_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not UTF-8 text") from None
+    return text.removesuffix("\n").removesuffix("\r")
 
 
 #: The scalar types a config class may use: whether a TOML value is one.

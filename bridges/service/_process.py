@@ -51,6 +51,7 @@ from .._registry import Registry
 from .._shared import open_shared
 from ..endpoints.stomp import EMBEDDED_BROKER
 from ._embedded import open_embedded
+from ._logs import log_counters
 from ._reload import Reloader
 from ._routes import build_routes
 from ._service import Service, open_service
@@ -289,6 +290,7 @@ async def _run(
                     )  # fmt: skip
                     for route in routes:
                         running.start_soon(route.run, name=f"route {route.name}")
+                log_counters(routes, log)
                 tasks.cancel_scope.cancel()
                 if not stopping.signalled:
                     service.stopping()

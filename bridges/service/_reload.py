@@ -23,6 +23,7 @@ them says that they need a restart, and applies the routes only.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import attrs
@@ -33,10 +34,13 @@ from .._convert import ConfigError
 from .._engine import Route
 from .._registry import Registry
 from .._shared import Shared
+from ._logs import log_counters
 from ._routes import build_routes
 from ._service import Service
 
 Say = Callable[[str], None]
+
+log = logging.getLogger("bridges.service")
 
 
 @attrs.frozen
@@ -149,6 +153,7 @@ class Reloader:
         for route in old:
             await route.finished.wait()  # (bounded: an abort's hand-back is)
             self.service.retired(route)
+        log_counters(old, log)
 
 
 def _problems(exc: ConfigError) -> str:

@@ -1,0 +1,161 @@
+"""``[bridge] http``: /metrics, /healthz, /readyz from the real process; secrets shown nowhere."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from notify_kit import bridges_command, running_bridge
+
+from bridges.testing import wait_until
+
+SECRET = "s3cr3t-token-7f3a9c41d2"
+
+
+async def http_url(output: bytearray) -> str:
+    pattern = re.compile(rb"serving /metrics, /healthz and /readyz on (http://[0-9.:]+)")
+    await wait_until(lambda: pattern.search(output) is not None, 0.02)
+    found = pattern.search(output)
+    assert found is not None
+    return found.group(1).decode()
+
+
+def metric(text: str, name: str, route: str) -> float:
+    found = re.search(rf'^{name}{{route="{route}"}} (\S+)$', text, re.MULTILINE)
+    assert found is not None, f"{name} for {route} not in:\n{text}"
+    return float(found.group(1))
+
+
+@pytest.mark.deadline(30)
+async def test_metrics_count_what_was_sent(tmp_path: Path) -> None:
+    (tmp_path / "inbox").mkdir()
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        """
+[bridge]
+http = "127.0.0.1:0"
+
+[routes.files]
+source = { type = "file", path = "inbox", settle = 0, poll_interval = 0.05 }
+sink = { type = "file", path = "outbox", format = "files" }
+batch = { count = 10, time = 0.01 }
+"""
+    )
+    async with running_bridge(config) as (process, notify, output), httpx.AsyncClient() as http:
+        await notify.wait_for(lambda f: f.get("READY") == "1")
+        url = await http_url(output)
+        assert (await http.get(f"{url}/readyz")).status_code == 200
+        health = await http.get(f"{url}/healthz")
+        assert (health.status_code, health.text) == (200, "ok\n")
+        for i in range(60):
+            (tmp_path / "inbox" / f"m{i:02d}").write_text(str(i))
+        await wait_until(lambda: len(list((tmp_path / "outbox").glob("*"))) == 60, 0.05)
+
+        async def acked() -> float:
+            text = (await http.get(f"{url}/metrics")).text
+            return metric(text, "bridges_route_acked_total", "files")
+
+        while await acked() < 60:  # (the last acks follow the writes)  # noqa: ASYNC110
+            await trio.sleep(0.05)
+        text = (await http.get(f"{url}/metrics")).text
+        assert metric(text, "bridges_route_received_total", "files") == 60
+        assert metric(text, "bridges_route_written_total", "files") == 60
+        assert metric(text, "bridges_route_nacked_total", "files") == 0
+        assert metric(text, "bridges_route_in_flight", "files") == 0
+        assert metric(text, "bridges_route_batch_size_sum", "files") == 60
+        batches = metric(text, "bridges_route_batches_total", "files")
+        assert metric(text, "bridges_route_write_seconds_count", "files") == batches
+        assert metric(text, "bridges_route_durable_seconds_count", "files") == batches
+        assert 'bridges_route_state{route="files",state="running"} 1.0' in text
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            await process.wait()
+    assert process.returncode == 0
+
+
+async def refuse(stream: trio.SocketStream, seen: list[bytes]) -> None:
+    """An HTTP server that records each request's head and answers 401."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return
+        data += chunk
+    seen.append(data.split(b"\r\n\r\n")[0])
+    await stream.send_all(
+        b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 7\r\nconnection: close\r\n\r\ndenied\n"
+    )
+    await stream.aclose()
+
+
+@pytest.mark.deadline(30)
+async def test_a_credential_is_used_and_shown_nowhere(tmp_path: Path) -> None:
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    name = "token"
+    (creds / name).write_text(SECRET + "\n")
+    (tmp_path / "inbox").mkdir()
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    hook = f"http://127.0.0.1:{port}/hook"
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f"""
+[bridge]
+http = "127.0.0.1:0"
+
+[routes.hook]
+source = {{ type = "file", path = "inbox", settle = 0, poll_interval = 0.05 }}
+sink = {{ type = "http", url = "{hook}", bearer_token = "${{credential:{name}}}" }}
+dead_letter = {{ type = "file", path = "dead" }}
+retry = {{ attempts = 1 }}
+"""
+    )
+    env = {"CREDENTIALS_DIRECTORY": str(creds)}
+    checked = await trio.run_process(
+        [*bridges_command(), "check", str(config)],
+        capture_stdout=True,
+        capture_stderr=True,
+        env={**os.environ, **env},
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    check_output = (checked.stdout + checked.stderr).decode()
+    seen: list[bytes] = []
+    async with trio.open_nursery() as server:
+        server.start_soon(trio.serve_listeners, lambda s: refuse(s, seen), listeners)
+        async with (
+            running_bridge(config, env, args=("-v", "--log-format", "json")) as running,
+            httpx.AsyncClient() as http,
+        ):
+            process, notify, output = running
+            await notify.wait_for(lambda f: f.get("READY") == "1")
+            url = await http_url(output)
+            (tmp_path / "inbox" / "a.txt").write_text("hello")
+            await wait_until(lambda: any((tmp_path / "dead").glob("*")), 0.05)
+            await wait_until(lambda: b"dead-lettered" in output, 0.05)
+            metrics = (await http.get(f"{url}/metrics")).text
+            assert metric(metrics, "bridges_route_dead_lettered_total", "hook") == 1
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                await process.wait()
+        server.cancel_scope.cancel()
+    assert seen
+    assert f"authorization: bearer {SECRET}".encode() in seen[0].lower()
+    dead = "".join(p.read_text() for p in (tmp_path / "dead").glob("*"))
+    assert "401" in dead  # the dead letter says why
+    everywhere = {
+        "bridges run output": output.decode(),
+        "bridges check output": check_output,
+        "notify messages": notify.text(),
+        "/metrics": metrics,
+        "dead letters": dead,
+    }
+    for where, text in everywhere.items():
+        assert text, where
+        assert SECRET not in text, where
