@@ -34,6 +34,7 @@ from .._convert import ConfigError
 from .._engine import Route
 from .._registry import Registry
 from .._shared import Shared
+from ._health import route_state
 from ._logs import log_counters
 from ._routes import build_routes
 from ._service import Service
@@ -137,6 +138,9 @@ class Reloader:
             self.nursery.start_soon(route.run, name=f"route {route.name}")
         # [bridge] and [broker] stay as they were started (see the module docs).
         self.config = attrs.evolve(new, bridge=self.config.bridge, broker=self.config.broker)
+        # READY=1 again, as at start, once the new routes are open or retrying.
+        while any(route_state(route) == "starting" for route in fresh):  # noqa: ASYNC110
+            await trio.sleep(0.02)
         self.say(f"reloaded: running {len(self.routes)} route(s)")
         return True
 

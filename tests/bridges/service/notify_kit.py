@@ -40,9 +40,11 @@ class NotifySocket:
             self.changed.set()
             self.changed = trio.Event()
 
-    async def wait_for(self, test: Callable[[dict[str, str]], bool]) -> dict[str, str]:
-        """The first message (already received or coming) that passes ``test``."""
-        seen = 0
+    async def wait_for(
+        self, test: Callable[[dict[str, str]], bool], after: int = 0
+    ) -> dict[str, str]:
+        """The first message from the ``after``-th on (received or coming) that passes ``test``."""
+        seen = after
         while True:
             for _, fields in self.messages[seen:]:
                 if test(fields):
