@@ -8,6 +8,7 @@ from .._endpoint import Context
 from .._engine import Route
 from .._registry import Registry
 from .._shared import Shared
+from .._trace import traced
 
 #: Bound on handing a route's in-flight envelopes back when it stops or
 #: restarts, s: a nack that does not get through only means the source
@@ -64,7 +65,7 @@ def build_routes(
             Route(
                 spec.name,
                 source,
-                sink,
+                traced(sink),
                 transforms=transforms,
                 dead_letter=dead_letter,
                 in_flight=spec.in_flight,

@@ -41,7 +41,7 @@ from attrs.validators import ge, gt
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 
 from .signatures import Scheme, sign_headers
-from .source import signing_keys
+from .source import TRACE_HEADERS, signing_keys
 
 log = logging.getLogger("bridges.http")
 
@@ -170,6 +170,10 @@ class HttpSink:
         if not self._url.constant:
             _check_url(url, "url")
         headers = {"content-type": message.headers.get("content-type", "application/octet-stream")}
+        for name in TRACE_HEADERS:  # W3C trace context, carried (bridges._trace)
+            value = message.headers.get(name)
+            if value is not None:
+                headers[name] = _header_value(value)
         for name, template in self._headers:
             headers[name] = _header_value(template.render(message))
         msg_id = message.id or uuid.uuid4().hex

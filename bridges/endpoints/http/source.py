@@ -56,6 +56,9 @@ from .signatures import (
     verify_standard,
 )
 
+#: W3C trace context headers, kept under their own names (no ``http-`` prefix).
+TRACE_HEADERS: Final = ("traceparent", "tracestate")
+
 log = logging.getLogger("bridges.http")
 
 #: Longest sender id (``webhook-id``) taken as the message id; longer ones get a fresh id.
@@ -220,6 +223,10 @@ class HttpSource:
             value = headers.get(name)
             if value is not None:
                 out[f"http-{name}"] = value
+        for name in TRACE_HEADERS:  # W3C trace context: under its own name (bridges._trace)
+            value = headers.get(name)
+            if value is not None:
+                out[name] = value
         given = headers.get(self.config.id_header.lower(), "")
         if given and len(given) <= MAX_ID_LENGTH and given.isprintable():
             message_id = given
