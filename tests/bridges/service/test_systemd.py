@@ -132,3 +132,12 @@ def test_the_watchdog_is_for_the_process_it_names() -> None:
     other = {"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid() + 1)}
     assert Notifier(other).watchdog_interval is None
     assert Notifier({"WATCHDOG_USEC": "0"}).watchdog_interval is None
+
+
+def test_the_service_surface_is_pinned() -> None:
+    import bridges.service
+
+    assert sorted(bridges.service.__all__) == [
+        "Notifier", "STOP_NOW_WITHIN", "Stopped", "build_routes", "freeze_heap",
+        "open_embedded", "run_bridge", "shutdown", "volatile_backlog",
+    ]  # fmt: skip
