@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from notify_kit import bridges_command, running_bridge
+from family_kit import bridges_command
+from notify_kit import running_bridge
 
 from bridges.testing import wait_until
 
