@@ -127,12 +127,17 @@ class Reloader:
             f"reloading {self.config.file}: {len(plan.keep)} route(s) unchanged, "
             f"{len(plan.stop)} stopping, {len(plan.start)} starting"
         )
-        await self._stop([r for r in self.routes if r.name in plan.stop])
+        old = [route for route in self.routes if route.name in plan.stop]
+        await self._stop(old)
         if self.is_stopping():
             return False
         by_name = {route.name: route for route in self.routes if route.name in plan.keep}
         by_name.update((route.name, route) for route in fresh)
+        # The swap and the hand-over of counts with no checkpoint between (a scrape
+        # sees either the old routes or the new ones with the old counts).
         self.routes[:] = [by_name[spec.name] for spec in new.routes]
+        for route in old:
+            self.service.retired(route)
         for route in fresh:
             self.service.started(route)
             self.nursery.start_soon(route.run, name=f"route {route.name}")
@@ -156,7 +161,6 @@ class Reloader:
                 route.abort()
         for route in old:
             await route.finished.wait()  # (bounded: an abort's hand-back is)
-            self.service.retired(route)
         log_counters(old, log)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import uuid
@@ -13,6 +14,8 @@ from typing import Any
 
 import trio
 from family_kit import bridges_command
+
+from bridges.testing import wait_until
 
 
 class NotifySocket:
@@ -92,3 +95,17 @@ async def running_bridge(
                 await process.wait()
             nursery.cancel_scope.cancel()
             notify.sock.close()
+
+
+async def http_url(output: bytearray) -> str:
+    pattern = re.compile(rb"serving /metrics, /healthz and /readyz on (http://[0-9.:]+)")
+    await wait_until(lambda: pattern.search(output) is not None, 0.02)
+    found = pattern.search(output)
+    assert found is not None
+    return found.group(1).decode()
+
+
+def metric(text: str, name: str, route: str) -> float:
+    found = re.search(rf'^{name}{{route="{route}"}} (\S+)$', text, re.MULTILINE)
+    assert found is not None, f"{name} for {route} not in:\n{text}"
+    return float(found.group(1))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 from pathlib import Path
 
@@ -11,25 +10,11 @@ import httpx
 import pytest
 import trio
 from family_kit import bridges_command
-from notify_kit import running_bridge
+from notify_kit import http_url, metric, running_bridge
 
 from bridges.testing import wait_until
 
 SECRET = "s3cr3t-token-7f3a9c41d2"
-
-
-async def http_url(output: bytearray) -> str:
-    pattern = re.compile(rb"serving /metrics, /healthz and /readyz on (http://[0-9.:]+)")
-    await wait_until(lambda: pattern.search(output) is not None, 0.02)
-    found = pattern.search(output)
-    assert found is not None
-    return found.group(1).decode()
-
-
-def metric(text: str, name: str, route: str) -> float:
-    found = re.search(rf'^{name}{{route="{route}"}} (\S+)$', text, re.MULTILINE)
-    assert found is not None, f"{name} for {route} not in:\n{text}"
-    return float(found.group(1))
 
 
 @pytest.mark.deadline(30)

@@ -8,9 +8,10 @@ import signal
 from functools import partial
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
-from notify_kit import running_bridge
+from notify_kit import http_url, metric, running_bridge
 
 import trio_stomp
 from bridges import default_registry, load_config, run_bridge
@@ -104,6 +105,9 @@ async def test_a_reload_while_10000_messages_flow_loses_none(
 
 
 INVALID = """
+[bridge]
+http = "127.0.0.1:0"
+
 [routes.files]
 source = { type = "file", path = "inbox", settle = 0, poll_interval = 0.05 }
 sink = { type = "file", path = "outbox", format = "files" }
@@ -136,6 +140,16 @@ async def test_sighup_with_a_bad_config_keeps_the_old_one_and_says_why(tmp_path:
         assert next(f for f in news if "READY" in f)["STATUS"] == "1 route: 1 running"
         (tmp_path / "inbox" / "b").write_text("moved")
         await wait_until(lambda: any((tmp_path / "outbox2").glob("b@*")), 0.05)
+        # The swapped route's metrics go on from the old one's counts.
+        url = await http_url(output)
+        async with httpx.AsyncClient() as http:
+            metrics = (await http.get(f"{url}/metrics")).text
+            while metric(metrics, "bridges_route_acked_total", "files") < 2:
+                await trio.sleep(0.05)
+                metrics = (await http.get(f"{url}/metrics")).text
+        assert metric(metrics, "bridges_route_received_total", "files") == 2
+        assert metric(metrics, "bridges_route_written_total", "files") == 2
+        assert metric(metrics, "bridges_route_batch_size_count", "files") == 2
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(10):
             await process.wait()
