@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._config import load_config
     from ._convert import ConfigError
     from ._registry import default_registry
-    from .service import build_routes, freeze_heap, run_bridge
+    from .service import Notifier, build_routes, freeze_heap, run_bridge
     from .service._logs import configure_logging
 
     args = build_parser().parse_args(argv)
@@ -107,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.verbose:
             logging.getLogger().setLevel(config.bridge.log_level.upper())
         freeze_heap()
-        stopped = trio.run(partial(run_bridge, config, registry, say=say, hard_stop=_exit_now))
+        run = partial(run_bridge, config, registry, say=say, hard_stop=_exit_now)
+        stopped = trio.run(partial(run, notifier=Notifier()))
         if not stopped.clean:
             return stopped.exit_status
     except ConfigError as exc:

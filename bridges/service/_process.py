@@ -52,6 +52,7 @@ from .._shared import open_shared
 from ..endpoints.stomp import EMBEDDED_BROKER
 from ._embedded import open_embedded
 from ._logs import log_counters
+from ._notify import Notifier
 from ._reload import Reloader
 from ._routes import build_routes
 from ._service import Service, open_service
@@ -133,6 +134,7 @@ class _Stopping:
     signalled: bool = False
     service: Service | None = None
     reloader: Reloader | None = None
+    notifier: Notifier | None = None
     #: Set when the routes are aborted, or have stopped after a signal: the last stretch.
     final: trio.Event = attrs.field(factory=trio.Event)
     unacknowledged: int | None = None
@@ -222,12 +224,16 @@ async def run_bridge(
     *,
     say: Say = print,
     hard_stop: Callable[[Stopped], object] | None = None,
+    notifier: Notifier | None = None,
     task_status: trio.TaskStatus[list[Route]] = trio.TASK_STATUS_IGNORED,
 ) -> Stopped:
     """Run ``config`` until SIGTERM/SIGINT (then shut down gracefully) or every route ends.
 
     Args:
       say: prints one status line (the last one is :meth:`Stopped.summary`).
+      notifier: tells systemd how the process is doing (``bridges run``
+        passes ``Notifier()``, which reads ``$NOTIFY_SOCKET``); None: nothing
+        is sent, as suits a bridge embedded in another program.
       hard_stop: called with what is left if the process is not done
         :data:`STOP_NOW_WITHIN` s after its routes were aborted (or had
         stopped, after a signal); ``bridges run`` exits there. None (tests,
@@ -247,6 +253,7 @@ async def run_bridge(
             async with trio.open_nursery() as guard:
                 if hard_stop is not None:
                     guard.start_soon(_stop_now_guard, stopping, say, hard_stop)
+                stopping.notifier = notifier
                 await _run(config, registry, say, signals, stopping, task_status)
                 guard.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -277,7 +284,7 @@ async def _run(
                 shared.provide(EMBEDDED_BROKER, broker)
             routes = build_routes(config, registry, shared=shared)
             stopping.routes = routes
-            service_cm = open_service(config, routes, shared)
+            service_cm = open_service(config, routes, shared, notifier=stopping.notifier)
             async with service_cm as service, trio.open_nursery() as tasks:
                 stopping.service = service
                 tasks.start_soon(_announce, routes, config, say)

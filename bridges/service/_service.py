@@ -83,11 +83,14 @@ async def open_service(
 ) -> AsyncIterator[Service]:
     """Run the service tasks for ``routes`` (a live list) for the block.
 
+    Args:
+      notifier: systemd's socket; None sends nothing.
+
     Raises:
       ConfigError: ``[bridge] http`` cannot listen.
     """
     service = Service(
-        notifier if notifier is not None else Notifier(),
+        notifier if notifier is not None else Notifier({}),
         Health(routes, config.bridge.stall_timeout),
     )
     async with trio.open_nursery() as nursery:
