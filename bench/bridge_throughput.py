@@ -33,6 +33,12 @@ interleaved: the table gives each cell's best rate, the ratio of the bests,
 and the median of the per-round ratios (each bridge run against the raw run
 of its own round), which load that drifts during the run disturbs least.
 
+``--metrics`` adds, for each window, the same bridge with the service's
+metrics on (``[bridge] http``'s :class:`RouteMetrics`: histograms fed per
+batch, the health task ticking, ``/metrics`` rendered once a second, more
+often than Prometheus scrapes), and prints their cost: 1 - the median of the
+per-round rate ratios metrics-on / metrics-off (target: <= 5%).
+
 ``--profile DIR`` runs the bridge cells under cProfile and writes one
 ``.prof`` per cell and round there (the table is then not for quoting).
 """
@@ -124,6 +130,8 @@ def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
     async def main() -> None:
         with trio.fail_after(spec["timeout"]):
             async with trio.open_nursery() as nursery:
+                if spec.get("metrics"):  # (set up, imports included, before the clock starts)
+                    await nursery.start(scrape_metrics, route)
                 meter.start()
                 nursery.start_soon(route.run)
                 # Poll, often only near the end (a wake-up costs the bridge's
@@ -143,6 +151,29 @@ def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
         )
 
 
+async def scrape_metrics(route: Any, task_status: Any) -> None:
+    """What ``[bridge] http`` adds to a route: its metrics hooked, health ticking, scrapes."""
+    import trio
+    from prometheus_client import generate_latest
+
+    from bridges.service._health import Health
+    from bridges.service._metrics import RouteMetrics
+    from bridges.service._notify import Notifier
+    from bridges.service._service import Service
+
+    service = Service(Notifier({}), Health([route], stall_timeout=60))
+    metrics = RouteMetrics(service)
+    generate_latest(metrics.registry)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.health.run)
+        task_status.started()
+        while True:
+            await trio.sleep(1.0)
+            generate_latest(metrics.registry)
+            if route.finished.is_set():
+                nursery.cancel_scope.cancel()
+
+
 CHILDREN: Final = {"raw": run_raw, "bridge": run_bridge}
 RAW: Final = "raw socket, client-individual, prefetch 1000"
 
@@ -153,7 +184,12 @@ BROKER_CPU: dict[int, float] = {}
 
 
 def measure(
-    target: Target, which: str, window: int, args: argparse.Namespace, round_: int = 0
+    target: Target,
+    which: str,
+    window: int,
+    args: argparse.Namespace,
+    round_: int = 0,
+    metrics: bool = False,
 ) -> Result | str:
     destination = unique_queue("bridge", which)
     timeout = max(60.0, args.count / 500)
@@ -166,6 +202,7 @@ def measure(
             "window": window,
             "out": out,
             "timeout": timeout,
+            "metrics": metrics,
         }
         if args.profile and which == "bridge":
             name = f"bridge-{target.name}-w{window}-r{round_}.prof"
@@ -194,10 +231,18 @@ def run_target(label: str, target: Target, args: argparse.Namespace) -> list[Row
         ("bridge", w, f"bridge, window/prefetch {w}, batch {min(w // 2, 1000)}")
         for w in args.windows
     ]
+    if args.metrics:
+        cells += [("bridge", w, f"bridge + metrics, window {w}") for w in args.windows]
     results: dict[str, list[Result | str]] = {}
     for round_ in range(args.rounds):
-        for which, window, what in cells:
-            results.setdefault(what, []).append(measure(target, which, window, args, round_))
+        # Odd rounds take the bridge cells in reverse order: no cell always runs first.
+        order = cells if round_ % 2 == 0 else [cells[0], *reversed(cells[1:])]
+        for which, window, what in order:
+            metrics = "metrics" in what
+            result = measure(target, which, window, args, round_, metrics)
+            results.setdefault(what, []).append(result)
+    if args.metrics:
+        METRICS_COST.extend(metrics_cost(label, results, args.windows))
     raw = best(results[RAW])
     rows = []
     for _, _, what in cells:
@@ -208,6 +253,40 @@ def run_target(label: str, target: Target, args: argparse.Namespace) -> list[Row
         ]
         rows.append((label, what, best(results[what]), raw, ratios))
     return rows
+
+
+#: Lines on what metrics cost, one per broker and window.
+METRICS_COST: list[str] = []
+
+
+def metrics_cost(
+    label: str, results: dict[str, list[Result | str]], windows: list[int]
+) -> list[str]:
+    lines = []
+    for w in windows:
+        off = results[f"bridge, window/prefetch {w}, batch {min(w // 2, 1000)}"]
+        on = results[f"bridge + metrics, window {w}"]
+        ratios = [
+            a.rate / b.rate
+            for a, b in zip(on, off, strict=True)
+            if isinstance(a, Result) and isinstance(b, Result)
+        ]
+        if not ratios:
+            continue
+        each = ", ".join(f"{r:.1%}" for r in ratios)
+        cost = 1 - statistics.median(ratios)
+        verdict = "met" if cost <= 0.05 else "NOT met"
+        cpu = [
+            a.cpu_per_10k / b.cpu_per_10k - 1
+            for a, b in zip(on, off, strict=True)
+            if isinstance(a, Result) and isinstance(b, Result) and b.cpu_per_10k
+        ]
+        lines.append(
+            f"{label} window {w}: rate on/off per round {each}; cost {cost:.1%} "
+            f"(target <= 5%: {verdict}); CPU per message {statistics.median(cpu):+.1%} "
+            "(median per round)"
+        )
+    return lines
 
 
 def table(rows: list[Row]) -> list[str]:
@@ -251,6 +330,9 @@ def main() -> int:
         help="bridge in-flight windows (= prefetch) to measure",
     )
     parser.add_argument("--profile", metavar="DIR", help="cProfile the bridge cells into DIR")
+    parser.add_argument(
+        "--metrics", action="store_true", help="also measure each window with metrics on"
+    )
     args = parser.parse_args()
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
@@ -284,6 +366,8 @@ def main() -> int:
         f"\ntarget: bridge >= {TARGET_RATIO:.0%} of the raw limit (median per-round ratio, "
         f"best window): {verdict}"
     )
+    for line in METRICS_COST:
+        print(line)
     if args.profile:
         print("(profiled: not for quoting)")
     return 0
