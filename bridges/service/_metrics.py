@@ -241,5 +241,5 @@ async def serve_metrics(
                 task_status.started(listener.url)
                 await trio.sleep_forever()
     except OSError as exc:
-        problem = Problem(config.file, None, "bridge.http", str(exc))
+        problem = Problem(config.file, None, "bridge.http", exc.strerror or str(exc))
         raise ConfigError([problem]) from None

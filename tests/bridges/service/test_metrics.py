@@ -145,3 +145,25 @@ retry = {{ attempts = 1 }}
     for where, text in everywhere.items():
         assert text, where
         assert SECRET not in text, where
+
+
+async def test_an_http_address_in_use_is_a_config_error(tmp_path: Path) -> None:
+    from bridges import ConfigError, default_registry, parse_config, run_bridge
+
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    (tmp_path / "inbox").mkdir()
+    data = {
+        "bridge": {"http": f"127.0.0.1:{port}"},
+        "routes": {
+            "r": {
+                "source": {"type": "file", "path": str(tmp_path / "inbox")},
+                "sink": {"type": "file", "path": str(tmp_path / "out")},
+            }
+        },
+    }
+    registry = default_registry(plugins=False)
+    config = parse_config(data, registry, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match=f"bridge.http: cannot listen on 127.0.0.1:{port}"):
+        await run_bridge(config, registry, say=lambda _: None)
+    await listener.aclose()
