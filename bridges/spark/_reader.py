@@ -1,0 +1,201 @@
+"""A Spark stream reader over any feed, made replayable by the write-ahead log.
+
+The shape of Spark's Python streaming API decides the design:
+
+- ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
+  ``stop`` run in one long-lived planner process on the driver; ``read``
+  runs in executors, on an unpickled copy of the reader, and must not
+  depend on the planner's state. So the connection lives on the driver (in
+  a :class:`Pump`), and executors read rows from the log on disk.
+- ``commit(end)`` arrives one batch late, and only once another batch is
+  planned, which happens only when ``latestOffset`` moves. Acking on commit
+  would deadlock as soon as the broker's unacked window is full (nothing new
+  arrives, no batch is planned, no commit comes). So the reader acks as soon
+  as a batch is in the log (written and fsynced under the query's
+  checkpoint): from then on the log, not the broker, holds the messages, and
+  the window frees up at once whatever Spark does. ``commit`` only deletes
+  the segments Spark no longer needs.
+
+Offsets are ``{"offset": N}``: N messages logged before. After a driver
+crash the next start finds the log's end on disk: batches Spark had planned
+are re-run from the same segments (same rows), and what was logged but not
+yet planned goes into the next batch. Nothing acked is only in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+import trio_stomp
+
+from ._pump import Feed, Pump
+from ._wal import Record, WriteAheadLog, read_segment
+
+#: One row of the ``stomp`` source (Spark DDL).
+SOURCE_SCHEMA = (
+    "destination string, message_id string, id string, "
+    "headers map<string,string>, body binary, received_at timestamp"
+)
+
+Row = tuple[str, str, str, dict[str, str], bytes, datetime]
+
+
+class WalPartition(InputPartition):
+    """Part of a batch: ``(segment path, skip, count)`` pieces, read in order."""
+
+    def __init__(self, pieces: Sequence[tuple[str, int, int]]) -> None:
+        super().__init__(tuple(pieces))
+        self.pieces = tuple(pieces)
+
+
+def record_row(record: Record) -> Row:
+    """A logged record as a row of :data:`SOURCE_SCHEMA`."""
+    return (
+        record.destination,
+        record.message_id,
+        record.id,
+        dict(record.headers),
+        record.body,
+        datetime.fromtimestamp(record.received_at, UTC),
+    )
+
+
+def split(
+    slices: Sequence[tuple[Path, int, int]], total: int, partitions: int, per_partition: int
+) -> list[WalPartition]:
+    """Cut a batch's slices of segments into at most ``partitions`` even partitions."""
+    count = max(1, min(partitions, math.ceil(total / per_partition)))
+    size = math.ceil(total / count) if total else 0
+    result: list[WalPartition] = []
+    pieces: list[tuple[str, int, int]] = []
+    room = size
+    for path, skip, length in slices:
+        at, left = skip, length
+        while left > 0:
+            take = min(left, room)
+            pieces.append((str(path), at, take))
+            at, left, room = at + take, left - take, room - take
+            if room == 0:
+                result.append(WalPartition(pieces))
+                pieces, room = [], size
+    if pieces:
+        result.append(WalPartition(pieces))
+    return result
+
+
+class LoggedStreamReader(DataSourceStreamReader):
+    """Offsets, partitions and acks for one feed and its log.
+
+    Args:
+      feed: opens the source on the pump's loop (picklable: it is shipped
+        with the reader to executors, which never call it).
+      wal_path: the log's directory.
+      window: the most messages buffered in memory before they are logged.
+      max_per_trigger: at most this many messages per batch (None: all).
+      partitions, rows_per_partition: how a batch is cut for executors.
+      name: for logs and the thread's name.
+    """
+
+    def __init__(
+        self,
+        feed: Feed,
+        wal_path: str,
+        *,
+        window: int,
+        max_per_trigger: int | None,
+        partitions: int,
+        rows_per_partition: int,
+        name: str,
+    ) -> None:
+        self._feed = feed
+        self._wal_path = wal_path
+        self._window = window
+        self._max_per_trigger = max_per_trigger
+        self._partitions = partitions
+        self._rows_per_partition = rows_per_partition
+        self._name = name
+        self._wal: WriteAheadLog | None = None
+        self._pump: Pump | None = None
+        self._end: int | None = None  # the offset after the last logged message
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get the reader for read(): no pump, no open log.
+        state = self.__dict__.copy()
+        state.update(_wal=None, _pump=None, _end=None)
+        return state
+
+    @property
+    def pump(self) -> Pump | None:
+        """The driver-side pump, once ``latestOffset`` started it."""
+        return self._pump
+
+    def _log(self) -> WriteAheadLog:
+        if self._wal is None:
+            self._wal = WriteAheadLog(Path(self._wal_path))
+        return self._wal
+
+    def initialOffset(self) -> dict[str, int]:
+        segments = self._log().segments()
+        return {"offset": segments[0].start if segments else 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self._max_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self._max_per_trigger)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        """Log what the pump holds (fsync), ack it, and offer the new end to Spark."""
+        wal = self._log()
+        begin = int(start["offset"])
+        if self._end is None:
+            self._end = max(wal.end() or 0, begin)
+        if self._pump is None:
+            self._pump = Pump(
+                self._feed,
+                window=self._window,
+                reconnect=trio_stomp.Reconnect(initial_delay=0.2, max_delay=10.0),
+                name=self._name,
+            )
+            self._pump.start()
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        room = self._window if cap is None else cap - (self._end - begin)
+        if room > 0:
+            deliveries = self._pump.take(room)
+            if deliveries:
+                wal.append(self._end, [d.record for d in deliveries])
+                self._end += len(deliveries)
+                self._pump.ack(deliveries)
+        end = self._end if cap is None else min(self._end, begin + cap)
+        return {"offset": end}
+
+    def partitions(  # (Spark's signature)
+        self, start: dict[str, int], end: dict[str, int]
+    ) -> Sequence[InputPartition]:
+        begin, stop = int(start["offset"]), int(end["offset"])
+        if stop <= begin:
+            return []
+        slices = [(s.path, skip, n) for s, skip, n in self._log().covering(begin, stop)]
+        return split(slices, stop - begin, self._partitions, self._rows_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[Row]:
+        """Rows of one partition, from the log (on an executor)."""
+        assert isinstance(partition, WalPartition)
+        for path, skip, count in partition.pieces:
+            for record in read_segment(Path(path), skip, count):
+                yield record_row(record)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Spark has the batches up to ``end``: their segments go."""
+        self._log().delete_through(int(end["offset"]))
+
+    def stop(self) -> None:
+        """The query ended: disconnect and join the pump's thread."""
+        if self._pump is not None:
+            self._pump.close()
