@@ -6,6 +6,8 @@ from typing import Any
 
 import bridges.spark
 
+from spark_kit import spark_fixture  # noqa: F401 (a fixture)
+
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(bridges.spark.__all__) == ["SOURCE_SCHEMA", "StompDataSource", "register"]

@@ -11,7 +11,14 @@ import pyarrow.parquet as pq
 
 from bridges.spark import SOURCE_SCHEMA
 
-from conftest import BrokerProcess, drain, send, wait_for
+from spark_kit import (  # noqa: F401 (fixtures)
+    BrokerProcess,
+    broker_fixture,
+    drain,
+    send,
+    spark_fixture,
+    wait_for,
+)
 
 
 def _parquet_rows(path: Path) -> int:

@@ -1,11 +1,15 @@
-"""Spark test set-up: one real SparkSession (local[2]) for the whole run, a broker per module.
+"""Spark test kit: one real SparkSession (local[2]) for the whole run, a broker per module.
 
 Starting a session costs about 3 s, so every Spark test shares one. Spark or
-Java failing to start fails the tests (never a skip): CI must see it.
+Java failing to start fails the tests (never a skip): CI must see it. Test
+modules import the fixtures ``spark`` and ``broker`` by their function names:
+``from spark_kit import broker_fixture, spark_fixture``.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import re
 import shutil
@@ -29,8 +33,14 @@ def _java_home() -> str:
     return str(Path(java).resolve().parent.parent)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+@functools.cache
+def spark_session() -> Any:
+    """The one SparkSession of the test run (local[2]), with ``stomp`` registered.
+
+    Test modules import the :func:`spark` fixture; a session-scoped fixture
+    imported into several modules would be set up once per module, so the
+    session itself is made once here and stopped at exit.
+    """
     os.environ.setdefault("JAVA_HOME", _java_home())
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -48,10 +58,13 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     bridges.spark.register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
+    atexit.register(session.stop)
+    return session
+
+
+@pytest.fixture(name="spark")
+def spark_fixture() -> Any:
+    return spark_session()
 
 
 class BrokerProcess:
@@ -76,8 +89,8 @@ class BrokerProcess:
         self.process.wait(10)
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[BrokerProcess]:
+@pytest.fixture(name="broker", scope="module")
+def broker_fixture() -> Iterator[BrokerProcess]:
     process = BrokerProcess()
     try:
         yield process
