@@ -19,6 +19,7 @@ from ._config import BridgeSettings as BridgeSettings
 from ._config import BrokerSettings as BrokerSettings
 from ._config import Config as Config
 from ._config import RouteConfig as RouteConfig
+from ._config import SparkSettings as SparkSettings
 from ._config import load_config as load_config
 from ._config import parse_config as parse_config
 from ._convert import ConfigError as ConfigError

@@ -1,7 +1,7 @@
 """The ``bridges`` command line.
 
     bridges check CONFIG     validate the config (no connection, nothing created)
-    bridges run CONFIG       run until SIGTERM/SIGINT
+    bridges run CONFIG       run until SIGTERM/SIGINT (--engine spark: as Spark queries)
     bridges plugins          list the source, sink and transform types
 
 Config problems are printed one per line (file, route, key) with status 2;
@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config", metavar="CONFIG", help="the TOML config file")
     run = commands.add_parser("run", help="run the routes of a config")
     run.add_argument("config", metavar="CONFIG", help="the TOML config file")
+    for command in (check, run):
+        command.add_argument(
+            "--engine",
+            choices=("local", "spark"),
+            help="override [bridge] engine: local (this process) or spark (Spark queries)",
+        )
     run.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     run.add_argument(
         "--log-format",
@@ -100,12 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}")
         return 0
     try:
-        config = load_config(args.config, registry)
+        config = load_config(args.config, registry, engine=args.engine)
         if args.command == "check":
             _check(args.config, build_routes(config, registry, checking=True))
+            if config.bridge.engine == "spark":
+                spark = config.spark
+                _say(f"  engine spark: master {spark.master}, checkpoint {spark.checkpoint}")
             return 0
         if not args.verbose:
             logging.getLogger().setLevel(config.bridge.log_level.upper())
+        if config.bridge.engine == "spark":
+            # The Spark engine is the layer above; imported only when asked for.
+            from .spark import run_on_spark
+
+            return run_on_spark(config, args.config, say)
         freeze_heap()
         run = partial(run_bridge, config, registry, say=say, hard_stop=_exit_now)
         stopped = trio.run(partial(run, notifier=Notifier()))

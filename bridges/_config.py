@@ -2,8 +2,9 @@
 
 Layout (see ``bridges/README.md`` for every key)::
 
-    [bridge]                 # optional: process settings
+    [bridge]                 # optional: process settings (engine = "local" or "spark")
     [broker]                 # optional: embedded = true starts a broker
+    [spark]                  # optional: how engine = "spark" runs the routes
     [routes.NAME]            # one table per route
     source = { type = "...", ... }
     sink = { type = "...", ... }
@@ -18,10 +19,11 @@ arguments, and printed in full when the bridge starts.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 from attrs.validators import ge, gt
@@ -43,6 +45,16 @@ def _data_dir(instance: Any, attribute: attrs.Attribute[str | None], value: str 
         raise ValueError("expected a directory, got an empty string")
 
 
+#: The engines that run a config's routes.
+ENGINES: Final = ("local", "spark")
+_TRIGGER = re.compile(r"^(available-now|\d+(\.\d+)? *(ms|milliseconds?|s|seconds?|min|minutes?))$")
+
+
+def _trigger(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not _TRIGGER.match(value):
+        raise ValueError(f'expected "available-now" or an interval like "1 second", got {value!r}')
+
+
 @attrs.frozen
 class BridgeSettings:
     """``[bridge]``: the process.
@@ -59,6 +71,8 @@ class BridgeSettings:
       http: ``HOST:PORT`` to serve ``/metrics``, ``/healthz`` and
         ``/readyz`` on (shared with webhook routes on the same address), or
         None for no such server.
+      engine: "local" runs the routes in this process; "spark" runs each
+        as a Spark Structured Streaming query (see ``[spark]``).
     """
 
     shutdown_timeout: float = attrs.field(default=10.0, validator=ge(0.0))
@@ -66,6 +80,28 @@ class BridgeSettings:
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     stall_timeout: float = attrs.field(default=60.0, validator=gt(0.0))
     http: str | None = attrs.field(default=None, validator=attrs.validators.optional(_listen))
+    engine: Literal["local", "spark"] = "local"
+
+
+@attrs.frozen
+class SparkSettings:
+    """``[spark]``: how ``engine = "spark"`` runs the routes (needs ``trio-stomp[spark]``).
+
+    Attributes:
+      master: the Spark master URL (``local[*]``, ``spark://host:7077``...).
+      checkpoint: the directory under which each route's query keeps its
+        checkpoint (and its source's write-ahead log): ``CHECKPOINT/ROUTE``.
+        Required with ``engine = "spark"``; on a cluster, on storage every
+        node sees.
+      trigger: how often a micro-batch starts: an interval ("1 second",
+        "500 ms") or "available-now" (process what is there, then stop).
+      conf: any Spark setting, ``spark.NAME = "value"`` in the table.
+    """
+
+    master: str = "local[*]"
+    checkpoint: str | None = None
+    trigger: str = attrs.field(default="1 second", validator=_trigger)
+    conf: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -144,14 +180,22 @@ class Config:
     broker: BrokerSettings = BrokerSettings()
     file: str | None = None
     base_dir: Path = attrs.field(factory=Path.cwd)
+    spark: SparkSettings = SparkSettings()
 
 
-def load_config(path: str | Path, registry: Registry, *, base_dir: Path | None = None) -> Config:
+def load_config(
+    path: str | Path,
+    registry: Registry,
+    *,
+    base_dir: Path | None = None,
+    engine: Literal["local", "spark"] | None = None,
+) -> Config:
     """Read and check the TOML config at ``path``.
 
     Args:
       registry: the endpoint and transform types the config may name.
       base_dir: what relative paths are relative to (default: the cwd).
+      engine: overrides ``[bridge] engine`` (``bridges run --engine``).
 
     Raises:
       ConfigError: the file cannot be read, is not TOML, or has problems;
@@ -167,7 +211,7 @@ def load_config(path: str | Path, registry: Registry, *, base_dir: Path | None =
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([Problem(name, None, "", f"not valid TOML: {exc}")]) from None
-    return parse_config(data, registry, file=name, base_dir=base_dir)
+    return parse_config(data, registry, file=name, base_dir=base_dir, engine=engine)
 
 
 def parse_config(
@@ -176,6 +220,7 @@ def parse_config(
     *,
     file: str | None = None,
     base_dir: Path | None = None,
+    engine: Literal["local", "spark"] | None = None,
 ) -> Config:
     """Check an already-parsed TOML document; see :func:`load_config`.
 
@@ -186,9 +231,12 @@ def parse_config(
     base = base_dir if base_dir is not None else Path.cwd()
     where = Where(file=file, base_dir=base)
     for key in data:
-        if key not in ("bridge", "broker", "routes"):
-            where.at(key).problem("unknown key (known: bridge, broker, routes)")
+        if key not in ("bridge", "broker", "routes", "spark"):
+            where.at(key).problem("unknown key (known: bridge, broker, routes, spark)")
     bridge = structure(BridgeSettings, data.get("bridge", {}), where.at("bridge"))
+    if engine is not None and bridge is not INVALID:
+        bridge = attrs.evolve(bridge, engine=engine)
+    spark = _parse_spark(data.get("spark", {}), where.at("spark"))
     broker = structure(BrokerSettings, data.get("broker", {}), where.at("broker"))
     if broker is not INVALID and broker.data_dir is not None and not broker.embedded:
         where.at("broker").at("data_dir").problem("needs embedded = true (the broker it keeps)")
@@ -209,8 +257,64 @@ def parse_config(
         if route is not None:
             _check_build(route, registry, Context(name, "-", base, embedded, checking=True), where)
             routes.append(route)
+    if bridge is not INVALID and broker is not INVALID and spark is not INVALID:
+        _check_engine(bridge, broker, spark, routes, where)
     where.check()
-    return Config(tuple(routes), bridge, broker, file, base)
+    return Config(tuple(routes), bridge, broker, file, base, spark)
+
+
+def _parse_spark(table: object, where: Where) -> SparkSettings | Any:
+    """``[spark]``: the known keys, and every ``spark.*`` key as Spark conf."""
+    if not isinstance(table, dict):
+        where.problem(f"expected a table, got {describe(table)}")
+        return INVALID
+    rest = {k: v for k, v in table.items() if k != "spark" and not k.startswith("spark.")}
+    conf: dict[str, str] = {}
+
+    def flatten(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                flatten(f"{prefix}.{key}", inner)
+        elif isinstance(value, str | int | float | bool):
+            conf[prefix] = str(value).lower() if isinstance(value, bool) else str(value)
+        else:
+            where.at(prefix).problem(f"expected a string, number or boolean, got {describe(value)}")
+
+    for key, value in table.items():
+        if key == "spark" or key.startswith("spark."):
+            flatten(key, value)
+    if "conf" in rest:
+        where.at("conf").problem('give Spark settings as spark.NAME = "value" keys')
+        return INVALID
+    return structure(SparkSettings, {**rest, "conf": conf}, where)
+
+
+def _check_engine(
+    bridge: BridgeSettings,
+    broker: BrokerSettings,
+    spark: SparkSettings,
+    routes: list[RouteConfig],
+    where: Where,
+) -> None:
+    """What one engine can run and the other cannot."""
+    if bridge.engine == "spark":
+        if spark.checkpoint is None:
+            where.at("spark").at("checkpoint").problem(
+                'missing (required with engine = "spark": each route\'s query keeps its '
+                "checkpoint and source log there)"
+            )
+        if broker.embedded:
+            where.at("broker").at("embedded").problem(
+                'not with engine = "spark": run the broker on its own (trio-stomp broker)'
+            )
+    for route in routes:
+        route_where = Where(file=where.file, route=route.name, problems=where.problems)
+        if route.sink.type == "spark" and bridge.engine != "spark":
+            route_where.at("sink").at("type").problem(
+                '"spark" needs [bridge] engine = "spark" (or bridges run --engine spark)'
+            )
+        if route.dead_letter is not None and route.dead_letter.type == "spark":
+            route_where.at("dead_letter").at("type").problem('"spark" is not a dead-letter sink')
 
 
 def _check_build(route: RouteConfig, registry: Registry, context: Context, where: Where) -> None:

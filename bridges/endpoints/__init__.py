@@ -22,4 +22,6 @@ FAMILIES: Final[dict[str, tuple[str, str | None]]] = {
     "redis": ("bridges.endpoints.redis", "redis"),
     "nats": ("bridges.endpoints.nats", "nats"),
     "amqp": ("bridges.endpoints.amqp", "amqp"),
+    # The data-lake sink of engine = "spark" (Spark writes it; see bridges.spark).
+    "spark": ("bridges.spark.lake", "spark"),
 }

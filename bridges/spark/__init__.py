@@ -28,17 +28,41 @@ guarantees. Needs the ``trio-stomp[spark]`` extra and Java 17.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
-
-from ._reader import SOURCE_SCHEMA as SOURCE_SCHEMA
-from ._stomp import StompDataSource as StompDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SOURCE_SCHEMA", "StompDataSource", "register"]
+    from ._reader import SOURCE_SCHEMA as SOURCE_SCHEMA
+    from ._routes import run_on_spark as run_on_spark
+    from ._routes import start_routes as start_routes
+    from ._stomp import StompDataSource as StompDataSource
+
+__all__ = ["SOURCE_SCHEMA", "StompDataSource", "register", "run_on_spark", "start_routes"]
+
+#: Names loaded on first use: importing the package (``bridges plugins``
+#: loads its ``lake`` module) must not import pyspark.
+_LAZY: dict[str, str] = {
+    "SOURCE_SCHEMA": "._reader",
+    "StompDataSource": "._stomp",
+    "run_on_spark": "._routes",
+    "start_routes": "._routes",
+}
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value
+        return value
 
 
 def register(spark: SparkSession) -> None:
     """Make ``format("stomp")`` available to ``spark``'s readStream and writeStream."""
+    from ._stomp import StompDataSource
+
     spark.dataSource.register(StompDataSource)
