@@ -134,6 +134,7 @@ def start_routes(
     spark: SparkSession, config: bridges.Config, config_path: str
 ) -> list[StreamingQuery]:
     """Start every route of ``config`` as a query; stop those started if one fails to."""
+    register_formats(spark)
     queries: list[StreamingQuery] = []
     try:
         for route in config.routes:

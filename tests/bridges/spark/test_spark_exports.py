@@ -10,7 +10,13 @@ from spark_kit import spark_fixture  # noqa: F401 (a fixture)
 
 
 def test_the_public_surface_is_pinned() -> None:
-    assert sorted(bridges.spark.__all__) == ["SOURCE_SCHEMA", "StompDataSource", "register"]
+    assert sorted(bridges.spark.__all__) == [
+        "SOURCE_SCHEMA",
+        "StompDataSource",
+        "register",
+        "run_on_spark",
+        "start_routes",
+    ]
     for name in bridges.spark.__all__:
         assert getattr(bridges.spark, name) is not None
     assert bridges.spark.StompDataSource.name() == "stomp"

@@ -1,0 +1,84 @@
+"""engine = "spark" runs an unchanged route config: the same ids as engine = "local"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import bridges
+from bridges.spark import start_routes
+
+from spark_kit import (  # noqa: F401 (fixtures)
+    BrokerProcess,
+    broker_fixture,
+    drain,
+    spark_fixture,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "spark-jsonl-to-stomp.toml"
+LINES = 120
+
+
+def _setup(directory: Path, broker: BrokerProcess, queue: str) -> Path:
+    """The example in ``directory``, pointed at the test broker and ``queue``, with its events."""
+    directory.mkdir()
+    text = EXAMPLE.read_text()
+    text = text.replace("stomp://127.0.0.1:61613", broker.url).replace("/queue/events", queue)
+    config = directory / "route.toml"
+    config.write_text(text)
+    with open(directory / "events.jsonl", "w") as file:
+        for n in range(LINES):
+            file.write(json.dumps({"type": f"t{n % 3}", "n": n}) + "\n")
+    return config
+
+
+def _ids(messages: list[Any]) -> set[str]:
+    return {m.headers.get("bridge-id") for m in messages}
+
+
+def test_the_example_gives_the_same_ids_on_both_engines(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    local_queue, spark_queue = f"/queue/l-{uuid.uuid4().hex}", f"/queue/s-{uuid.uuid4().hex}"
+    local_config = _setup(tmp_path / "local", broker, local_queue)
+    spark_config = _setup(tmp_path / "spark", broker, spark_queue)
+    # The local engine: bridges run, as a user would.
+    script = Path(sys.executable).with_name("bridges")
+    process = subprocess.Popen(
+        [str(script), "run", "--engine", "local", str(local_config)],
+        cwd=local_config.parent,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        local = drain(broker.url, local_queue, LINES, timeout=60)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    # The Spark engine: the same file, its queries on the test session.
+    cwd = os.getcwd()
+    os.chdir(spark_config.parent)
+    try:
+        config = bridges.load_config(
+            spark_config, bridges.default_registry(), base_dir=spark_config.parent
+        )
+        assert config.bridge.engine == "spark"
+        queries = start_routes(spark, config, str(spark_config))
+    finally:
+        os.chdir(cwd)
+    try:
+        on_spark = drain(broker.url, spark_queue, LINES, timeout=90)
+    finally:
+        for query in queries:
+            query.stop()
+    assert len(_ids(local)) == LINES
+    assert _ids(on_spark) == _ids(local)
+    # The transforms ran on the executors as they do locally.
+    kinds = {m.headers.get("bridge-id"): m.headers.get("kind") for m in on_spark}
+    assert kinds == {m.headers.get("bridge-id"): m.headers.get("kind") for m in local}
+    assert {m.headers.get("event-id") for m in on_spark} == _ids(local)
