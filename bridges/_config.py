@@ -47,12 +47,12 @@ def _data_dir(instance: Any, attribute: attrs.Attribute[str | None], value: str 
 
 #: The engines that run a config's routes.
 ENGINES: Final = ("local", "spark")
-_TRIGGER = re.compile(r"^(available-now|\d+(\.\d+)? *(ms|milliseconds?|s|seconds?|min|minutes?))$")
+_TRIGGER = re.compile(r"^\d+(\.\d+)? *(ms|milliseconds?|s|seconds?|min|minutes?)$")
 
 
 def _trigger(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not _TRIGGER.match(value):
-        raise ValueError(f'expected "available-now" or an interval like "1 second", got {value!r}')
+        raise ValueError(f'expected an interval like "1 second" or "500 ms", got {value!r}')
 
 
 @attrs.frozen
@@ -94,7 +94,7 @@ class SparkSettings:
         Required with ``engine = "spark"``; on a cluster, on storage every
         node sees.
       trigger: how often a micro-batch starts: an interval ("1 second",
-        "500 ms") or "available-now" (process what is there, then stop).
+        "500 ms", "2 min").
       conf: any Spark setting, ``spark.NAME = "value"`` in the table.
     """
 

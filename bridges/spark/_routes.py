@@ -112,11 +112,7 @@ def start_route(
     writer = writer.queryName(f"bridges_{route.name}").option(
         "checkpointLocation", str(checkpoint_of(config, route.name))
     )
-    trigger = config.spark.trigger
-    if trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=spark_interval(trigger))
+    writer = writer.trigger(processingTime=spark_interval(config.spark.trigger))
     return writer.start()
 
 
