@@ -79,7 +79,9 @@ def fill(url: str, queue: str, count: int) -> None:
     trio.run(main)
 
 
-def write_config(work: Path, url: str, queue: str, engine: str, cpu: bool) -> Path:
+def write_config(
+    work: Path, url: str, queue: str, engine: str, cpu: bool, window: int = 10_000
+) -> Path:
     sink = (
         '{ type = "file", path = "out", format = "jsonl" }'
         if engine == "local"
@@ -96,7 +98,7 @@ trigger = "100 ms"
 spark.ui.enabled = false
 
 [routes.bench]
-in_flight = 10000
+in_flight = {window}
 batch = {{ count = 1000, time = 0.02 }}
 source = {{ type = "stomp", url = "{url}", destination = "{queue}" }}
 sink = {sink}

@@ -24,14 +24,24 @@ yet planned goes into the next batch. Nothing acked is only in memory.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import (
+    BinaryType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 import trio_stomp
 
@@ -43,8 +53,59 @@ SOURCE_SCHEMA = (
     "destination string, message_id string, id string, "
     "headers map<string,string>, body binary, received_at timestamp"
 )
+#: The same as Spark types.
+SOURCE_TYPE = StructType(
+    [
+        StructField("destination", StringType()),
+        StructField("message_id", StringType()),
+        StructField("id", StringType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("body", BinaryType()),
+        StructField("received_at", TimestampType()),
+    ]
+)
+#: Rows per Arrow batch that ``read`` yields.
+ARROW_BATCH_ROWS = 10_000
 
-Row = tuple[str, str, str, dict[str, str], bytes, datetime]
+
+@functools.cache
+def _arrow_schema() -> pa.Schema:
+    # Exactly what Spark checks a data source's Arrow batches against.
+    return to_arrow_schema(SOURCE_TYPE, timezone="UTC")
+
+
+def _headers(records: Sequence[Record], kind: pa.DataType) -> pa.Array:
+    # From flat keys, values and offsets: ~80x faster than from a list of pairs.
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for record in records:
+        keys += record.headers.keys()
+        values += record.headers.values()
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(values, pa.string()),
+        type=kind,
+    )
+
+
+def arrow_batch(records: Sequence[Record]) -> pa.RecordBatch:
+    """Records as one Arrow batch of :data:`SOURCE_TYPE` (column by column: no per-row
+    conversion in Spark's worker)."""
+    schema = _arrow_schema()
+    columns = [
+        pa.array([r.destination for r in records], pa.string()),
+        pa.array([r.message_id for r in records], pa.string()),
+        pa.array([r.id for r in records], pa.string()),
+        _headers(records, schema.field("headers").type),
+        pa.array([r.body for r in records], pa.binary()),
+        pa.array(
+            [round(r.received_at * 1_000_000) for r in records], schema.field("received_at").type
+        ),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 class WalPartition(InputPartition):
@@ -53,18 +114,6 @@ class WalPartition(InputPartition):
     def __init__(self, pieces: Sequence[tuple[str, int, int]]) -> None:
         super().__init__(tuple(pieces))
         self.pieces = tuple(pieces)
-
-
-def record_row(record: Record) -> Row:
-    """A logged record as a row of :data:`SOURCE_SCHEMA`."""
-    return (
-        record.destination,
-        record.message_id,
-        record.id,
-        dict(record.headers),
-        record.body,
-        datetime.fromtimestamp(record.received_at, UTC),
-    )
 
 
 def split(
@@ -184,12 +233,18 @@ class LoggedStreamReader(DataSourceStreamReader):
         slices = [(s.path, skip, n) for s, skip, n in self._log().covering(begin, stop)]
         return split(slices, stop - begin, self._partitions, self._rows_per_partition)
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
-        """Rows of one partition, from the log (on an executor)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Rows of one partition, from the log, as Arrow batches (on an executor)."""
         assert isinstance(partition, WalPartition)
+        records: list[Record] = []
         for path, skip, count in partition.pieces:
             for record in read_segment(Path(path), skip, count):
-                yield record_row(record)
+                records.append(record)
+                if len(records) >= ARROW_BATCH_ROWS:
+                    yield arrow_batch(records)
+                    records = []
+        if records:
+            yield arrow_batch(records)
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark has the batches up to ``end``: their segments go."""

@@ -76,6 +76,10 @@ def test_round_trip_stomp_to_transform_to_stomp(
     assert all(b is not None and b.count(":") == 3 for b in bridge_ids)
     # Nothing is left on the source queue: every message was acked.
     assert drain(broker.url, inbox, 1, timeout=0.5) == []
+    # The query's end closed the driver-side subscription: a message sent now
+    # is not taken into a prefetch window that nobody reads any more.
+    send(broker.url, inbox, [b"after the end"])
+    assert [m.body for m in drain(broker.url, inbox, 1, timeout=10)] == [b"after the end"]
     # Committed batches' log segments were deleted (the last one may remain).
     assert len(list((checkpoint / "stomp-wal").glob("*.seg"))) <= 1
 

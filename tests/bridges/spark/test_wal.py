@@ -98,7 +98,12 @@ def _reader(feed: FakeSource, wal: Path, max_per_trigger: int | None = None) -> 
 def _rows(reader: LoggedStreamReader, start: int, end: int) -> list[tuple[object, ...]]:
     parts = reader.partitions({"offset": start}, {"offset": end})
     assert all(isinstance(p, WalPartition) for p in parts)
-    return [row for part in parts for row in reader.read(part)]
+    return [
+        tuple(row.values())
+        for part in parts
+        for batch in reader.read(part)
+        for row in batch.to_pylist()
+    ]
 
 
 def _until(reader: LoggedStreamReader, start: int, want: int, limit: object) -> int:
