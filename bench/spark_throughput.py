@@ -188,7 +188,7 @@ def run_spark(
         latency = [p["durationMs"]["triggerExecution"] / 1000 for p in full]
 
         def rate(first: int) -> float:
-            window = (starts[-1] - starts[first]).total_seconds() + latency[-1]
+            window = (starts[-1] - starts[first]).total_seconds() + float(latency[-1])
             rows: int = sum(p["numInputRows"] for p in full[first:])
             return rows / window
 
