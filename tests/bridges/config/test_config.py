@@ -381,8 +381,8 @@ def test_the_public_surface_is_pinned() -> None:
         "BridgeSettings", "BrokerSettings", "Config", "ConfigError", "Context",
         "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting", "Message", "MessageRejected",
         "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route", "RouteConfig",
-        "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template", "TemplateError", "Transform",
-        "Unavailable", "UnreadableEnvelope", "Writer", "build_routes", "default_registry",
+        "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template", "TemplateError",
+        "Transform", "Unavailable", "UnreadableEnvelope", "Writer", "build_routes", "default_registry",
         "load_config", "open_shared", "parse_config", "run_bridge", "run_routes",
         "shared_resource",
     ]  # fmt: skip
