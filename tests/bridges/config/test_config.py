@@ -382,9 +382,9 @@ def test_the_public_surface_is_pinned() -> None:
         "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting", "Message", "MessageRejected",
         "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route", "RouteConfig",
         "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template", "TemplateError",
-        "Transform", "Unavailable", "UnreadableEnvelope", "Writer", "build_routes", "default_registry",
-        "load_config", "open_shared", "parse_config", "run_bridge", "run_routes",
-        "shared_resource",
+        "Transform", "Unavailable", "UnreadableEnvelope", "Writer", "build_routes",
+        "default_registry", "load_config", "open_shared", "parse_config", "run_bridge",
+        "run_routes", "shared_resource",
     ]  # fmt: skip
 
 
