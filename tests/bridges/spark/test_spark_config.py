@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,3 +84,51 @@ def test_bad_spark_settings_are_named() -> None:
     )
     assert any(p.startswith("spark.trigger:") for p in problems)
     assert any(p.startswith("spark.colour: unknown key") for p in problems)
+
+
+def test_bridges_check_with_the_engine_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bridges._cli import main
+
+    config = tmp_path / "route.toml"
+    config.write_text(
+        '[spark]\ncheckpoint = "ckpt"\n[routes.a]\n'
+        'source = { type = "stomp", url = "stomp://127.0.0.1:61613", destination = "/queue/a" }\n'
+        'sink = { type = "spark", format = "parquet", path = "lake" }\n'
+    )
+    assert main(["check", str(config)]) == 2
+    assert 'needs [bridge] engine = "spark"' in capsys.readouterr().err
+    assert main(["check", "--engine", "spark", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "-> spark parquet" in err
+    assert "engine spark: master local[*], checkpoint ckpt" in err
+
+
+def test_stomp_options_are_checked_when_the_query_is_defined() -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from bridges.spark._options import StompOptions
+    from bridges.spark._sink import StompStreamWriter
+
+    with pytest.raises(ValueError, match="checkpointLocation: missing"):
+        StompOptions.from_options({"url": "stomp://h", "destination": "/q"}, role="source")
+    with pytest.raises(ValueError, match="unknown option"):
+        StompOptions.from_options({"url": "stomp://h", "colour": "red"}, role="sink")
+    with pytest.raises(ValueError, match="prefetch: must be >= 1"):
+        StompOptions.from_options({"url": "stomp://h", "prefetch": "0"}, role="sink")
+    options = StompOptions.from_options(
+        {"url": "stomp://a:1, stomp://b:2", "checkpointLocation": "file:/c/", "destination": "/q",
+         "header.selector": "x = 1", "transactional": "false"},
+        role="source",
+    )  # fmt: skip
+    assert options.urls == ("stomp://a:1", "stomp://b:2")
+    assert options.wal_path == "/c/stomp-wal"
+    assert options.subscribe_headers == (("selector", "x = 1"),)
+    assert options.transactional is False
+    no_body = StructType([StructField("text", StringType())])
+    with pytest.raises(ValueError, match="needs a body column"):
+        StompStreamWriter(options, no_body)
+    no_destination = StompOptions.from_options({"url": "stomp://h"}, role="sink")
+    with pytest.raises(ValueError, match="destination option or a destination column"):
+        StompStreamWriter(no_destination, StructType([StructField("body", StringType())]))
