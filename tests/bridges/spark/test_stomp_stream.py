@@ -159,3 +159,35 @@ def test_a_batch_run_again_after_a_crash_yields_the_same_rows(
     run(lambda: last in seen)
     assert seen[last] == first_run
     assert len(first_run) > 0
+
+
+def test_the_sink_without_transactions_and_with_a_destination_column(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    inbox = f"/queue/plain-{uuid.uuid4().hex}"
+    left, right = f"/queue/left-{uuid.uuid4().hex}", f"/queue/right-{uuid.uuid4().hex}"
+    send(broker.url, inbox, [f"{i}".encode() for i in range(40)])
+    checkpoint = tmp_path / "ckpt"
+    routed = _source(spark, broker, inbox, checkpoint).selectExpr(
+        "body",
+        "id",
+        f"if(cast(cast(body as string) as int) % 2 = 0, '{left}', '{right}') as destination",
+    )
+    query = (
+        routed.writeStream.format("stomp")
+        .option("url", broker.url)
+        .option("transactional", "false")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        evens = drain(broker.url, left, 20, timeout=60)
+        odds = drain(broker.url, right, 20, timeout=60)
+    finally:
+        query.stop()
+    assert sorted(int(m.body) for m in evens) == list(range(0, 40, 2))
+    assert sorted(int(m.body) for m in odds) == list(range(1, 40, 2))
+    # The id column is the bridge-id: the source message's own id.
+    assert all(m.headers.get("bridge-id") for m in evens + odds)
+    assert len({m.headers.get("bridge-id") for m in evens + odds}) == 40
