@@ -2,10 +2,15 @@
 
 Spark calls the stream reader's ``latestOffset`` from a plain (non-Trio)
 thread of its long-lived planner process on the driver. The pump owns the
-one Trio loop of that process, in a thread it starts and joins: inside, a
-*feed* (a STOMP subscription, or any bridges source) delivers messages into
-a bounded buffer; the reader :meth:`Pump.take`\\ s them, logs them, and hands
-them back to :meth:`Pump.ack`, which settles them on the loop.
+one Trio loop of that process, in a thread it starts and joins. Inside, two
+tasks: a *feed* (a STOMP subscription, or any bridges source) delivers
+messages into a bounded buffer, and a logger that, every few milliseconds,
+hands what is buffered to the reader's ``log`` callable (which writes and
+fsyncs a write-ahead log segment, in a worker thread of the loop) and then
+acks it. So the broker keeps streaming while Spark runs a batch; the
+reader's ``room`` callable bounds how far the log may run ahead of what
+Spark was offered (never of what it committed: that would deadlock, see
+:mod:`._reader`).
 
 Lifetime: the thread starts on the first :meth:`Pump.start` and ends in
 :meth:`Pump.close`, which the reader calls from ``stop()`` (Spark calls it
@@ -28,7 +33,7 @@ import atexit
 import logging
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Final
 
@@ -46,6 +51,8 @@ log = logging.getLogger("bridges.spark")
 START_TIMEOUT: Final = 10.0
 #: How often a full buffer is looked at again, s.
 _FULL_POLL: Final = 0.005
+#: How often the buffer is logged (and acked), s.
+LOG_INTERVAL: Final = 0.05
 
 
 @attrs.frozen
@@ -66,20 +73,35 @@ class Delivery:
 Feed = Callable[[], AbstractAsyncContextManager[Callable[[], Awaitable[Delivery]]]]
 
 
+#: Writes records durably (runs in a worker thread); raises if it cannot.
+LogFn = Callable[[list[Record]], None]
+
+
 class Pump:
-    """One feed, read on a Trio loop in a thread of its own, into a bounded buffer.
+    """One feed, read on a Trio loop in a thread of its own, logged and acked there.
 
     Args:
       feed: opens the source (called again after a failure).
+      log: makes a batch of records durable; only then are they acked.
+      room: how many more records may be logged now (0: wait).
       window: at most this many deliveries wait in the buffer.
       reconnect: the delays between attempts to open the feed again.
       name: for the thread's name and the log.
     """
 
     def __init__(
-        self, feed: Feed, *, window: int, reconnect: trio_stomp.Reconnect, name: str
+        self,
+        feed: Feed,
+        *,
+        log: LogFn,
+        room: Callable[[], int],
+        window: int,
+        reconnect: trio_stomp.Reconnect,
+        name: str,
     ) -> None:
         self._feed = feed
+        self._log = log
+        self._room = room
         self._window = window
         self._reconnect = reconnect
         self._name = name
@@ -96,6 +118,8 @@ class Pump:
         self.last_error: BaseException | None = None
         #: How many times the feed was opened.
         self.opened = 0
+        #: Why logging stopped (a full disk...): the reader raises it to Spark.
+        self.failure: BaseException | None = None
 
     def start(self) -> None:
         """Start the thread and its loop (once); return when the loop runs.
@@ -128,35 +152,6 @@ class Pump:
         with self._lock:
             count = min(limit, len(self._buffer))
             return [self._buffer.popleft() for _ in range(count)]
-
-    def ack(self, deliveries: Sequence[Delivery], timeout: float = 30.0) -> int:
-        """Settle ``deliveries`` on the loop; return how many acks were sent.
-
-        An ack that fails (the connection that delivered it is gone) is
-        counted out: the source delivers that message again.
-        """
-        if not deliveries:
-            return 0
-        token = self._token
-        if token is None or not self.running:
-            return 0
-
-        async def settle() -> int:
-            sent = 0
-            with trio.move_on_after(timeout):
-                for delivery in deliveries:
-                    try:
-                        await delivery.ack()
-                    except Exception as exc:  # its connection is gone: redelivered
-                        log.debug("%s: ack failed (%r); it comes again", self._name, exc)
-                    else:
-                        sent += 1
-            return sent
-
-        try:
-            return trio.from_thread.run(settle, trio_token=token)
-        except trio.RunFinishedError:
-            return 0
 
     def close(self, timeout: float = 5.0) -> None:
         """Cancel the loop (disconnecting the feed) and join the thread; idempotent."""
@@ -192,29 +187,57 @@ class Pump:
             self._started.set()
             if self._closed:
                 return
-            attempt = 0
-            while True:
-                opened_before = self.opened
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._log_loop)
+                await self._feed_loop()
+
+    async def _feed_loop(self) -> None:
+        attempt = 0
+        while True:
+            opened_before = self.opened
+            try:
+                await self._drain()
+            except trio.EndOfChannel:
+                self.exhausted = True
+                await trio.sleep_forever()  # until close(): the logger still acks
+            except Exception as exc:
+                attempt = 1 if self.opened > opened_before else attempt + 1
+                self.last_error = exc
+                with self._lock:
+                    self._buffer.clear()  # never acked: the source has them again
+                delay = self._reconnect.delay(attempt)
+                log.warning("%s: %s; again in %.1f s", self._name, exc, delay)
+                await trio.sleep(delay)
+
+    async def _log_loop(self) -> None:
+        """Log what is buffered, then ack it; until a write fails (then nothing more is acked)."""
+        while self.failure is None:
+            await trio.sleep(LOG_INTERVAL)
+            room = self._room()
+            if room <= 0:
+                continue
+            deliveries = self.take(room)
+            if not deliveries:
+                continue
+            records = [d.record for d in deliveries]
+            try:
+                await trio.to_thread.run_sync(self._log, records)
+            except Exception as exc:  # not acked: the source delivers them again
+                self.failure = exc
+                log.error("%s: cannot log messages: %r", self._name, exc)
+                return
+            for delivery in deliveries:
                 try:
-                    await self._drain()
-                except trio.EndOfChannel:
-                    self.exhausted = True
-                    await trio.sleep_forever()  # until close(): the reader still acks
-                except Exception as exc:
-                    attempt = 1 if self.opened > opened_before else attempt + 1
-                    self.last_error = exc
-                    with self._lock:
-                        self._buffer.clear()  # never acked: the source has them again
-                    delay = self._reconnect.delay(attempt)
-                    log.warning("%s: %s; again in %.1f s", self._name, exc, delay)
-                    await trio.sleep(delay)
+                    await delivery.ack()
+                except Exception as exc:  # its connection is gone: redelivered
+                    log.debug("%s: ack failed (%r); it comes again", self._name, exc)
 
     async def _drain(self) -> None:
         async with self._feed() as receive:
             self.opened += 1
             while True:
-                # The reader drains the buffer from another thread (no Trio
-                # there to set an Event): look again shortly.
+                # The logger drains the buffer every LOG_INTERVAL: look
+                # again shortly (cheap, and no Event to keep in step).
                 while self.buffered() >= self._window:  # noqa: ASYNC110
                     await trio.sleep(_FULL_POLL)
                 delivery = await receive()

@@ -10,11 +10,17 @@ The shape of Spark's Python streaming API decides the design:
 - ``commit(end)`` arrives one batch late, and only once another batch is
   planned, which happens only when ``latestOffset`` moves. Acking on commit
   would deadlock as soon as the broker's unacked window is full (nothing new
-  arrives, no batch is planned, no commit comes). So the reader acks as soon
-  as a batch is in the log (written and fsynced under the query's
-  checkpoint): from then on the log, not the broker, holds the messages, and
-  the window frees up at once whatever Spark does. ``commit`` only deletes
-  the segments Spark no longer needs.
+  arrives, no batch is planned, no commit comes). So messages are acked as
+  soon as they are in the log (written and fsynced under the query's
+  checkpoint, by the pump's logger every few milliseconds, while Spark runs
+  a batch): from then on the log, not the broker, holds them, and the window
+  frees up whatever Spark does. ``commit`` only deletes the segments Spark
+  no longer needs.
+- The log may run ahead of what ``latestOffset`` last offered by at most
+  ``2 * window`` messages; then the buffer fills, the broker's window
+  closes, and the broker holds the rest (backpressure). The bound counts
+  from what was *offered*, not committed: each ``latestOffset`` call makes
+  room again, so it cannot wait on a commit that waits on it.
 
 Offsets are ``{"offset": N}``: N messages logged before. After a driver
 crash the next start finds the log's end on disk: batches Spark had planned
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -172,13 +179,19 @@ class LoggedStreamReader(DataSourceStreamReader):
         self._name = name
         self._wal: WriteAheadLog | None = None
         self._pump: Pump | None = None
-        self._end: int | None = None  # the offset after the last logged message
+        self._lock = threading.Lock()  # _end and _offered: the logger's thread and Spark's
+        self._end = 0  # the offset after the last logged message
+        self._offered = 0  # the offset latestOffset returned last
 
     def __getstate__(self) -> dict[str, Any]:
-        # Executors get the reader for read(): no pump, no open log.
+        # Executors get the reader for read(): no pump, no open log, no lock.
         state = self.__dict__.copy()
-        state.update(_wal=None, _pump=None, _end=None)
+        state.update(_wal=None, _pump=None, _lock=None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def pump(self) -> Pump | None:
@@ -199,30 +212,50 @@ class LoggedStreamReader(DataSourceStreamReader):
             return ReadAllAvailable()
         return ReadMaxRows(self._max_per_trigger)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        """Log what the pump holds (fsync), ack it, and offer the new end to Spark."""
-        wal = self._log()
+    def latestOffset(  # (Spark's name)
+        self, start: dict[str, int], limit: ReadLimit
+    ) -> dict[str, int]:
+        """The end of what is logged (and acked), at most ``limit`` past ``start``.
+
+        Raises:
+          Exception: the pump could not log (a full disk): the query fails
+            with it; nothing unlogged was acked.
+        """
         begin = int(start["offset"])
-        if self._end is None:
-            self._end = max(wal.end() or 0, begin)
         if self._pump is None:
-            self._pump = Pump(
-                self._feed,
-                window=self._window,
-                reconnect=trio_stomp.Reconnect(initial_delay=0.2, max_delay=10.0),
-                name=self._name,
-            )
-            self._pump.start()
+            self._start_pump(begin)
+        assert self._pump is not None
+        if self._pump.failure is not None:
+            raise self._pump.failure
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        room = self._window if cap is None else cap - (self._end - begin)
-        if room > 0:
-            deliveries = self._pump.take(room)
-            if deliveries:
-                wal.append(self._end, [d.record for d in deliveries])
-                self._end += len(deliveries)
-                self._pump.ack(deliveries)
-        end = self._end if cap is None else min(self._end, begin + cap)
+        with self._lock:
+            end = self._end if cap is None else min(self._end, begin + cap)
+            self._offered = end
         return {"offset": end}
+
+    def _start_pump(self, begin: int) -> None:
+        wal = self._log()
+        self._end = self._offered = max(wal.end() or 0, begin)
+        self._pump = Pump(
+            self._feed,
+            log=self._append,
+            room=self._room,
+            window=self._window,
+            reconnect=trio_stomp.Reconnect(initial_delay=0.2, max_delay=10.0),
+            name=self._name,
+        )
+        self._pump.start()
+
+    def _append(self, records: list[Record]) -> None:
+        # In a worker thread of the pump's loop; the only writer of the log.
+        start = self._end
+        self._log().append(start, records)
+        with self._lock:
+            self._end = start + len(records)
+
+    def _room(self) -> int:
+        with self._lock:
+            return 2 * self._window - (self._end - self._offered)
 
     def partitions(  # (Spark's signature)
         self, start: dict[str, int], end: dict[str, int]
