@@ -8,7 +8,7 @@ driver process runs ``spark.readStream.format("stomp")`` -> Parquet
 (``local[2]``, at most ``--per-trigger`` messages per batch) with its
 checkpoint in a fresh directory. Once the query has committed a batch, the
 driver's whole process group (Python, the JVM, its Python workers) is killed
-with SIGKILL after a random 0-4 s, and started again from the same
+with SIGKILL after a random 0-2 s, and started again from the same
 checkpoint, ``--kills`` times; then it runs until every body is in the
 output.
 
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             deadline = time.monotonic() + 180
             while commits(work / "ckpt") <= before and time.monotonic() < deadline:
                 time.sleep(0.1)
-            delay = rng.uniform(0, 4)
+            delay = rng.uniform(0, 2)
             time.sleep(delay)
             kills.append({"after_commits": commits(work / "ckpt"), "delay_s": round(delay, 2)})
             kill(driver)
@@ -231,7 +231,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--kills", type=int, default=3)
-    parser.add_argument("--per-trigger", type=int, default=2000)
+    parser.add_argument("--per-trigger", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", action="store_true")
