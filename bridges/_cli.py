@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
+    from ._config import Config
     from ._engine import Route
+    from ._registry import Registry
     from .service import Stopped
 
 PROG = "bridges"
@@ -75,13 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check(path: str, routes: Sequence[Route]) -> None:
+def _check(path: str, routes: Sequence[Route], config: Config) -> None:
     _say(f"{path}: OK, {len(routes)} route(s)")
     for route in routes:
         _say(f"  {route.name}: {route.source.describe()} -> {route.sink.describe()}")
         for endpoint in (route.source, route.sink, route.dead_letter):
             for warning in getattr(endpoint, "check_warnings", list)():
                 _say(f"  {route.name}: warning: {warning}")
+    if config.bridge.engine == "spark":
+        spark = config.spark
+        _say(f"  engine spark: master {spark.master}, checkpoint {spark.checkpoint}")
+
+
+def _plugins(registry: Registry) -> None:
+    for plugin in registry.plugins():
+        print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
+    for missing in registry.unavailable():
+        print(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,18 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         say = configure_logging("debug" if args.verbose else "info", args.log_format, prog=PROG)
     registry = default_registry()
     if args.command == "plugins":
-        for plugin in registry.plugins():
-            print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
-        for missing in registry.unavailable():
-            print(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}")
+        _plugins(registry)
         return 0
     try:
         config = load_config(args.config, registry, engine=args.engine)
         if args.command == "check":
-            _check(args.config, build_routes(config, registry, checking=True))
-            if config.bridge.engine == "spark":
-                spark = config.spark
-                _say(f"  engine spark: master {spark.master}, checkpoint {spark.checkpoint}")
+            _check(args.config, build_routes(config, registry, checking=True), config)
             return 0
         if not args.verbose:
             logging.getLogger().setLevel(config.bridge.log_level.upper())
