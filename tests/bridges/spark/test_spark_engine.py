@@ -1,4 +1,5 @@
-"""engine = "spark" runs an unchanged route config: the same ids as engine = "local"."""
+"""engine = "spark" runs an unchanged route config (the same ids as engine = "local"), and
+the data-lake sink ``type = "spark"``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from spark_kit import (  # noqa: F401 (fixtures)
     BrokerProcess,
     broker_fixture,
     drain,
+    send,
     spark_fixture,
+    wait_for,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "spark-jsonl-to-stomp.toml"
@@ -82,3 +85,56 @@ def test_the_example_gives_the_same_ids_on_both_engines(
     kinds = {m.headers.get("bridge-id"): m.headers.get("kind") for m in on_spark}
     assert kinds == {m.headers.get("bridge-id"): m.headers.get("kind") for m in local}
     assert {m.headers.get("event-id") for m in on_spark} == _ids(local)
+
+
+def test_a_route_into_a_spark_parquet_sink(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    queue = f"/queue/lake-{uuid.uuid4().hex}"
+    config_path = tmp_path / "lake.toml"
+    config_path.write_text(
+        f"""
+[bridge]
+engine = "spark"
+[spark]
+checkpoint = "ckpt"
+trigger = "200 ms"
+[routes.orders]
+source = {{ type = "stomp", url = "{broker.url}", destination = "{queue}" }}
+sink = {{ type = "spark", format = "parquet", path = "lake", partition_by = ["destination"] }}
+[[routes.orders.transforms]]
+type = "json_extract"
+fields = {{ region = "customer.region" }}
+[[routes.orders.transforms]]
+type = "filter"
+header = "region"
+equals = "test"
+action = "drop"
+"""
+    )
+    regions = ["eu", "us", "test"]
+    send(broker.url, queue, [json.dumps({"n": n, "customer": {"region": regions[n % 3]}}).encode()
+                             for n in range(60)])  # fmt: skip
+    config = bridges.load_config(config_path, bridges.default_registry(), base_dir=tmp_path)
+    queries = start_routes(spark, config, str(config_path))
+
+    def rows() -> list[dict[str, Any]]:
+        from pyspark.errors import AnalysisException
+
+        try:  # as Spark reads a file sink's output: the files its log lists
+            return list(spark.read.parquet(str(tmp_path / "lake")).collect())
+        except AnalysisException:  # no batch committed yet
+            return []
+
+    try:
+        wait_for(lambda: len(rows()) >= 40, timeout=90)
+    finally:
+        for query in queries:
+            query.stop()
+    found = rows()
+    assert len(found) == 40  # the "test" region was filtered out on the executors
+    assert {dict(r["headers"])["region"] for r in found} == {"eu", "us"}
+    assert {r["destination"] for r in found} == {queue}
+    assert len({r["id"] for r in found}) == 40
+    assert (tmp_path / "lake").is_dir()
+    assert list((tmp_path / "lake").glob("destination=*"))  # partitioned as configured
