@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ._errors import SubscriptionOverflow as SubscriptionOverflow
     from ._errors import TransactionError as TransactionError
     from ._message import Message as Message
+    from ._message import MessageBatch as MessageBatch
     from ._reconnect import ConnectionEvent as ConnectionEvent
     from ._reconnect import Reconnect as Reconnect
     from ._subscription import Subscription as Subscription
@@ -67,6 +68,7 @@ _LAZY: dict[str, str] = {
     "connect": "._connect",
     "wrap_stream": "._connect",
     "Message": "._message",
+    "MessageBatch": "._message",
     "Subscription": "._subscription",
     "Transaction": "._transaction",
 }

@@ -9,7 +9,7 @@ transactions, SENDs to replay) lives there and in the reconnect supervisor.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import trio
 
@@ -21,10 +21,12 @@ from ._errors import (
     StompError,
 )
 from ._outbox import Outbox
-from .frame import HEARTBEAT, VERSIONS, Frame, FrameParser, encode
+from .frame import VERSIONS, Event, Frame, FrameParser, encode
 from .frame._heartbeat import format_heartbeat, negotiate, parse_heartbeat
 
 RECEIVE_SIZE: Final = 64 * 1024
+#: What the reader hands the events of one read to (see Connection.run).
+Dispatch = Callable[[Sequence[Event]], None]
 #: How long a failed write waits for the reader to find out why (see _write_loop).
 WRITE_FAILURE_GRACE: Final = 1.0
 
@@ -130,11 +132,13 @@ class Connection:
             self.heartbeat = (send_ms / 1000, expect_ms / 1000)
         self._last_read = trio.current_time()
 
-    async def run(self, dispatch: Callable[[Frame], None]) -> StompError | None:
+    async def run(self, dispatch: Dispatch) -> StompError | None:
         """Serve the connection until it fails (return the error) or :meth:`stop`.
 
-        ``dispatch`` gets every frame the peer sends; a StompError it raises
-        fails the connection.
+        ``dispatch`` gets the events of each read together (every frame and
+        heart-beat of it, in order): a subscription then gets its messages
+        in one step, and its consumer wakes once per read, not per message.
+        A StompError it raises fails the connection.
         """
         with self._scope:
             async with trio.open_nursery() as nursery:
@@ -184,33 +188,32 @@ class Connection:
                 await self._reader_done.wait()
             raise
 
-    async def _read_loop(self, dispatch: Callable[[Frame], None]) -> None:
+    async def _read_loop(self, dispatch: Dispatch) -> None:
         try:
             await self._read_frames(dispatch)
         finally:
             self._reader_done.set()
 
-    async def _read_frames(self, dispatch: Callable[[Frame], None]) -> None:
+    async def _read_frames(self, dispatch: Dispatch) -> None:
         stream = self.stream
         feed = self.parser.feed
-        for frame in self._early:
-            dispatch(frame)
+        if self._early:
+            dispatch(self._early)
         while True:
             data = await self._receive(stream)
             if data is None:
                 return
             self._last_read = trio.current_time()
-            events: Sequence[object]
+            events: Sequence[Event]
             error: RemoteProtocolError | None = None
             try:
                 events = feed(data)  # b"": the end of the stream
             except RemoteProtocolError as exc:
                 # The frames completed before the bad bytes are valid: act on
                 # them (an auto-acked MESSAGE would be lost otherwise).
-                events, error = exc.events, exc
-            for event in events:
-                if event is not HEARTBEAT:
-                    dispatch(event)  # type: ignore[arg-type]  # the parser yields Frame or HEARTBEAT
+                events, error = cast("tuple[Event, ...]", exc.events), exc
+            if events:
+                dispatch(events)
             if error is not None:
                 raise error
             if not data:

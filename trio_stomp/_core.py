@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Final, NoReturn
 
 import trio
 
@@ -40,8 +40,8 @@ from ._errors import (
 from ._groups import unwrap_group
 from ._reconnect import Replay, Supervisor
 from ._sender import HeaderArg, Pairs, ReceiptWaiter
-from ._subscription import SubscriptionTable
-from .frame import SEND_RESERVED_HEADERS, Frame, encode
+from ._subscription import SubscriptionState, SubscriptionTable
+from .frame import SEND_RESERVED_HEADERS, Event, Frame, encode
 from .frame._escaping import escape
 from .frame._frame import trusted_frame
 from .frame._headers import trusted_headers
@@ -292,12 +292,31 @@ class Core:
                 return
             await self.send_frame(command, pairs, receipt=receipt)
         except (ConnectionLost, ClientClosed) as exc:
-            if self._supervisor is None or self.error is not None:
-                raise
-            raise ClientClosed(
-                f"the connection was lost before the {command} of {message!r} was confirmed; "
-                "the broker will redeliver it"
-            ) from exc
+            self._ack_lost(exc, command, message)
+
+    async def send_acks(
+        self, command: str, acks: list[Pairs], *, receipt: bool, message: object
+    ) -> None:
+        """ACKs or NACKs of a batch, queued together (one write)."""
+        try:
+            if not receipt and self.version == "1.2" and all(len(p) == 1 for p in acks):
+                data = b"".join([ack_frame_bytes(command, pairs[0][1]) for pairs in acks])
+                await self.conn.outbox.put(data)
+                return
+            for pairs in acks[:-1]:
+                await self.queue_frame(command, pairs, b"", False)
+            # In order on one connection: the last one's receipt confirms them all.
+            await self.send_frame(command, acks[-1], receipt=receipt)
+        except (ConnectionLost, ClientClosed) as exc:
+            self._ack_lost(exc, command, message)
+
+    def _ack_lost(self, exc: StompError, command: str, message: object) -> NoReturn:
+        if self._supervisor is None or self.error is not None:
+            raise exc
+        raise ClientClosed(
+            f"the connection was lost before the {command} of {message!r} was confirmed; "
+            "the broker will redeliver it"
+        ) from exc
 
     async def send_cleanup(self, command: str, pairs: Pairs) -> None:
         """Send a frame that must reach the wire even when we are being cancelled.
@@ -320,15 +339,40 @@ class Core:
 
     # -- frames in ----------------------------------------------------------
 
-    def dispatch(self, frame: Frame) -> None:
+    def dispatch(self, events: Sequence[Event]) -> None:
+        """Act on the events of one read, in order.
+
+        Consecutive MESSAGEs for one subscription reach it together (one
+        step, one wake-up of its consumer); anything else is handled in its
+        turn, after the messages before it were delivered.
+        """
+        run: list[Frame] = []
+        run_sub: SubscriptionState | None = None
+        find = self.subscriptions.find
+        for event in events:
+            if not isinstance(event, Frame):
+                continue  # a heart-beat: the read itself was the sign of life
+            if event.command == "MESSAGE":
+                sub = find(event.headers)
+                if sub is not run_sub:
+                    if run_sub is not None:
+                        run_sub.deliver(run, self._generation)
+                    run, run_sub = [], sub
+                if sub is not None:
+                    run.append(event)
+                # else: for a subscription we just ended; the broker redelivers it.
+                continue
+            if run_sub is not None:
+                run_sub.deliver(run, self._generation)
+                run, run_sub = [], None
+            self._dispatch_other(event)
+        if run_sub is not None:
+            run_sub.deliver(run, self._generation)
+
+    def _dispatch_other(self, frame: Frame) -> None:
         command = frame.command
         headers = frame.headers
-        if command == "MESSAGE":
-            sub = self.subscriptions.find(headers)
-            if sub is not None:
-                sub.deliver(frame, self._generation)
-            # else: a message for a subscription we just ended; the broker redelivers it.
-        elif command == "RECEIPT":
+        if command == "RECEIPT":
             waiter = self.receipts.get(headers.get("receipt-id", ""))
             if waiter is not None:
                 waiter.set()

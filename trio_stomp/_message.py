@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, Protocol
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 from .frame import Frame, Headers
 
@@ -30,6 +30,35 @@ class TransactionScope(Protocol):
 AckCallback = Callable[
     ["Message", AckCommand, bool, "TransactionScope | None", int], Awaitable[None]
 ]
+#: How a batch is acknowledged: its subscription's ``acknowledge_batch``, given
+#: the messages, ACK or NACK, whether to await a receipt and the generation.
+BatchAckCallback = Callable[[Sequence["Message"], AckCommand, bool, int], Awaitable[None]]
+
+
+class Delivery:
+    """What the messages of one subscription on one connection share: how to
+    acknowledge them, the subscription's id and the connection generation.
+
+    One per subscription and connection, so that a :class:`Message` carries
+    a single reference (no per-message closure or bound method).
+    """
+
+    __slots__ = ("ack", "ack_batch", "generation", "subscription_id")
+
+    def __init__(
+        self,
+        ack: AckCallback,
+        ack_batch: BatchAckCallback,
+        subscription_id: str,
+        generation: int = 0,
+    ) -> None:
+        # The subscription's acknowledge: a message holds no reference to its
+        # subscription or client, only what acknowledging it takes.
+        self.ack = ack
+        self.ack_batch = ack_batch
+        self.subscription_id = subscription_id
+        # Which connection of the client it came on: acks are per connection.
+        self.generation = generation
 
 
 class Message:
@@ -40,20 +69,16 @@ class Message:
     is ``client`` or ``client-individual``, call :meth:`ack` or :meth:`nack`
     once the message is dealt with (or acknowledge it in a transaction with
     :meth:`Transaction.ack`).
+
+    A message is two references (its frame and what it shares with the other
+    messages of its subscription): it is made once per received frame.
     """
 
-    __slots__ = ("_ack", "_generation", "_subscription_id", "frame")
+    __slots__ = ("_delivery", "frame")
 
-    def __init__(
-        self, frame: Frame, ack: AckCallback, subscription_id: str, generation: int = 0
-    ) -> None:
+    def __init__(self, frame: Frame, delivery: Delivery) -> None:
         self.frame = frame
-        # The subscription's acknowledge: a message holds no reference to its
-        # subscription or client, only what acknowledging it takes.
-        self._ack = ack
-        self._subscription_id = subscription_id
-        # Which connection of the client it came on: acks are per connection.
-        self._generation = generation
+        self._delivery = delivery
 
     @property
     def body(self) -> bytes:
@@ -88,7 +113,7 @@ class Message:
     @property
     def subscription(self) -> str:
         """The id of the subscription that received it."""
-        return self.headers.get("subscription", self._subscription_id)
+        return self.headers.get("subscription", self._delivery.subscription_id)
 
     @property
     def redelivered(self) -> bool:
@@ -106,7 +131,8 @@ class Message:
             broker will redeliver the message, so it must not be acked now.
           LocalProtocolError: the subscription's ack mode is ``auto``.
         """
-        await self._ack(self, "ACK", receipt, None, self._generation)
+        delivery = self._delivery
+        await delivery.ack(self, "ACK", receipt, None, delivery.generation)
 
     async def nack(self, *, receipt: bool = False) -> None:
         """Reject the message: the broker redelivers it or dead-letters it.
@@ -116,7 +142,8 @@ class Message:
           LocalProtocolError: the ack mode is ``auto``, or the session
             speaks STOMP 1.0, which has no NACK.
         """
-        await self._ack(self, "NACK", receipt, None, self._generation)
+        delivery = self._delivery
+        await delivery.ack(self, "NACK", receipt, None, delivery.generation)
 
     async def acknowledge(
         self,
@@ -132,4 +159,59 @@ class Message:
           ClientClosed, LocalProtocolError: as for :meth:`ack` and :meth:`nack`.
           TransactionError: ``transaction`` is not open on this message's connection.
         """
-        await self._ack(self, command, receipt, transaction, self._generation)
+        delivery = self._delivery
+        await delivery.ack(self, command, receipt, transaction, delivery.generation)
+
+
+class MessageBatch(Sequence[Message]):
+    """Messages handed out together by :meth:`Subscription.batches`, in order.
+
+    A sequence of :class:`Message` (index it, iterate it, take its ``len``);
+    each message can still be acknowledged on its own, or the whole batch at
+    once with :meth:`ack` and :meth:`nack`.
+    """
+
+    __slots__ = ("_delivery", "_messages")
+
+    def __init__(self, messages: list[Message], delivery: Delivery) -> None:
+        self._messages = messages
+        self._delivery = delivery
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        return self._messages[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._messages)
+
+    def __repr__(self) -> str:
+        return f"<MessageBatch of {len(self._messages)} messages>"
+
+    async def ack(self, *, receipt: bool = False) -> None:
+        """Acknowledge every message of the batch, in one write.
+
+        With ``client-individual`` acks, one ACK per message; with ``client``
+        acks, one ACK, of the last message, which the broker applies to it and
+        every earlier one (cumulative). With ``receipt``, returns once the
+        broker confirmed the last ACK (and so, in order, all of them).
+
+        Raises:
+          ClientClosed, LocalProtocolError: as :meth:`Message.ack`.
+        """
+        delivery = self._delivery
+        await delivery.ack_batch(self._messages, "ACK", receipt, delivery.generation)
+
+    async def nack(self, *, receipt: bool = False) -> None:
+        """Reject every message of the batch: one NACK each, in one write.
+
+        Raises:
+          ClientClosed, LocalProtocolError: as :meth:`Message.nack`.
+        """
+        delivery = self._delivery
+        await delivery.ack_batch(self._messages, "NACK", receipt, delivery.generation)

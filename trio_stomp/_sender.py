@@ -89,6 +89,12 @@ class Sender(Protocol):
     async def send_ack(self, command: str, pairs: Pairs, *, receipt: bool, message: object) -> None:
         """Send an ACK or NACK of ``message`` (named in errors)."""
 
+    async def send_acks(
+        self, command: str, acks: list[Pairs], *, receipt: bool, message: object
+    ) -> None:
+        """Send the ACKs or NACKs of a batch (each one's headers in ``acks``) in one
+        write; with ``receipt``, wait for the last one's."""
+
     async def send_message(
         self,
         destination: str,

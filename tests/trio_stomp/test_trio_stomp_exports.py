@@ -32,6 +32,7 @@ SURFACES: dict[str, set[str]] = {
         "Heartbeat",
         "LocalProtocolError",
         "Message",
+        "MessageBatch",
         "ProtocolError",
         "Reconnect",
         "RemoteProtocolError",

@@ -1,13 +1,15 @@
 """The ``stomp`` source: one subscription, client-individual acks, a prefetch window.
 
-Each MESSAGE is one envelope, acked with ACK once the route's sink holds
-it. A nack with an error sends NACK (RabbitMQ requeues it, ActiveMQ
+Messages come from the subscription in batches (``Subscription.batches``)
+and go out one envelope each; an envelope is acked with ACK once the
+route's sink holds it. A nack with an error sends NACK (RabbitMQ requeues it, ActiveMQ
 dead-letters it by its redelivery policy); a release (shutdown) sends
 nothing: the broker takes unacked messages back when we disconnect.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
@@ -74,15 +76,23 @@ class StompSource:
 
 
 class _StompReceiver:
+    """Takes the subscription's messages a batch at a time (one wake-up per read
+    of the socket, not per message) and hands them out one by one. What it
+    holds when the route closes is unacked: the broker takes it back."""
+
     def __init__(self, subscription: trio_stomp.Subscription, origin: str) -> None:
-        self._next = subscription.__anext__
+        self._next_batch = subscription.batches().__anext__
+        self._pending: deque[trio_stomp.Message] = deque()
         self._origin = origin
 
     async def receive(self) -> Envelope:
-        try:
-            received = await self._next()
-        except StopAsyncIteration:
-            raise trio_stomp.ConnectionLost("the subscription ended") from None
+        pending = self._pending
+        if not pending:
+            try:
+                pending.extend(await self._next_batch())
+            except StopAsyncIteration:
+                raise trio_stomp.ConnectionLost("the subscription ended") from None
+        received = pending.popleft()
         pairs = received.headers.items()
         headers = dict(pairs)
         if len(headers) != len(pairs):  # a repeated header: the first one wins
