@@ -324,7 +324,10 @@ def best(cells: list[Cell]) -> Cell:
     return Result(fastest.count, fastest.elapsed, cpu * fastest.count / 10_000, note)
 
 
-def run_all(targets: list[Target], args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
+Runs = dict[tuple[str, str, str], list[Cell]]
+
+
+def run_all(targets: list[Target], args: argparse.Namespace) -> Runs:
     """Every cell: per broker and round, send then receive-auto for each client, then
     client-individual for each.
 
@@ -346,7 +349,37 @@ def run_all(targets: list[Target], args: argparse.Namespace) -> dict[tuple[str, 
             finally:
                 for destination in filled:  # left when a receive cell could not run
                     drain_rest(target, destination)
-    return {key: best(cells) for key, cells in runs.items()}
+    return runs
+
+
+def spread(values: list[float], fmt: str) -> str:
+    return f"{min(values):{fmt}}-{max(values):{fmt}}" if values else "-"
+
+
+def print_spread(targets: list[Target], runs: Runs, rounds: int) -> None:
+    """Every cell's range over the rounds: msg/s, CPU us per message, and trio_stomp's
+    rate over raw's and CPU over stomp.py's taken round by round (the two ran
+    next to each other in each round, so their ratio moves less than either)."""
+    print(f"\nspread over {rounds} rounds (min-max): msg/s; client CPU us/msg")
+    for target in targets:
+        for mode in MODES:
+            print(f"{target.label} {MODE_LABELS[mode]}")
+            cells = {client: runs.get((target.name, client, mode), []) for client in CLIENTS}
+            for client, results in cells.items():
+                ok = [r for r in results if isinstance(r, Result)]
+                rates = spread([r.rate for r in ok], ",.0f")
+                cpus = spread([r.cpu / r.count * 1e6 for r in ok], ".2f")
+                print(f"  {CLIENT_LABELS[client]:<12}{rates:>20} msg/s {cpus:>14} us/msg")
+            by_rate, by_cpu = [], []
+            for raw, ours, peer in zip(*cells.values(), strict=False):  # CLIENTS order
+                if isinstance(ours, Result) and isinstance(raw, Result):
+                    by_rate.append(ours.rate / raw.rate)
+                if isinstance(ours, Result) and isinstance(peer, Result):
+                    by_cpu.append(ours.cpu_per_10k / peer.cpu_per_10k)
+            print(
+                f"  {'trio_stomp/raw rate by round':<32}{spread(by_rate, '.2f')}x; "
+                f"CPU/stomp.py by round {spread(by_cpu, '.2f')}x"
+            )
 
 
 def progress(target: Target, client: str, mode: str, cell: Cell) -> None:
@@ -477,9 +510,11 @@ def main(argv: list[str]) -> int:
         if not targets:
             print("no broker to measure against; start them with: scripts/brokers up")
             return 1
-        cells = run_all(targets, args)
+        runs = run_all(targets, args)
+    cells = {key: best(results) for key, results in runs.items()}
     print()
     notes = print_table(targets, cells, args)
+    print_spread(targets, runs, args.rounds)
     if notes:
         print()
         for note in notes:

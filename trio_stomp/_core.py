@@ -288,7 +288,7 @@ class Core:
         try:
             if not receipt and len(pairs) == 1 and self.version == "1.2":
                 # The hot path of client-individual consumers: one header, no receipt.
-                await self.conn.outbox.put(ack_frame_bytes(command, pairs[0][1]))
+                await self.conn.outbox.put(ack_frame_bytes(command, pairs[0][1]), urgent=False)
                 return
             await self.send_frame(command, pairs, receipt=receipt)
         except (ConnectionLost, ClientClosed) as exc:

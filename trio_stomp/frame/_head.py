@@ -138,11 +138,11 @@ def parse_head(
         return command, _headers(tuple(pairs)), None
     start = found + len(_CONTENT_LENGTH_LINE)
     stop = text.find("\n", start)
-    return (
-        command,
-        _headers(tuple(pairs)),
-        content_length(text[start : stop if stop >= 0 else None]),
-    )
+    value = text[start : stop if stop >= 0 else None]
+    # The usual value inline (short ASCII digits); content_length() judges the rest.
+    if len(value) < 10 and value.isdigit() and value.isascii():
+        return command, _headers(tuple(pairs)), int(value)
+    return command, _headers(tuple(pairs)), content_length(value)
 
 
 def _cleaned_lines(text: str, version: str) -> list[str]:
