@@ -70,6 +70,7 @@ SURFACES: dict[str, set[str]] = {
         "StompError",
         "VERSIONS",
         "Version",
+        "compiled",
         "encode",
     },
     "trio_stomp.testing": {

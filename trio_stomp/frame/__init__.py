@@ -11,8 +11,13 @@ neither Trio nor the client (Spark executors use it without an event loop).
 - The error family: :class:`LocalProtocolError` (we were asked to produce
   something invalid), :class:`RemoteProtocolError` (the peer sent it).
 - The protocol's names: ack modes, prefetch headers, reserved header sets.
+- :data:`compiled`: True when the parser runs compiled (the optional mypyc
+  build of ``scripts/compile-codec``), False when it is pure Python.
 """
 
+from typing import Final as _Final
+
+from . import _parser as _parser_module
 from ._encoder import encode as encode
 from ._errors import LocalProtocolError as LocalProtocolError
 from ._errors import ProtocolError as ProtocolError
@@ -36,3 +41,7 @@ from ._spec import SEND_RESERVED_HEADERS as SEND_RESERVED_HEADERS
 from ._spec import SUBSCRIBE_RESERVED_HEADERS as SUBSCRIBE_RESERVED_HEADERS
 from ._spec import AckMode as AckMode
 from ._splitter import FrameSplitter as FrameSplitter
+
+#: True when the parser's modules are the compiled (mypyc) build, False when
+#: they are the pure-Python ones (the default, and the fallback everywhere).
+compiled: _Final[bool] = not (_parser_module.__file__ or "").endswith(".py")

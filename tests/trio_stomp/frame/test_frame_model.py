@@ -114,3 +114,11 @@ def test_frame_repr_is_short() -> None:
 def test_heartbeats_are_all_equal() -> None:
     assert Heartbeat() == HEARTBEAT
     assert Frame("SEND") != HEARTBEAT  # type: ignore[comparison-overlap]
+
+
+def test_compiled_says_which_parser_runs() -> None:
+    import trio_stomp.frame
+    import trio_stomp.frame._parser
+
+    compiled = not trio_stomp.frame._parser.__file__.endswith(".py")
+    assert trio_stomp.frame.compiled is compiled
