@@ -45,3 +45,24 @@ from ._splitter import FrameSplitter as FrameSplitter
 #: True when the parser's modules are the compiled (mypyc) build, False when
 #: they are the pure-Python ones (the default, and the fallback everywhere).
 compiled: _Final[bool] = not (_parser_module.__file__ or "").endswith(".py")
+
+
+def _class_doc_from_source(module: object, name: str) -> str | None:
+    """The docstring of class ``name`` in the ``.py`` beside a compiled ``module``:
+    mypyc drops class docstrings, and ``help(FrameParser)`` should not be empty."""
+    import ast
+    import pathlib
+
+    path = pathlib.Path(getattr(module, "__file__", "") or "")
+    try:
+        tree = ast.parse(path.with_name(path.name.split(".")[0] + ".py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return ast.get_docstring(node, clean=False)
+    return None
+
+
+if compiled and not FrameParser.__doc__:
+    FrameParser.__doc__ = _class_doc_from_source(_parser_module, "FrameParser")
