@@ -14,8 +14,9 @@ client does with them, in one process, CPU time (``time.process_time``):
   ``wrap_stream`` over a stream stub that answers CONNECT and DISCONNECT and
   hands out the recorded reads once SUBSCRIBE arrives. Trio's scheduling
   (the reader task, the consumer task, the writer task) is in it.
-- ``client batches``: the same with ``async for batch in sub.batches()``
-  (auto acks, and client-individual with one cumulative-free ACK per message).
+- ``batches auto`` / ``batches client-individual``: the same with ``async
+  for batch in sub.batches()``, client-individual settling each batch with
+  ``await batch.ack()`` (one ACK per message, in one write).
 - ``stomp.py parse`` and ``stomp.py dispatch``: stomp.py 9's receive loop
   (its ``BaseTransport.__read`` split and ``utils.parse_frame``, as in
   ``bench/codec.py``), then ``process_frame`` to a listener's ``on_message``;
@@ -23,7 +24,10 @@ client does with them, in one process, CPU time (``time.process_time``):
   through a transport whose ``send`` drops the bytes.
 
 Rows run interleaved, ``--rounds`` times each, and the best (lowest CPU) is
-kept: on a shared machine the minimum is the cost, the rest is noise.
+kept: on a shared machine the minimum is the cost, the rest is noise. The
+first line says whether the codec ran compiled (``scripts/compile-codec``).
+The stream stub ignores the prefetch window, so each subscription gets a
+buffer for every message.
 Garbage collection stays on (a receive loop runs with it). ``--profile``
 runs the client auto row once under cProfile into FILE.
 """
