@@ -337,45 +337,66 @@ trio.run(main)
 """
 
 
-@contextmanager
-def embedded_broker(timeout: float = 15.0) -> Iterator[Target]:
-    """Run the embedded broker in a subprocess for the block; yield its :class:`Target`.
+def start_embedded_broker(
+    data_dir: Path | None = None, timeout: float = 15.0, name: str = "embedded"
+) -> tuple[subprocess.Popen[bytes], Target]:
+    """Start the embedded broker in a subprocess (durable with ``data_dir``); return it and
+    its :class:`Target` once it listens. Stop it with :func:`stop_process`.
 
     Uses the ``trio-stomp broker`` console script next to this interpreter
-    when there is one, else ``python -c`` with ``open_broker``.
+    when there is one, else ``python -c`` with ``open_broker`` (volatile).
+    Its log goes to a temporary file, so it never blocks on a full pipe.
     """
     script = Path(sys.executable).with_name("trio-stomp")
     if script.exists():
         command = [str(script), "broker", "--listen", f"{HOST}:0"]
-    else:
+        if data_dir is not None:
+            command += ["--data-dir", str(data_dir)]
+    elif data_dir is None:
         command = [sys.executable, "-c", _FALLBACK_BROKER]
-    with tempfile.TemporaryFile(mode="w+") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            deadline = time.monotonic() + timeout
-            port = None
-            while port is None:
+    else:
+        raise BenchError(f"a durable broker needs the trio-stomp script beside {sys.executable}")
+    with tempfile.TemporaryFile(mode="w+") as log:  # (the child keeps its own descriptor)
+        proc: subprocess.Popen[bytes] = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=log
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            log.seek(0)
+            found = _LISTENING.search(log.read())
+            if found:
+                return proc, Target(name, name, int(found.group(1)), "bench", "bench")
+            if proc.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
-                found = _LISTENING.search(log.read())
-                if found:
-                    port = int(found.group(1))
-                elif proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise BenchError(
-                        f"the embedded broker did not start ({' '.join(command)}): "
-                        f"{log.read().strip()[-300:] or 'no output'}"
-                    )
-                else:
-                    time.sleep(0.05)
-            yield Target(EMBEDDED, "embedded", port, "bench", "bench")
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop_process(proc)
+                raise BenchError(
+                    f"the embedded broker did not start ({' '.join(command)}): "
+                    f"{log.read().strip()[-300:] or 'no output'}"
+                )
+            time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM ``proc`` and wait; SIGKILL it if it is still there after ``timeout`` s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def embedded_broker(
+    timeout: float = 15.0, data_dir: Path | None = None, name: str = "embedded"
+) -> Iterator[Target]:
+    """The embedded broker in a subprocess for the block (:func:`start_embedded_broker`)."""
+    proc, target = start_embedded_broker(data_dir, timeout, name)
+    try:
+        yield target
+    finally:
+        stop_process(proc)
 
 
 # -- one measurement per fresh process ---------------------------------------------

@@ -33,19 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Final
 
 from _common import (
     HOST,
@@ -55,41 +50,10 @@ from _common import (
     body_of,
     check_target,
     drain_rest,
+    embedded_broker,
     environment_line,
     unique_queue,
 )
-
-_LISTENING: Final = re.compile(r"broker listening on stomp://[^:\s]+:(\d+)")
-
-
-@contextmanager
-def embedded(data_dir: Path | None, name: str) -> Iterator[Target]:
-    """``trio-stomp broker`` in its own process (with ``--data-dir`` when given)."""
-    script = Path(sys.executable).with_name("trio-stomp")
-    command = [str(script), "broker", "--listen", f"{HOST}:0"]
-    if data_dir is not None:
-        command += ["--data-dir", str(data_dir)]
-    with tempfile.TemporaryFile(mode="w+") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            deadline = time.monotonic() + 15
-            while True:
-                log.seek(0)
-                found = _LISTENING.search(log.read())
-                if found:
-                    break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise BenchError(f"{name} did not start: {log.read()[-300:]}")
-                time.sleep(0.05)
-            yield Target(name, name, int(found.group(1)), "bench", "bench")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _connect(target: Target) -> socket.socket:
@@ -180,8 +144,8 @@ def main() -> int:
     rates: dict[tuple[str, int], list[float]] = {}
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="durable-bench-") as tmp:
         targets = [
-            stack.enter_context(embedded(Path(tmp) / "data", "durable")),
-            stack.enter_context(embedded(None, "memory")),
+            stack.enter_context(embedded_broker(data_dir=Path(tmp) / "data", name="durable")),
+            stack.enter_context(embedded_broker(name="memory")),
         ]
         rabbit = TARGETS["rabbitmq"]
         problem = check_target(rabbit)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import trio
+from _common import start_embedded_broker, stop_process
 
 import trio_stomp
 
@@ -49,19 +50,6 @@ def wait_for_log(path: Path, pattern: str, timeout: float) -> None:
             return
         time.sleep(0.5)
     raise RuntimeError(f"{path.name}: no {pattern!r} within {timeout} s")
-
-
-def start_broker() -> tuple[subprocess.Popen[bytes], str]:
-    command = [sys.executable, "-m", "trio_stomp.cli", "broker", "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    seen = b""
-    while not (found := re.search(rb"listening on (stomp://[\d.:]+)", seen)):
-        line = process.stderr.readline()
-        if not line:
-            raise RuntimeError(f"the broker did not start: {seen!r}")
-        seen += line
-    return process, found[1].decode()
 
 
 def send(url: str, queue: str, count: int) -> None:
@@ -100,7 +88,8 @@ def main() -> None:
     port = free_port()
     master_url = f"spark://127.0.0.1:{port}"
     processes: list[subprocess.Popen[bytes]] = []
-    broker, url = start_broker()
+    broker, target = start_embedded_broker()
+    url = target.url
     try:
         log = work / "master.log"
         master_args = ["--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"]
@@ -184,8 +173,7 @@ def main() -> None:
         for process in reversed(processes):
             process.terminate()
             process.wait(30)
-        broker.terminate()
-        broker.wait(10)
+        stop_process(broker)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -40,6 +39,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import trio
+from _common import start_embedded_broker, stop_process
 
 import trio_stomp
 
@@ -77,19 +77,6 @@ def child(url: str, checkpoint: str, output: str, per_trigger: int) -> None:
         .start()
     )
     query.awaitTermination()
-
-
-def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    command = [sys.executable, "-m", "trio_stomp.cli", "broker", "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen([*command, "--data-dir", str(data_dir)], stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    seen = b""
-    while not (found := re.search(rb"listening on (stomp://[\d.:]+)", seen)):
-        line = process.stderr.readline()
-        if not line:
-            raise RuntimeError(f"the broker did not start: {seen!r}")
-        seen += line
-    return process, found[1].decode()
 
 
 def fill(url: str, count: int) -> None:
@@ -177,7 +164,8 @@ def kill(process: subprocess.Popen[bytes]) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="spark-crash-"))
-    broker, url = start_broker(work / "broker")
+    broker, target = start_embedded_broker(work / "broker")
+    url = target.url
     try:
         fill(url, args.count)
         kills = []
@@ -222,8 +210,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "batches_committed": commits(work / "ckpt"),
         }
     finally:
-        broker.terminate()
-        broker.wait(10)
+        stop_process(broker)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from _common import start_embedded_broker, stop_process
 
 import bridges
 import trio_stomp
@@ -57,19 +57,6 @@ def burn(message: bridges.Message) -> bridges.Message:
     while time.perf_counter() < end:
         spins += 1
     return bridges.Message(message.body, {**message.headers, "spins": str(spins)}, message.id)
-
-
-def start_broker() -> tuple[subprocess.Popen[bytes], str]:
-    command = [sys.executable, "-m", "trio_stomp.cli", "broker", "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    seen = b""
-    while not (found := re.search(rb"listening on (stomp://[\d.:]+)", seen)):
-        line = process.stderr.readline()
-        if not line:
-            raise RuntimeError(f"the broker did not start: {seen!r}")
-        seen += line
-    return process, found[1].decode()
 
 
 def fill(url: str, queue: str, count: int) -> None:
@@ -184,6 +171,8 @@ def run_spark(
             for query in queries:
                 query.stop()
         full = [p for p in progress if p["numInputRows"] > 0]
+        if not full:  # (Spark keeps the last few progress reports: a run too short has none)
+            raise SystemExit(f"spark_throughput: no progress report with rows for {count} messages")
         starts = [datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")) for p in full]
         latency = [p["durationMs"]["triggerExecution"] / 1000 for p in full]
 
@@ -232,7 +221,8 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    broker, url = start_broker()
+    broker, target = start_embedded_broker()
+    url = target.url
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
@@ -251,8 +241,7 @@ def main() -> None:
             )
     finally:
         spark.stop()
-        broker.terminate()
-        broker.wait(10)
+        stop_process(broker)
     if args.json:
         print(json.dumps(results))
         return

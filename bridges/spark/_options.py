@@ -10,10 +10,12 @@ appear in an error or a log line.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Final
 
 import attrs
 
+import trio_stomp
 from trio_stomp.frame import VERSIONS
 from trio_stomp.util import Endpoint
 
@@ -118,6 +120,21 @@ class StompOptions:
     transactional: bool = True
     connect_timeout: float = 10.0
     subscribe_headers: tuple[tuple[str, str], ...] = ()
+
+    def connect(
+        self, *, disconnect_timeout: float, reconnect: trio_stomp.Reconnect | None = None
+    ) -> AbstractAsyncContextManager[trio_stomp.Client]:
+        """``trio_stomp.connect`` to these URLs with these credentials and limits."""
+        return trio_stomp.connect(
+            list(self.urls),
+            login=self.login,
+            passcode=self.passcode,
+            vhost=self.vhost,
+            versions=self.versions,
+            connect_timeout=self.connect_timeout,
+            disconnect_timeout=disconnect_timeout,
+            reconnect=reconnect,
+        )
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, role: str) -> StompOptions:

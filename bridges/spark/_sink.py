@@ -94,15 +94,7 @@ class StompStreamWriter(DataSourceStreamWriter):
 
     async def _send(self, rows: Iterator[Row], prefix: str) -> int:
         options = self._options
-        async with trio_stomp.connect(
-            list(options.urls),
-            login=options.login,
-            passcode=options.passcode,
-            vhost=options.vhost,
-            versions=options.versions,
-            connect_timeout=options.connect_timeout,
-            disconnect_timeout=2.0,
-        ) as client:
+        async with options.connect(disconnect_timeout=2.0) as client:
             if options.transactional:
                 return await self._in_transactions(client, rows, prefix)
             return await self._with_receipt(client, rows, prefix)

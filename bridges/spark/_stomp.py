@@ -59,15 +59,9 @@ class StompFeed:
         window = str(options.prefetch)
         headers = {"prefetch-count": window, "activemq.prefetchSize": window}
         headers.update(options.subscribe_headers)
-        async with trio_stomp.connect(
-            list(options.urls),
-            login=options.login,
-            passcode=options.passcode,
-            vhost=options.vhost,
-            versions=options.versions,
-            connect_timeout=options.connect_timeout,
-            disconnect_timeout=_DISCONNECT_TIMEOUT,
-            reconnect=trio_stomp.Reconnect(initial_delay=0.2, max_delay=10.0),
+        reconnect = trio_stomp.Reconnect(initial_delay=0.2, max_delay=10.0)
+        async with options.connect(
+            disconnect_timeout=_DISCONNECT_TIMEOUT, reconnect=reconnect
         ) as client:
             subscription = client.subscribe(
                 options.destination, ack="client-individual", headers=headers
