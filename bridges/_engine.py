@@ -47,6 +47,7 @@ from ._flow import (
     TransformFailed,
     Window,
     one_line,
+    settle,
     sole,
 )
 from ._message import Envelope, Message
@@ -530,31 +531,19 @@ class Route:
         slots = self._slots
         while (entry := await queue.get()) is not None:
             envelopes, error, counter = entry
-            failures: list[BaseException] = []
-            for envelope in envelopes:
-                try:
-                    if error is None:
-                        await envelope.ack()
-                    else:
-                        await envelope.nack(error)
-                except Exception as exc:
-                    failures.append(exc)
-                finally:  # (_settled, inline)
-                    if envelope in inflight:  # else already handed back
-                        inflight.remove(envelope)
-                        slots.release()
+            failed, failure = await settle(envelopes, error, inflight, slots)
             setattr(stats, counter, getattr(stats, counter) + len(envelopes))
             if counter == "delivered":
                 stats.batches += 1
-            if failures:
+            if failure is not None:
                 log.warning(
                     "route %r: %s failed for %d of %d message(s) (%s); "
                     "the source may deliver them again",
                     self.name,
                     "ack" if error is None else "nack",
-                    len(failures),
+                    failed,
                     len(envelopes),
-                    one_line(failures[0]),
+                    one_line(failure),
                 )
             await trio.lowlevel.checkpoint()
 

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from ._endpoint import MessageRejected
+from ._message import OPEN, Envelope
 
 T = TypeVar("T")
 
@@ -121,6 +122,65 @@ class Queue(Generic[T]):
         if not await self.wait():
             return None
         return self.items.pop(0)
+
+
+def settle_runs(envelopes: list[Envelope]) -> list[list[Envelope]]:
+    """``envelopes`` cut, in order, into runs that one :meth:`Envelope.ack_all` can
+    take: consecutive envelopes with the same :attr:`~Envelope.settle_key`; an
+    envelope whose key is None is a run of its own."""
+    if not envelopes:
+        return []
+    runs = []
+    start = 0
+    key = envelopes[0].settle_key
+    for index in range(1, len(envelopes)):
+        next_key = envelopes[index].settle_key
+        if next_key is None or next_key is not key:
+            runs.append(envelopes[start:index])
+            start = index
+            key = next_key
+    runs.append(envelopes[start:] if start else envelopes)
+    return runs
+
+
+async def settle(
+    envelopes: list[Envelope],
+    error: BaseException | None,
+    inflight: set[Envelope],
+    slots: Window,
+) -> tuple[int, BaseException | None]:
+    """Ack (``error`` None: a run of them in one call, see :func:`settle_runs`) or
+    nack ``envelopes``, in order. Each leaves ``inflight`` and frees its slot once
+    tried, even when cancelled (unless already handed back).
+
+    Returns how many failed and the first failure (or None).
+    """
+    failed = 0
+    first: BaseException | None = None
+    runs = settle_runs(envelopes) if error is None else [[e] for e in envelopes]
+    for run in runs:
+        try:
+            if error is not None:
+                await run[0].nack(error)
+            elif len(run) == 1:
+                await run[0].ack()
+            else:
+                await run[0].ack_all(run)
+        except Exception as exc:
+            failed += len(run)
+            first = first or exc
+        except BaseException:  # cancelled: the ones never tried stay in flight, to be released
+            _leave([run[0], *[e for e in run[1:] if e.state != OPEN]], inflight, slots)
+            raise
+        _leave(run, inflight, slots)
+    return failed, first
+
+
+def _leave(envelopes: list[Envelope], inflight: set[Envelope], slots: Window) -> None:
+    for envelope in envelopes:
+        if envelope in inflight:  # else already handed back
+            inflight.remove(envelope)
+            slots.release()
 
 
 #: Called once per batch written (see :attr:`RouteStats.observe`): the batch's

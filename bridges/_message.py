@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -73,6 +73,11 @@ class Envelope:
     A push source (an HTTP webhook, say) builds envelopes whose ``ack``
     sends its 2xx answer and whose ``nack`` an error: the engine needs nothing
     else from it.
+
+    A source that can ack many messages at once (one write for a run of them)
+    sets :attr:`settle_key` and overrides :meth:`ack_all`: the engine hands
+    each run of consecutive envelopes with the same key to the first one's
+    :meth:`ack_all`, in one call.
     """
 
     __slots__ = ("_ack", "_nack", "message", "origin", "state")
@@ -80,6 +85,9 @@ class Envelope:
     #: Why the source could not read this message whole, or None (the class
     #: default, so that subclasses need not set it): see :class:`UnreadableEnvelope`.
     error: BaseException | None = None
+    #: Envelopes whose keys are the same object (not None) may be acked
+    #: together by :meth:`ack_all`; None (the class default): one at a time.
+    settle_key: object = None
 
     def __init__(self, message: Message, *, ack: AckFn, nack: NackFn, origin: str = "") -> None:
         self.message = message
@@ -97,6 +105,17 @@ class Envelope:
         if self.state is OPEN:
             self.state = ACKED
             await self._ack()
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        """Ack ``envelopes``, in order: consecutive ones sharing this one's
+        :attr:`settle_key` (this one first). Each acked at most once, as by
+        :meth:`ack`; an error means any of them may not be acked.
+
+        The default acks them one at a time; a source overrides it to send
+        the acks together.
+        """
+        for envelope in envelopes:
+            await envelope.ack()
 
     async def nack(self, error: BaseException | None = None) -> None:
         """The message was not delivered; the source should offer it again.

@@ -116,6 +116,13 @@ class Message:
         return self.headers.get("subscription", self._delivery.subscription_id)
 
     @property
+    def ack_group(self) -> object:
+        """An opaque token, the same object for every message of one subscription
+        received on one connection: messages sharing it can be acknowledged
+        together, with :meth:`MessageBatch.of`."""
+        return self._delivery
+
+    @property
     def redelivered(self) -> bool:
         """True when the broker says it delivered this message before."""
         return self.headers.get("redelivered", "false").lower() == "true"
@@ -176,6 +183,27 @@ class MessageBatch(Sequence[Message]):
     def __init__(self, messages: list[Message], delivery: Delivery) -> None:
         self._messages = messages
         self._delivery = delivery
+
+    @classmethod
+    def of(cls, messages: Sequence[Message]) -> MessageBatch:
+        """A batch of ``messages`` to acknowledge together: messages of one
+        subscription from one connection (one :attr:`Message.ack_group`), in the
+        order received, for example some of several batches.
+
+        Raises:
+          ValueError: ``messages`` is empty, or not all of one ack group.
+        """
+        if not messages:
+            raise ValueError("a MessageBatch needs at least one message")
+        delivery = messages[0].ack_group
+        for message in messages:
+            if message.ack_group is not delivery:
+                raise ValueError(
+                    f"{message!r} is not of the same subscription and connection as "
+                    f"{messages[0]!r}: they cannot be acknowledged together"
+                )
+        assert isinstance(delivery, Delivery)
+        return cls(list(messages), delivery)
 
     def __len__(self) -> int:
         return len(self._messages)

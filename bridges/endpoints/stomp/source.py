@@ -2,7 +2,8 @@
 
 Messages come from the subscription in batches (``Subscription.batches``)
 and go out one envelope each; an envelope is acked with ACK once the
-route's sink holds it. A nack with an error sends NACK (RabbitMQ requeues it, ActiveMQ
+route's sink holds it (the engine hands a run of them to ``ack_all``: one
+write). A nack with an error sends NACK (RabbitMQ requeues it, ActiveMQ
 dead-letters it by its redelivery policy); a release (shutdown) sends
 nothing: the broker takes unacked messages back when we disconnect.
 """
@@ -10,7 +11,7 @@ nothing: the broker takes unacked messages back when we disconnect.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -114,22 +115,34 @@ class _StompEnvelope(Envelope):
     the two callables per message that would only forward to ``received``.
     """
 
-    __slots__ = ("_received",)
+    __slots__ = ("received", "settle_key")
 
     def __init__(self, message: Message, received: trio_stomp.Message, origin: str) -> None:
         self.message = message
         self.origin = origin
         self.state = OPEN
-        self._received = received
+        self.received = received
+        # Envelopes of one subscription and connection: acked together, in one write.
+        self.settle_key = received.ack_group
 
     async def ack(self) -> None:
         if self.state is OPEN:
             self.state = ACKED
-            await self._received.ack()
+            await self.received.ack()
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        """One ACK each, in one write (``MessageBatch.ack``)."""
+        received = []
+        for envelope in envelopes:
+            if isinstance(envelope, _StompEnvelope) and envelope.state is OPEN:
+                envelope.state = ACKED
+                received.append(envelope.received)
+        if received:
+            await trio_stomp.MessageBatch.of(received).ack()
 
     async def nack(self, error: BaseException | None = None) -> None:
         if self.state is OPEN:
             self.state = NACKED
             if error is not None:
-                await self._received.nack()
+                await self.received.nack()
             # A release: the broker gets the message back when we unsubscribe.

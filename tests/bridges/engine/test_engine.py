@@ -497,3 +497,99 @@ async def test_a_push_source_answers_each_request_once_the_sink_has_it(
     assert answers[b"poison"] == 503
     assert all(answers[f"c{i}".encode()] == 200 for i in range(5))
     assert sorted(sink.written) == ["c0", "c1", "c2", "c3", "c4", "first"]
+
+
+class _KeyedEnvelope(Envelope):
+    """An envelope of a source that acks runs of one key in one call (``ack_all``)."""
+
+    __slots__ = ("calls", "mode", "settle_key")
+
+    def __init__(
+        self, message: Message, key: object, calls: list[list[str]], mode: str = "ok"
+    ) -> None:
+        super().__init__(message, ack=self._ack_one, nack=self._nack_one)
+        self.settle_key = key
+        self.calls = calls
+        self.mode = mode  # "ok", "stuck" (waits forever) or "broken" (raises)
+
+    async def _ack_one(self) -> None:
+        self.calls.append([self.message.id])
+
+    async def _nack_one(self, error: BaseException | None) -> None:
+        pass
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        if self.mode == "broken":
+            raise OSError("gone")
+        if self.mode == "stuck":
+            self.state = "acked"
+            await trio.sleep_forever()
+        for envelope in envelopes:
+            assert envelope.settle_key is self.settle_key
+            envelope.state = "acked"
+        self.calls.append([envelope.message.id for envelope in envelopes])
+        await trio.lowlevel.checkpoint()
+
+
+class _KeyedSource:
+    def __init__(self, keys: list[object]) -> None:
+        self.calls: list[list[str]] = []
+        self.envelopes = [
+            _KeyedEnvelope(Message(b"x", id=f"m{i}"), key, self.calls) for i, key in enumerate(keys)
+        ]
+
+    def describe(self) -> str:
+        return "keyed"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Any]:
+        yield self
+
+    async def receive(self) -> Envelope:
+        if not self.envelopes:
+            raise trio.EndOfChannel
+        return self.envelopes.pop(0)  # (no checkpoint: all nine in one batch)
+
+
+async def test_a_run_of_envelopes_with_one_settle_key_is_acked_in_one_call() -> None:
+    a, b = object(), object()
+    source = _KeyedSource([a, a, a, None, None, b, b, a, a])
+    sink = FakeSink()
+    r = Route("r", source, sink, batch_count=100, batch_time=0)
+    await r.run()
+    assert [m.id for batch in sink.batches for m in batch] == [f"m{i}" for i in range(9)]
+    runs = [["m0", "m1", "m2"], ["m3"], ["m4"], ["m5", "m6"], ["m7", "m8"]]
+    assert source.calls == runs  # (written in one batch)
+    assert (r.stats.delivered, r.in_flight) == (9, 0)
+
+
+async def test_settle_leaves_what_a_cancelled_ack_all_never_tried_in_flight() -> None:
+    from bridges._flow import Window, settle
+
+    key = object()
+    calls: list[list[str]] = []
+    envelopes: list[Envelope] = [
+        _KeyedEnvelope(Message(b"x", id=f"m{i}"), key, calls, "stuck") for i in range(3)
+    ]
+    inflight = set(envelopes)
+    slots = Window(3)
+    slots.free = 0
+    with trio.move_on_after(0.01):
+        await settle(envelopes, None, inflight, slots)
+    assert inflight == set(envelopes[1:])  # to be released (nacked) by the route
+    assert slots.free == 1
+
+
+async def test_a_failed_ack_all_counts_its_whole_run_and_frees_its_slots() -> None:
+    from bridges._flow import Window, settle
+
+    key = object()
+    calls: list[list[str]] = []
+    envelopes: list[Envelope] = [
+        _KeyedEnvelope(Message(b"x", id=f"m{i}"), key, calls, "broken") for i in range(3)
+    ]
+    inflight = set(envelopes)
+    slots = Window(3)
+    slots.free = 0
+    failed, first = await settle(envelopes, None, inflight, slots)
+    assert (failed, str(first), inflight, slots.free) == (3, "gone", set(), 3)

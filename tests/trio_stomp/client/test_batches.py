@@ -147,3 +147,26 @@ async def test_batch_ack_after_the_connection_is_gone_is_refused(
             kept = await anext(aiter(sub.batches()))
     with pytest.raises(trio_stomp.ClientClosed, match="redeliver"):
         await kept.ack()
+
+
+async def test_message_batch_of_acks_messages_of_several_batches_in_one_write(
+    embedded: Target, unique: Callable[[str], str]
+) -> None:
+    dest = unique("queue")
+    async with trio_stomp.connect(embedded.url) as client:
+        await _fill(client, dest, 9)
+        kept: list[trio_stomp.Message] = []
+        async with client.subscribe(dest, ack="client-individual") as sub:
+            async for batch in sub.batches(max_messages=3):
+                kept.extend(batch)
+                if batch[-1].text == "last":
+                    break
+            assert len({m.ack_group for m in kept}) == 1
+            await trio_stomp.MessageBatch.of(kept).ack(receipt=True)
+            async with client.subscribe(unique("queue"), ack="client-individual") as other:
+                other_message = trio_stomp.Message(kept[0].frame, other._state.delivery)
+                with pytest.raises(ValueError, match="same subscription"):
+                    trio_stomp.MessageBatch.of([kept[0], other_message])
+    with pytest.raises(ValueError, match="at least one"):
+        trio_stomp.MessageBatch.of([])
+    assert await _left_in(embedded.url, dest) == []

@@ -134,3 +134,30 @@ async def test_stomp_endpoint_fails_over_to_the_next_url(
         await writer.write([Message(b"via failover", {}, "id-1")])
     async with trio_stomp.connect(embedded.url) as client, client.subscribe(dest) as sub:
         assert (await anext(aiter(sub))).body == b"via failover"
+
+
+async def test_the_stomp_source_acks_a_run_of_envelopes_in_one_write(
+    embedded: Target, unique: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    destination = unique("queue")
+    async with trio_stomp.connect(embedded.url) as client:
+        for i in range(40):
+            await client.send(destination, f"b{i}", receipt=i == 39)
+    acked: list[int] = []
+    batch_ack = trio_stomp.MessageBatch.ack
+
+    async def counting(batch: trio_stomp.MessageBatch, *, receipt: bool = False) -> None:
+        acked.append(len(batch))
+        await batch_ack(batch, receipt=receipt)
+
+    monkeypatch.setattr(trio_stomp.MessageBatch, "ack", counting)
+    source = StompSource(StompSourceConfig(url=embedded.url, destination=destination), CTX)
+    sink = FakeSink()
+    route = Route("s", source, sink, batch_count=40, batch_time=0.5)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(route.run)
+        await wait_until(lambda: route.stats.delivered >= 40)
+        route.stop()
+    assert sum(acked) == 40
+    assert len(acked) < 40  # runs, not one ACK write per message
+    assert await drain(embedded.url, destination, 0) == []
