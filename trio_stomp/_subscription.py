@@ -9,7 +9,7 @@ MESSAGE to its buffer and to re-subscribe them after a reconnect.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from itertools import islice, repeat
 from types import TracebackType
 from typing import Final
@@ -193,15 +193,20 @@ class SubscriptionState:
 
     # -- acknowledging ------------------------------------------------------
 
-    async def acknowledge(
+    def acknowledge(
         self,
         message: Message,
         command: AckCommand,
         receipt: bool,
         transaction: TransactionScope | None,
         generation: int,
-    ) -> None:
-        """ACK or NACK ``message`` (each :class:`Message` holds this as its callback)."""
+    ) -> Awaitable[None]:
+        """ACK or NACK ``message`` (each :class:`Message` holds this as its callback).
+
+        Not a coroutine: it checks and builds the frame's headers at once (and
+        raises at once) and returns what sends it, so that the caller awaits
+        the sender's coroutine directly, one frame fewer on every ACK.
+        """
         sender = self.sender
         if generation != sender.generation:
             raise ClientClosed(
@@ -213,7 +218,7 @@ class SubscriptionState:
         pairs = self._ack_pairs(message, command, sender.version)
         if transaction is not None:
             pairs.append(("transaction", transaction.id))
-        await sender.send_ack(command, pairs, receipt=receipt, message=message)
+        return sender.send_ack(command, pairs, receipt=receipt, message=message)
 
     async def acknowledge_batch(
         self, messages: Sequence[Message], command: AckCommand, receipt: bool, generation: int
