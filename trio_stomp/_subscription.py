@@ -29,15 +29,6 @@ _YIELD_EVERY: Final = 64
 DEFAULT_BATCH: Final = 1000
 
 
-def first_value(headers: Headers, name: str) -> str | None:
-    """``headers.get(name)`` by a scan: for the one header a hot path needs, where
-    building the lookup table that ``get`` keeps would cost more."""
-    for key, value in headers.items():
-        if key == name:
-            return value
-    return None
-
-
 class SubscriptionTable:
     """The client's open subscriptions by id, and the ids it has ended."""
 
@@ -48,7 +39,7 @@ class SubscriptionTable:
 
     def find(self, headers: Headers) -> SubscriptionState | None:
         """The subscription a MESSAGE with ``headers`` is for, if it is still open."""
-        sub_id = first_value(headers, "subscription")
+        sub_id = headers.get("subscription")
         if sub_id is not None:
             return self.by_id.get(sub_id)
         # Some 1.0 brokers leave the id out: match by destination.
@@ -259,8 +250,7 @@ class SubscriptionState:
             raise LocalProtocolError("STOMP 1.0 has no NACK")
         headers = message.headers
         if version == "1.2":
-            # A scan: the one header an ACK needs builds no lookup table.
-            ack_id = first_value(headers, "ack")
+            ack_id = headers.get("ack")
             if ack_id is None:
                 raise LocalProtocolError(f"{message!r} has no 'ack' header to acknowledge it by")
             return [("id", ack_id)]

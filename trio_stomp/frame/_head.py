@@ -12,7 +12,7 @@ from typing import Final, Protocol
 from ._errors import RemoteProtocolError
 from ._escaping import unescape
 from ._frame import COMMANDS, UNESCAPED_COMMANDS
-from ._headers import Headers
+from ._headers import Headers, head_headers
 from ._headers import trusted_headers as _headers
 
 #: Exact spellings of the commands: one dict lookup on the hot path.
@@ -24,6 +24,12 @@ _BLANK_LINE_1_0: Final = re.compile(rb"\n[ \r]*\n")
 #: (after leading zeros) exceed any max_frame_size without calling int().
 _MAX_LENGTH_DIGITS: Final = 18
 _CONTENT_LENGTH_LINE: Final = "\ncontent-length:"
+#: Every byte but the ones that shape a head (LF, colon) or take it off the
+#: usual path (CR, NUL): what :func:`usual_head` deletes to see its shape.
+_NOT_SHAPE: Final = bytes(byte for byte in range(256) if byte not in b"\n:\r\0")
+#: The shape of a usual head: LF colon for each header line. Longer heads
+#: (more headers than this) take the exact path.
+_USUAL_SHAPE: Final = b"\n:" * 256
 
 Pair = tuple[str, str]
 
@@ -91,6 +97,52 @@ class HeadRules(Protocol):
     max_header_count: int
     max_header_length: int
     lenient: bool
+
+
+def usual_head(
+    raw: bytes, version: str, rules: HeadRules
+) -> tuple[str, Headers, int | None] | None:
+    """Parse the usual frame head, or return None for :func:`parse_head` to judge.
+
+    ``raw`` is the head as sent, without its blank line, under STOMP 1.1 or
+    1.2. The usual head is valid UTF-8 within the limits, its command spelled
+    exactly (and not one whose headers go unescaped), each header line ending
+    in LF and holding exactly one raw colon after a non-empty name, with valid
+    escapes. It is checked with a few whole-head passes in C, and its headers
+    are kept as text, split only when something reads them all (see
+    :class:`Headers`). Anything else, valid or not, returns None.
+    """
+    shape = raw.translate(None, _NOT_SHAPE)
+    if len(shape) & 1 or not _USUAL_SHAPE.startswith(shape) or b"\n:" in raw:
+        return None  # CR, NUL, a line without one colon, an empty name, or many lines
+    if len(shape) >> 1 > rules.max_header_count or len(raw) > rules.max_header_length:
+        return None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        return None
+    cut = text.find("\n")
+    command = COMMAND_NAMES.get(text[:cut] if cut >= 0 else text)
+    if command is None or command in UNESCAPED_COMMANDS:
+        return None
+    escapes = None
+    if "\\" in text:
+        lenient = rules.lenient
+        if not lenient:
+            try:
+                unescape(text, version, lenient)  # the whole head: every escape is checked
+            except RemoteProtocolError:
+                return None
+        escapes = (version, lenient)
+    found = text.find(_CONTENT_LENGTH_LINE)
+    if found < 0:
+        return command, head_headers(text, escapes), None
+    start = found + len(_CONTENT_LENGTH_LINE)
+    stop = text.find("\n", start)
+    value = text[start : stop if stop >= 0 else None]
+    if len(value) < 10 and value.isdigit() and value.isascii():
+        return command, head_headers(text, escapes), int(value)
+    return command, head_headers(text, escapes), content_length(value)
 
 
 def parse_head(

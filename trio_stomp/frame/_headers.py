@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TypeVar, Union, overload
+from itertools import repeat
+from typing import Final, TypeVar, Union, overload
+
+from ._escaping import unescape
 
 _T = TypeVar("_T")
+#: What a lookup returns for a header that is absent (None is a valid default).
+_ABSENT: Final = object()
 
 HeadersLike = Union["Headers", Mapping[str, str], Iterable[tuple[str, str]]]
 
@@ -26,10 +31,16 @@ class Headers:
         Headers([("x", "1"), ("x", "2")])
     """
 
-    __slots__ = ("_first", "_pairs")
+    __slots__ = ("_escapes", "_first", "_pairs", "_text")
 
-    _pairs: tuple[tuple[str, str], ...]
+    # The pairs; None while they are still only in _text (a parsed head,
+    # split on first use).
+    _pairs: tuple[tuple[str, str], ...] | None
     _first: dict[str, str] | None
+    # A frame head as sent ("COMMAND\nname:value\n..."), or None; and how
+    # its escapes read (version, lenient), None when it holds no backslash.
+    _text: str | None
+    _escapes: tuple[str, bool] | None
 
     def __init__(self, headers: HeadersLike = ()) -> None:
         if isinstance(headers, Headers):
@@ -42,16 +53,51 @@ class Headers:
                     raise TypeError(_not_str(name, value))
         self._pairs = pairs
         self._first = None
+        self._text = None
+        self._escapes = None
 
     def _lookup(self) -> dict[str, str]:
         first = self._first
         if first is None:
             # dict() keeps the last value of a repeated key, so feed it reversed.
-            first = self._first = dict(reversed(self._pairs))
+            first = self._first = dict(reversed(self.items()))
         return first
 
+    def _find(self, name: str) -> object:
+        """The first value of ``name`` (_ABSENT when there is none).
+
+        A parsed head not yet split is searched as text: its every header
+        line holds one raw colon after a non-empty name, so ``"\\n" + name
+        + ":"`` first matches where the first ``name`` header starts, for a
+        name that no escape could spell otherwise (one without newline, and
+        when the head holds escapes, without colon, backslash or CR).
+        """
+        first = self._first
+        if first is not None:
+            return first.get(name, _ABSENT)
+        text = self._text
+        escapes = self._escapes
+        if (
+            text is None
+            or "\n" in name
+            or (escapes is not None and ("\\" in name or ":" in name or "\r" in name))
+        ):
+            return self._lookup().get(name, _ABSENT)
+        at = text.find("\n" + name + ":")
+        if at < 0:
+            return _ABSENT
+        start = at + len(name) + 2
+        stop = text.find("\n", start)
+        value = text[start:stop] if stop >= 0 else text[start:]
+        if escapes is not None and "\\" in value:
+            return unescape(value, *escapes)
+        return value
+
     def __getitem__(self, name: str) -> str:
-        return self._lookup()[name]
+        value = self._find(name)
+        if value is _ABSENT:
+            raise KeyError(name)
+        return value  # type: ignore[return-value]
 
     @overload
     def get(self, name: str) -> str | None: ...
@@ -59,21 +105,27 @@ class Headers:
     def get(self, name: str, default: _T) -> str | _T: ...
     def get(self, name: str, default: object = None) -> object:
         """The first value of ``name``, or ``default`` when it is absent."""
-        return self._lookup().get(name, default)
+        value = self._find(name)
+        return default if value is _ABSENT else value
 
     def getall(self, name: str) -> list[str]:
         """Every value of ``name``, in order (empty when absent)."""
-        return [value for key, value in self._pairs if key == name]
+        return [value for key, value in self.items() if key == name]
 
     def items(self) -> tuple[tuple[str, str], ...]:
         """Every ``(name, value)`` pair in order, repeats included."""
-        return self._pairs
+        pairs = self._pairs
+        if pairs is None:
+            pairs = self._pairs = _split(self._text or "", self._escapes)
+        return pairs
 
     def keys(self) -> list[str]:
         """The distinct header names, in order of first appearance."""
         return list(self._lookup())
 
     def __contains__(self, name: object) -> bool:
+        if isinstance(name, str):
+            return self._find(name) is not _ABSENT
         return name in self._lookup()
 
     def __iter__(self) -> Iterator[str]:
@@ -81,43 +133,81 @@ class Headers:
 
     def __len__(self) -> int:
         """The number of pairs, repeats included."""
-        return len(self._pairs)
+        return len(self.items())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Headers):
-            return self._pairs == other._pairs
+            return self.items() == other.items()
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self._pairs)
+        return hash(self.items())
 
     def __repr__(self) -> str:
-        return f"Headers({list(self._pairs)!r})"
+        return f"Headers({list(self.items())!r})"
 
     def with_(self, headers: HeadersLike) -> Headers:
         """A copy where each name in ``headers`` is replaced (or appended)."""
         extra = Headers(headers)
-        replaced = {name for name, _ in extra._pairs}
-        kept = tuple(pair for pair in self._pairs if pair[0] not in replaced)
-        return trusted_headers(kept + extra._pairs)
+        added = extra.items()
+        replaced = {name for name, _ in added}
+        kept = tuple(pair for pair in self.items() if pair[0] not in replaced)
+        return trusted_headers(kept + added)
 
     def without(self, *names: str) -> Headers:
         """A copy with every pair of the given names removed."""
-        return trusted_headers(tuple(p for p in self._pairs if p[0] not in names))
+        return trusted_headers(tuple(p for p in self.items() if p[0] not in names))
 
 
-# Slot setters: setting through them skips attribute lookup on the instance.
-_new = object.__new__
-_set_pairs = Headers.__dict__["_pairs"].__set__
-_set_first = Headers.__dict__["_first"].__set__
+class _Checked(Headers):
+    """Headers the codec built from parts it has checked: no conversion, no copy."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        pairs: tuple[tuple[str, str], ...] | None,
+        text: str | None,
+        escapes: tuple[str, bool] | None,
+    ) -> None:
+        self._pairs = pairs
+        self._first = None
+        self._text = text
+        self._escapes = escapes
 
 
 def trusted_headers(pairs: tuple[tuple[str, str], ...]) -> Headers:
     """Headers from pairs of ``str`` already checked: the parser's hot path."""
-    headers: Headers = _new(Headers)
-    _set_pairs(headers, pairs)
-    _set_first(headers, None)
-    return headers
+    return _Checked(pairs, None, None)
+
+
+def head_headers(text: str, escapes: tuple[str, bool] | None) -> Headers:
+    """The headers of a frame head the parser checked, split when first needed.
+
+    ``text`` is the head as sent, command line first, each header line
+    ``name:value`` with one raw colon and a non-empty name, escapes checked;
+    ``escapes`` is how they read (version, lenient), or None when ``text``
+    holds no backslash.
+    """
+    return _Checked(None, text, escapes)
+
+
+def _split(text: str, escapes: tuple[str, bool] | None) -> tuple[tuple[str, str], ...]:
+    """The pairs of a head that :func:`head_headers` keeps as text."""
+    lines = text.split("\n")
+    del lines[0]  # the command line
+    if escapes is None:
+        return tuple([(name, value) for name, _, value in map(str.partition, lines, repeat(":"))])
+    version, lenient = escapes
+    return tuple(
+        [
+            (
+                unescape(name, version, lenient) if "\\" in name else name,
+                unescape(value, version, lenient) if "\\" in value else value,
+            )
+            for name, _, value in map(str.partition, lines, repeat(":"))
+        ]
+    )
 
 
 def _not_str(name: object, value: object) -> str:

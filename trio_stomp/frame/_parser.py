@@ -14,7 +14,14 @@ from ._frame import (
     check_version,
     trusted_frame,
 )
-from ._head import COMMAND_NAMES, command_named, decode_head, find_blank_line, parse_head
+from ._head import (
+    COMMAND_NAMES,
+    command_named,
+    decode_head,
+    find_blank_line,
+    parse_head,
+    usual_head,
+)
 from ._headers import Headers
 
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
@@ -223,11 +230,14 @@ class FrameParser:
         """Parse every complete event in ``buf[pos:]``; keep what remains.
 
         One event per iteration: a heart-beat, or a frame whose head
-        :meth:`_head_at` finds and whose body :meth:`_body_end` bounds. The
+        :func:`usual_head` reads (the first LF LF ends it) or else
+        :meth:`_exact_head`, and whose body :meth:`_body_end` bounds. The
         common case (a whole frame in ``buf``) copies the body once.
         """
         size = len(buf)
         append = events.append
+        version = self._version
+        usual = version != "1.0"
         while pos < size:
             first = buf[pos]
             if first == 10:  # LF: a heart-beat
@@ -242,11 +252,17 @@ class FrameParser:
                 append(HEARTBEAT)
                 pos += 2
                 continue
-            head = self._head_at(buf, pos)
-            if head is None:
-                break
-            text, end, body_start, nul_ended = head
-            command, headers, length = parse_head(text, end - pos, self._version, self)
+            end = buf.find(b"\n\n", pos) if usual else -1
+            head = usual_head(buf[pos:end], version, self) if end >= 0 else None
+            if head is not None:
+                command, headers, length = head
+                body_start = end + 2
+                nul_ended = False
+            else:
+                exact = self._exact_head(buf, pos)
+                if exact is None:
+                    break
+                command, headers, length, body_start, nul_ended = exact
             budget = self.max_frame_size - (body_start - pos)
             if budget < 0:
                 raise RemoteProtocolError(
@@ -264,31 +280,23 @@ class FrameParser:
         if pos < size:
             self._buffer_head(buf, pos)
 
-    def _head_at(self, buf: bytes, pos: int) -> tuple[str, int, int, bool] | None:
-        """The head starting at ``pos`` if it is all in ``buf``: its text, where it ends,
-        where the body starts, and whether the frame's NUL ended it. None if incomplete.
+    def _exact_head(
+        self, buf: bytes, pos: int
+    ) -> tuple[str, Headers, int | None, int, bool] | None:
+        """The head starting at ``pos`` if it is all in ``buf``, by the exact rules:
+        its command, headers and content-length, where the body starts, and
+        whether the frame's NUL ended it. None if incomplete.
 
-        The fast path: the first LF LF ends the head, which is valid UTF-8
-        holding no NUL and (in 1.2) no CR; one decode and two cheap searches of
-        the text check all that. Anything else (a partial head, CR LF lines,
-        1.0, a NUL right after the headers, bad UTF-8) takes :meth:`_find_head`,
-        which is exact.
+        For what :func:`usual_head` leaves: a partial head, CR LF lines,
+        1.0, a NUL right after the headers, bad UTF-8, every error.
         """
-        version = self._version
-        if version != "1.0":
-            end = buf.find(b"\n\n", pos)
-            if end >= 0:
-                try:
-                    text = buf[pos:end].decode()
-                except UnicodeDecodeError:
-                    text = "\0"  # not the fast path
-                if "\0" not in text and ("\r" not in text or version != "1.2"):
-                    return text, end, end + 2, False
         found = self._find_head(buf, pos)
         if found is None:
             return None
         end, body_start, nul_ended = found
-        return decode_head(buf[pos:end]), end, body_start, nul_ended
+        text = decode_head(buf[pos:end])
+        command, headers, length = parse_head(text, end - pos, self._version, self)
+        return command, headers, length, body_start, nul_ended
 
     def _body_end(
         self,

@@ -1,0 +1,158 @@
+"""The parser's usual-head path and the headers it keeps as text.
+
+The usual head (1.1 or 1.2, LF lines, one raw colon per header line) is read
+with a few whole-head passes and its headers are split only when something
+reads them all; everything else takes the exact path. These check that the
+two never disagree, and that a head kept as text answers every lookup as the
+split pairs would.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from trio_stomp import RemoteProtocolError
+from trio_stomp.frame import Frame, FrameParser, Headers
+from trio_stomp.frame._head import parse_head, usual_head
+
+#: Pieces of heads, rich in what shapes one (LF, colon) and what takes it off
+#: the usual path (CR, NUL, backslashes, bad UTF-8, CONNECTED).
+PIECES = [
+    b"MESSAGE",
+    b"SEND",
+    b"message",
+    b"CONNECTED",
+    b"\n",
+    b"\r",
+    b"\0",
+    b":",
+    b"::",
+    b"\nk:v",
+    b"\nsubscription:1",
+    b"\ncontent-length:",
+    b"\ncontent-length:12",
+    b"\ncontent-length:0003",
+    b"\ncontent-length:99999999999999999999",
+    b"\\",
+    b"\\c",
+    b"\\n",
+    b"\\r",
+    b"\\\\",
+    b"\\t",
+    b"x" * 20,
+    b"\xff",
+    b"\xc3\xa9",
+]
+heads = st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=4)), max_size=24).map(
+    b"".join
+)
+#: Names to look up: present ones come from the head itself; these add the
+#: absent and the awkward (a colon, a newline, a backslash, empty).
+ODD_NAMES = ["", "k", "x", "content-length", "a:b", "k:v\nk", "k\nsubscription", "\\", "k\\"]
+
+
+def exact(raw: bytes, version: str, parser: FrameParser) -> tuple[str, Headers, int | None]:
+    return parse_head(raw.decode(), len(raw), version, parser)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    raw=heads,
+    version=st.sampled_from(["1.1", "1.2"]),
+    lenient=st.booleans(),
+    max_header_count=st.integers(1, 8),
+    max_header_length=st.integers(1, 80),
+)
+@example(raw=b"MESSAGE\n:v", version="1.2", lenient=False, max_header_count=8, max_header_length=80)
+@example(
+    raw=b"MESSAGE\nk\\t:v", version="1.2", lenient=False, max_header_count=8, max_header_length=80
+)
+@example(
+    raw=b"MESSAGE\nk:v\\r", version="1.1", lenient=False, max_header_count=8, max_header_length=80
+)
+def test_the_usual_path_agrees_with_the_exact_one(
+    raw: bytes, version: str, lenient: bool, max_header_count: int, max_header_length: int
+) -> None:
+    parser = FrameParser(
+        version,
+        lenient=lenient,
+        max_header_count=max_header_count,
+        max_header_length=max_header_length,
+    )
+    usual = usual_head(raw, version, parser)
+    try:
+        expected = exact(raw, version, parser)
+    except (RemoteProtocolError, UnicodeDecodeError):
+        assert usual is None  # only the exact path judges a bad head
+        return
+    if usual is None:
+        return  # valid, but not the usual shape: the exact path reads it
+    command, headers, length = usual
+    assert (command, length) == (expected[0], expected[2])
+    # Looked up before the pairs exist, then split: both as the exact path's.
+    for name in {name for name, _ in expected[1].items()} | set(ODD_NAMES):
+        assert headers.get(name) == expected[1].get(name), name
+        assert (name in headers) == (name in expected[1]), name
+    assert headers.items() == expected[1].items()
+    assert headers == expected[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pairs=st.lists(
+        st.tuples(
+            st.text(st.sampled_from("ab:\\\n\r\u00e9"), min_size=1, max_size=4),
+            st.text(st.sampled_from("ab:\\\n\r\u00e9"), max_size=4),
+        ),
+        max_size=5,
+    ),
+    names=st.lists(st.text(st.sampled_from("ab:\\\n\r\u00e9"), max_size=4), max_size=6),
+    version=st.sampled_from(["1.1", "1.2"]),
+)
+def test_headers_kept_as_text_answer_as_their_pairs(
+    pairs: list[tuple[str, str]], names: list[str], version: str
+) -> None:
+    from trio_stomp.frame import encode
+
+    wire = encode(Frame("MESSAGE", pairs), version)
+    (frame,) = [e for e in FrameParser(version).feed(wire) if isinstance(e, Frame)]
+    reference = Headers(pairs)
+    for name in [*names, *(name for name, _ in pairs)]:
+        assert frame.headers.get(name) == reference.get(name)
+        assert (name in frame.headers) == (name in reference)
+        if name in reference:
+            assert frame.headers[name] == reference[name]
+        else:
+            with pytest.raises(KeyError):
+                frame.headers[name]
+    assert frame.headers == reference
+    assert len(frame.headers) == len(pairs)
+
+
+def test_an_activemq_message_reads_its_escaped_id_without_splitting() -> None:
+    wire = (
+        b"MESSAGE\ndestination:/queue/a\nmessage-id:ID\\cbox-4055\\c1\\c1\nsubscription:0\n"
+        b"ack:ID\\cbox-4055\\c1\ncontent-length:2\n\nhi\0"
+    )
+    (frame,) = FrameParser("1.2").feed(wire)
+    assert isinstance(frame, Frame)
+    assert frame.headers["message-id"] == "ID:box-4055:1:1"
+    assert frame.headers.get("subscription") == "0"
+    assert frame.headers.getall("ack") == ["ID:box-4055:1"]
+    assert frame.body == b"hi"
+
+
+@pytest.mark.parametrize(
+    ("wire", "error"),
+    [
+        (b"MESSAGE\n:v\n\n\0", "malformed header line"),
+        (b"MESSAGE\nk\n\n\0", "malformed header line"),
+        (b"MESSAGE\nk:v\\t\n\n\0", "undefined escape sequence"),
+        (b"MESSAGE\nk:v:w\n\n\0", "raw colon"),
+    ],
+)
+def test_bad_heads_still_fail_with_their_reason(wire: bytes, error: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=error):
+        FrameParser("1.2").feed(wire)
