@@ -40,11 +40,12 @@ from ._errors import (
 from ._groups import unwrap_group
 from ._reconnect import Replay, Supervisor
 from ._sender import HeaderArg, Pairs, ReceiptWaiter
-from ._subscription import SubscriptionState, SubscriptionTable
+from ._subscription import SubscriptionTable
 from .frame import SEND_RESERVED_HEADERS, Event, Frame, encode
 from .frame._escaping import escape
-from .frame._frame import trusted_frame
 from .frame._headers import trusted_headers
+from .frame._parser import trusted_frame
+from .frame._runs import message_runs
 
 _CONSUMER_TAG: Final = re.compile(r"tag 'T_([^']*)'")
 #: How many destinations' SEND heads the hot path keeps encoded.
@@ -346,28 +347,15 @@ class Core:
         step, one wake-up of its consumer); anything else is handled in its
         turn, after the messages before it were delivered.
         """
-        run: list[Frame] = []
-        run_sub: SubscriptionState | None = None
         find = self.subscriptions.find
-        for event in events:
-            if not isinstance(event, Frame):
-                continue  # a heart-beat: the read itself was the sign of life
-            if event.command == "MESSAGE":
-                sub = find(event.headers)
-                if sub is not run_sub:
-                    if run_sub is not None:
-                        run_sub.deliver(run, self._generation)
-                    run, run_sub = [], sub
-                if sub is not None:
-                    run.append(event)
-                # else: for a subscription we just ended; the broker redelivers it.
+        for item in message_runs(events):
+            if isinstance(item, Frame):
+                self._dispatch_other(item)
                 continue
-            if run_sub is not None:
-                run_sub.deliver(run, self._generation)
-                run, run_sub = [], None
-            self._dispatch_other(event)
-        if run_sub is not None:
-            run_sub.deliver(run, self._generation)
+            sub = find(item[0].headers)
+            if sub is not None:
+                sub.deliver(item, self._generation)
+            # else: for a subscription we just ended; the broker redelivers it.
 
     def _dispatch_other(self, frame: Frame) -> None:
         command = frame.command

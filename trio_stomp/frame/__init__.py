@@ -64,5 +64,9 @@ def _class_doc_from_source(module: object, name: str) -> str | None:
     return None
 
 
-if compiled and not FrameParser.__doc__:
-    FrameParser.__doc__ = _class_doc_from_source(_parser_module, "FrameParser")
+if compiled:
+    from . import _headers as _headers_module
+
+    for _module, _class in ((_parser_module, FrameParser), (_headers_module, Headers)):
+        if not _class.__doc__:
+            _class.__doc__ = _class_doc_from_source(_module, _class.__name__)

@@ -78,26 +78,6 @@ class Frame:
         return f"Frame({self.command!r}, {list(self.headers.items())!r}, {body!r})"
 
 
-# The slot descriptors of Frame: setting through them skips the frozen
-# __setattr__ (and object.__setattr__'s attribute lookup).
-_set_command = Frame.__dict__["command"].__set__
-_set_headers = Frame.__dict__["headers"].__set__
-_set_body = Frame.__dict__["body"].__set__
-_new = object.__new__
-
-
-def trusted_frame(command: str, headers: Headers, body: bytes) -> Frame:
-    """Build a Frame from parts the parser has already validated.
-
-    Skips the converters: this is the parser's hot path.
-    """
-    frame: Frame = _new(Frame)
-    _set_command(frame, command)
-    _set_headers(frame, headers)
-    _set_body(frame, body)
-    return frame
-
-
 @attrs.frozen
 class Heartbeat:
     """An end-of-line between frames: the peer is alive and had nothing to say."""
