@@ -35,7 +35,7 @@ def test_runs_keep_every_frame_in_order_and_group_as_much_as_allowed(got: list[E
     runs = message_runs(got)
     flat = [f for item in runs for f in (item if isinstance(item, list) else [item])]
     assert flat == [event for event in got if isinstance(event, Frame)]
-    keys = []
+    keys: list[tuple[str, str | None]] = []
     for item in runs:
         if isinstance(item, Frame):
             assert item.command != "MESSAGE"
