@@ -43,8 +43,8 @@ from ._sender import HeaderArg, Pairs, ReceiptWaiter
 from ._subscription import SubscriptionTable
 from .frame import SEND_RESERVED_HEADERS, Event, Frame, encode
 from .frame._escaping import escape
+from .frame._frame import trusted_frame
 from .frame._headers import trusted_headers
-from .frame._parser import trusted_frame
 from .frame._runs import message_runs
 
 _CONSUMER_TAG: Final = re.compile(r"tag 'T_([^']*)'")

@@ -48,14 +48,15 @@ compiled: _Final[bool] = not (_parser_module.__file__ or "").endswith(".py")
 
 
 def _class_doc_from_source(module: object, name: str) -> str | None:
-    """The docstring of class ``name`` in the ``.py`` beside a compiled ``module``:
-    mypyc drops class docstrings, and ``help(FrameParser)`` should not be empty."""
+    """The docstring of class ``name`` in the ``.py`` source of a compiled ``module``
+    (it lies in this package): mypyc drops class docstrings, and
+    ``help(FrameParser)`` should not be empty."""
     import ast
     import pathlib
 
-    path = pathlib.Path(getattr(module, "__file__", "") or "")
+    source = str(getattr(module, "__name__", "")).rpartition(".")[2] + ".py"
     try:
-        tree = ast.parse(path.with_name(path.name.split(".")[0] + ".py").read_text())
+        tree = ast.parse(pathlib.Path(__file__).with_name(source).read_text())
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
@@ -65,8 +66,14 @@ def _class_doc_from_source(module: object, name: str) -> str | None:
 
 
 if compiled:
+    from . import _frame as _frame_module
     from . import _headers as _headers_module
 
-    for _module, _class in ((_parser_module, FrameParser), (_headers_module, Headers)):
+    for _module, _class in (
+        (_parser_module, FrameParser),
+        (_headers_module, Headers),
+        (_frame_module, Frame),
+        (_frame_module, Heartbeat),
+    ):
         if not _class.__doc__:
             _class.__doc__ = _class_doc_from_source(_module, _class.__name__)

@@ -12,6 +12,7 @@ from ._frame import (
     Heartbeat,
     Version,
     check_version,
+    trusted_frame,
 )
 from ._head import (
     COMMAND_NAMES,
@@ -26,26 +27,6 @@ from ._headers import Headers
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 DEFAULT_MAX_HEADER_COUNT: Final = 1000
 DEFAULT_MAX_HEADER_LENGTH: Final = 64 * 1024
-
-# The slot descriptors of Frame: setting through them skips the frozen
-# __setattr__ (and object.__setattr__'s attribute lookup).
-_set_command = Frame.__dict__["command"].__set__
-_set_headers = Frame.__dict__["headers"].__set__
-_set_body = Frame.__dict__["body"].__set__
-_new: Final = object.__new__
-
-
-def trusted_frame(command: str, headers: Headers, body: bytes) -> Frame:
-    """Build a Frame from parts the parser has already validated.
-
-    Skips the converters: this is the parser's hot path.
-    """
-    frame: Frame = _new(Frame)
-    _set_command(frame, command)
-    _set_headers(frame, headers)
-    _set_body(frame, body)
-    return frame
-
 
 Event = Frame | Heartbeat
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import attrs
 import pytest
 
 from trio_stomp.frame import HEARTBEAT, Frame, Headers, Heartbeat
@@ -101,8 +100,13 @@ def test_frames_are_frozen_values() -> None:
     assert frame == Frame("SEND", [("a", "1")], b"x")
     assert frame != Frame("SEND", [("a", "1")], b"y")
     assert hash(frame) == hash(Frame("SEND", [("a", "1")], b"x"))
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         frame.body = b"y"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        frame.command = "ACK"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        frame.headers = Headers()  # type: ignore[misc]
+    assert frame == Frame("SEND", {"a": "1"}, b"x")
 
 
 def test_frame_repr_is_short() -> None:
@@ -113,7 +117,7 @@ def test_frame_repr_is_short() -> None:
 
 def test_heartbeats_are_all_equal() -> None:
     assert Heartbeat() == HEARTBEAT
-    assert Frame("SEND") != HEARTBEAT  # type: ignore[comparison-overlap]
+    assert Frame("SEND") != HEARTBEAT
 
 
 def test_compiled_says_which_parser_runs() -> None:
