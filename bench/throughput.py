@@ -65,6 +65,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -356,10 +357,16 @@ def spread(values: list[float], fmt: str) -> str:
     return f"{min(values):{fmt}}-{max(values):{fmt}}" if values else "-"
 
 
+def median_of(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f}x" if ratios else "-"
+
+
 def print_spread(targets: list[Target], runs: Runs, rounds: int) -> None:
     """Every cell's range over the rounds: msg/s, CPU us per message, and trio_stomp's
     rate over raw's and CPU over stomp.py's taken round by round (the two ran
-    next to each other in each round, so their ratio moves less than either)."""
+    next to each other in each round, so their ratio moves less than either),
+    and the median of those per-round ratios: the figure load that drifts
+    during the run disturbs least."""
     print(f"\nspread over {rounds} rounds (min-max): msg/s; client CPU us/msg")
     for target in targets:
         for mode in MODES:
@@ -377,8 +384,9 @@ def print_spread(targets: list[Target], runs: Runs, rounds: int) -> None:
                 if isinstance(ours, Result) and isinstance(peer, Result):
                     by_cpu.append(ours.cpu_per_10k / peer.cpu_per_10k)
             print(
-                f"  {'trio_stomp/raw rate by round':<32}{spread(by_rate, '.2f')}x; "
-                f"CPU/stomp.py by round {spread(by_cpu, '.2f')}x"
+                f"  {'trio_stomp/raw rate by round':<32}{spread(by_rate, '.2f')}x "
+                f"(median {median_of(by_rate)}); "
+                f"CPU/stomp.py by round {spread(by_cpu, '.2f')}x (median {median_of(by_cpu)})"
             )
 
 

@@ -23,6 +23,7 @@ from ._head import (
     usual_head,
 )
 from ._headers import Headers
+from ._shape import usual_head_end
 
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 DEFAULT_MAX_HEADER_COUNT: Final = 1000
@@ -230,7 +231,7 @@ class FrameParser:
         """Parse every complete event in ``buf[pos:]``; keep what remains.
 
         One event per iteration: a heart-beat, or a frame whose head
-        :func:`usual_head` reads (the first LF LF ends it) or else
+        :func:`usual_head` reads (where :func:`usual_head_end` finds it) or else
         :meth:`_exact_head`, and whose body :meth:`_body_end` bounds. The
         common case (a whole frame in ``buf``) copies the body once.
         """
@@ -252,7 +253,7 @@ class FrameParser:
                 append(HEARTBEAT)
                 pos += 2
                 continue
-            end = buf.find(b"\n\n", pos) if usual else -1
+            end = usual_head_end(buf, pos) if usual else -1
             head = usual_head(buf[pos:end], version, self) if end >= 0 else None
             if head is not None:
                 command, headers, length = head

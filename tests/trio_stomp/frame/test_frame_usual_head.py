@@ -1,10 +1,11 @@
 """The parser's usual-head path and the headers it keeps as text.
 
-The usual head (1.1 or 1.2, LF lines, one raw colon per header line) is read
-with a few whole-head passes and its headers are split only when something
+The usual head (1.1 or 1.2, LF lines, one raw colon per header line) is
+found and checked in one step (whole-head passes in pure Python, one walk
+over the bytes when compiled) and its headers are split only when something
 reads them all; everything else takes the exact path. These check that the
-two never disagree, and that a head kept as text answers every lookup as the
-split pairs would.
+two never disagree, that the two ways of finding the usual head agree, and
+that a head kept as text answers every lookup as the split pairs would.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 
 from trio_stomp import RemoteProtocolError
 from trio_stomp.frame import Frame, FrameParser, Headers
-from trio_stomp.frame._head import parse_head, usual_head
+from trio_stomp.frame._head import HeadRules, parse_head, usual_head
+from trio_stomp.frame._shape import find_usual_end, usual_head_end, walk_usual_end
 
 #: Pieces of heads, rich in what shapes one (LF, colon) and what takes it off
 #: the usual path (CR, NUL, backslashes, bad UTF-8, CONNECTED).
@@ -59,6 +61,15 @@ def exact(raw: bytes, version: str, parser: FrameParser) -> tuple[str, Headers, 
     return parse_head(raw.decode(), len(raw), version, parser)
 
 
+def usual_path(
+    raw: bytes, version: str, rules: HeadRules
+) -> tuple[str, Headers, int | None] | None:
+    """What the parser's usual path makes of the head ``raw`` followed by its blank line."""
+    if usual_head_end(raw + b"\n\n", 0) != len(raw):
+        return None
+    return usual_head(raw, version, rules)
+
+
 @settings(max_examples=600, deadline=None)
 @given(
     raw=heads,
@@ -84,7 +95,7 @@ def test_the_usual_path_agrees_with_the_exact_one(
         max_header_length=max_header_length,
     )
     try:
-        usual = usual_head(raw, version, parser)
+        usual = usual_path(raw, version, parser)
     except RemoteProtocolError as exc:
         # A usual head with a bad content-length: the exact path says the same.
         with pytest.raises(RemoteProtocolError, match=re.escape(str(exc))):
@@ -105,6 +116,23 @@ def test_the_usual_path_agrees_with_the_exact_one(
         assert (name in headers) == (name in expected[1]), name
     assert headers.items() == expected[1].items()
     assert headers == expected[1]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    buf=st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=4)), max_size=40).map(
+        b"".join
+    ),
+    pos=st.integers(0, 8),
+)
+@example(buf=b"MESSAGE" + b"\nk:v" * 256 + b"\n\n", pos=0)
+@example(buf=b"MESSAGE" + b"\nk:v" * 257 + b"\n\n", pos=0)
+def test_both_ways_to_find_the_usual_head_agree(buf: bytes, pos: int) -> None:
+    end = find_usual_end(buf, pos)
+    assert walk_usual_end(buf, pos) == end
+    if end >= 0:
+        assert buf[end : end + 2] == b"\n\n"
+        assert buf.find(b"\n\n", pos) == end
 
 
 @settings(max_examples=300, deadline=None)
