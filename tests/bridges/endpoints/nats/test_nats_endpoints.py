@@ -113,7 +113,10 @@ async def test_nack_redelivers_after_the_delay_and_release_at_once() -> None:
     url = require_nats()
     async with stream(url) as (name, aio, js):
         await publish(aio, js, f"{name}.a", [Message(b"one"), Message(b"two")])
-        source = NatsSource(source_config(url, name, nak_delay=1.0), CTX)
+        # ack_wait bounds the wait below: nats-server 2.9 now and then loses a
+        # pull request and with it the delayed NAK, hands an acked message out
+        # again, and redelivers the nacked one only once ack_wait has passed.
+        source = NatsSource(source_config(url, name, nak_delay=1.0, ack_wait=3.0), CTX)
         async with source.open() as receiver:
             one, two = await receiver.receive(), await receiver.receive()
             start = trio.current_time()
@@ -123,6 +126,9 @@ async def test_nack_redelivers_after_the_delay_and_release_at_once() -> None:
             assert again.message.body == b"two"
             await again.ack()
             later = await receiver.receive()
+            while later.message.body == b"two":  # (at least once: see above)
+                await later.ack()
+                later = await receiver.receive()
             assert later.message.body == b"one"
             assert trio.current_time() - start >= 0.9
             await later.ack()
