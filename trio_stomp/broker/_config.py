@@ -48,6 +48,11 @@ class Limits:
       outbound_high_water: queue deliveries to a connection pause while more
         than this many bytes wait to be written to it, and resume when the
         writer has caught up. This is also about the largest single write.
+        The default, 64 KiB, is smaller than a socket's buffers, so the broker
+        queues the next write while the client is still reading the last one
+        (at 256 KiB, a fast consumer of a full queue sat idle while the broker
+        filled each write, and received at 0.5-0.65x of the raw limit in some
+        runs of ``bench/throughput.py``).
       default_prefetch: the prefetch window (most unacknowledged messages in
         flight) of a ``client`` or ``client-individual`` subscription that
         names none with ``prefetch-count`` or ``activemq.prefetchSize``.
@@ -77,7 +82,7 @@ class Limits:
     max_header_count: int = attrs.field(default=1000, validator=_positive)
     max_header_length: int = attrs.field(default=64 * 1024, validator=_positive)
     max_outbound_bytes: int = attrs.field(default=8 * _MiB, validator=_positive)
-    outbound_high_water: int = attrs.field(default=256 * 1024, validator=_positive)
+    outbound_high_water: int = attrs.field(default=64 * 1024, validator=_positive)
     default_prefetch: int = attrs.field(default=1000, validator=_positive)
     max_subscriptions: int = attrs.field(default=10_000, validator=_positive)
     max_transactions: int = attrs.field(default=1000, validator=_positive)
