@@ -192,10 +192,12 @@ async def settle(
 
 
 def _leave(envelopes: list[Envelope], inflight: set[Envelope], slots: Window) -> None:
-    for envelope in envelopes:
-        if envelope in inflight:  # else already handed back
-            inflight.remove(envelope)
-            slots.release()
+    """Take ``envelopes`` out of ``inflight`` and free their slots (not those of
+    envelopes already handed back, which left it before)."""
+    before = len(inflight)
+    inflight.difference_update(envelopes)
+    if left := before - len(inflight):
+        slots.release(left)
 
 
 #: Called once per batch written (see :attr:`RouteStats.observe`): the batch's
