@@ -19,8 +19,9 @@ in a fresh interpreter, each on a fresh queue pre-filled (untimed) with
   it. The clock runs from the start of the route until the last envelope
   was acked; the route then stops gracefully (DISCONNECT receipt: every ACK
   reached the broker) and the JSON-lines output must hold ``count`` lines.
-  As in ``bridges run``, the heap built before the route starts is frozen
-  (``gc.freeze``), out of the way of the garbage collector.
+  As in ``bridges run`` (``bridges.service.freeze_heap``), the heap built
+  before the route starts is frozen (``gc.freeze``), out of the way of the
+  garbage collector, and young objects are collected less often.
 
 The bridge holds each message until its batch is fsynced, so it needs a
 larger window than a consumer that acks on arrival to keep the broker busy;

@@ -24,6 +24,7 @@ from ._config import load_config as load_config
 from ._config import parse_config as parse_config
 from ._convert import ConfigError as ConfigError
 from ._convert import Problem as Problem
+from ._endpoint import BulkReceiver as BulkReceiver
 from ._endpoint import Context as Context
 from ._endpoint import InvalidSetting as InvalidSetting
 from ._endpoint import MessageRejected as MessageRejected

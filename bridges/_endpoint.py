@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
@@ -35,6 +35,28 @@ class Receiver(Protocol):
         Raises:
           trio.EndOfChannel: the source is finished (a finite source).
           Exception: the source failed; the engine restarts the route.
+        """
+        ...
+
+
+@runtime_checkable
+class BulkReceiver(Receiver, Protocol):
+    """An open source that can also hand out several envelopes in one call.
+
+    The engine takes from it with :meth:`receive_some` (one call per group of
+    messages instead of one per message), and from any other receiver with
+    :meth:`Receiver.receive`.
+    """
+
+    async def receive_some(self, most: int) -> Sequence[Envelope]:
+        """The next envelopes, in order: at least one (waits for it), at most ``most``.
+
+        Each is then the engine's to settle, as one :meth:`Receiver.receive`
+        returned. Cancel-safe in the same way: a cancelled call hands out
+        nothing and loses nothing.
+
+        Raises:
+          trio.EndOfChannel, Exception: as :meth:`Receiver.receive`.
         """
         ...
 

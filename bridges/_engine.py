@@ -2,8 +2,10 @@
 
 Three tasks per route, in one nursery inside the source's ``async with``:
 
-- the *taker* waits for a free slot of the in-flight window, receives an
-  envelope, runs the transforms and queues the result (in order);
+- the *taker* waits for a free slot of the in-flight window, receives
+  envelopes (as many at once as the source has ready and the window has
+  room for, when the source is a :class:`~bridges.BulkReceiver`), runs the
+  transforms on each and queues the results (in order);
 - the *deliverer* gathers queued messages into batches (by count and by
   time) and writes each batch to the sink. A failed write is retried on a
   freshly opened sink by the route's :class:`RetryPolicy`; after the last
@@ -32,14 +34,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import operator
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Final
 
 import trio
 
 from ._batch import Batch, Gathering, dead_letter_message
-from ._endpoint import MessageRejected, Receiver, Sink, Source, Writer
+from ._endpoint import BulkReceiver, MessageRejected, Receiver, Sink, Source, Writer
 from ._flow import (
     DeadLetterFailed,
     Queue,
@@ -236,58 +239,62 @@ class Route:
     # -- taking -----------------------------------------------------------------
 
     async def _take(self, receiver: Receiver, scope: trio.CancelScope) -> None:
+        receive_some = _receive_some(receiver)
         slots = self._slots
         inflight = self._inflight
         stats = self.stats
         taken = self._taken
         results = self._results
-        count = 0
+        since_yield = 0
         try:
             with scope:
                 while True:
-                    if slots.free > 0:
-                        slots.free -= 1
-                    else:
-                        await slots.acquire()
+                    if slots.free <= 0:
+                        await slots.wait()
                     try:
-                        envelope = await receiver.receive()
+                        envelopes = await receive_some(slots.free)
                     except trio.EndOfChannel:
-                        slots.release()
                         log.info("route %r: the source has ended", self.name)
                         return
-                    except BaseException:
-                        slots.release()
-                        raise
-                    inflight.add(envelope)
-                    stats.received += 1
-                    count += 1
-                    if count % _YIELD_EVERY == 0:
-                        # (a source that never waits would otherwise never let go)
-                        await trio.lowlevel.checkpoint()
-                    if envelope.error is not None:  # unreadable: a dead letter, in its turn
-                        if results is None:
-                            self._unreadable += 1
-                        else:
-                            results.append(envelope.error)
-                        taken.put(envelope)
-                        continue
+                    # Their slots: free when counted above, still free (only this task takes).
+                    slots.free -= len(envelopes)
+                    inflight.update(envelopes)
+                    stats.received += len(envelopes)
                     if results is None:
-                        taken.put(envelope)
-                        continue
-                    try:
-                        message = await self._transform(envelope.message)
-                    except Exception as exc:
-                        results.append(exc)
-                        taken.put(envelope)
-                        continue
-                    if message is None:
-                        stats.filtered += 1
-                        await self._ack(envelope)
+                        # Unreadable ones are set aside (dead letters) when gathered.
+                        readable = list(map(_error, envelopes)).count(None)
+                        self._unreadable += len(envelopes) - readable
+                        taken.put_all(envelopes)
                     else:
-                        results.append(message)
-                        taken.put(envelope)
+                        await self._transform_each(envelopes, results)
+                    since_yield += len(envelopes)
+                    if since_yield >= _YIELD_EVERY:
+                        # (a source that never waits would otherwise never let go)
+                        since_yield = 0
+                        await trio.lowlevel.checkpoint()
         finally:
             taken.close()
+
+    async def _transform_each(self, envelopes: Sequence[Envelope], results: _Results) -> None:
+        """Run the transforms on each envelope in turn and queue what they made of it."""
+        taken = self._taken
+        for envelope in envelopes:
+            if envelope.error is not None:  # unreadable: a dead letter, in its turn
+                results.append(envelope.error)
+                taken.put(envelope)
+                continue
+            try:
+                message = await self._transform(envelope.message)
+            except Exception as exc:
+                results.append(exc)
+                taken.put(envelope)
+                continue
+            if message is None:
+                self.stats.filtered += 1
+                await self._ack(envelope)
+            else:
+                results.append(message)
+                taken.put(envelope)
 
     async def _transform(self, message: Message) -> Message | None:
         for index, (transform, asynchronous) in enumerate(self._transforms):
@@ -574,6 +581,21 @@ class Route:
         except KeyError:  # already handed back
             return
         self._slots.release()
+
+
+_error = operator.attrgetter("error")
+
+
+def _receive_some(receiver: Receiver) -> Callable[[int], Awaitable[Sequence[Envelope]]]:
+    """How the taker receives: ``receive_some`` of a :class:`BulkReceiver`, else
+    one envelope at a time from ``receive``."""
+    if isinstance(receiver, BulkReceiver):
+        return receiver.receive_some
+
+    async def receive_one(most: int) -> tuple[Envelope]:
+        return (await receiver.receive(),)
+
+    return receive_one
 
 
 async def run_routes(routes: Sequence[Route]) -> None:

@@ -9,7 +9,7 @@ checkpoint on their own, at least once per batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 import attrs
@@ -22,26 +22,33 @@ T = TypeVar("T")
 
 
 class Window:
-    """The in-flight window: a counter that waits only when it is exhausted."""
+    """The in-flight window: a counter of free slots, and a wait for one.
+
+    One task takes slots (it lowers :attr:`free` itself, by as many as it
+    took, once it has them); any task gives them back with :meth:`release`.
+    Since only the taker lowers it, slots it saw free stay free until it
+    takes them.
+    """
 
     __slots__ = ("_lot", "_waiting", "free")
 
     def __init__(self, size: int) -> None:
         self.free = size
         self._lot = trio.lowlevel.ParkingLot()
-        self._waiting = False  # the one acquirer is parked and nobody woke it yet
+        self._waiting = False  # the taker is parked and nobody woke it yet
 
-    async def acquire(self) -> None:
+    async def wait(self) -> None:
+        """Wait until a slot is free (at once when one is; no checkpoint then)."""
         while self.free <= 0:
             self._waiting = True
             try:
                 await self._lot.park()
             finally:
                 self._waiting = False
-        self.free -= 1
 
-    def release(self) -> None:
-        self.free += 1
+    def release(self, count: int = 1) -> None:
+        """Give back ``count`` slots."""
+        self.free += count
         if self._waiting:
             self._waiting = False
             self._lot.unpark()
@@ -66,6 +73,14 @@ class Queue(Generic[T]):
     def put(self, item: T) -> None:
         items = self.items
         items.append(item)
+        if self._waiting and len(items) >= self._wanted:
+            self._waiting = False
+            self._lot.unpark()
+
+    def put_all(self, more: Iterable[T]) -> None:
+        """:meth:`put` each of ``more``, in order (one wake-up at most)."""
+        items = self.items
+        items += more
         if self._waiting and len(items) >= self._wanted:
             self._waiting = False
             self._lot.unpark()
@@ -177,10 +192,12 @@ async def settle(
 
 
 def _leave(envelopes: list[Envelope], inflight: set[Envelope], slots: Window) -> None:
-    for envelope in envelopes:
-        if envelope in inflight:  # else already handed back
-            inflight.remove(envelope)
-            slots.release()
+    """Take ``envelopes`` out of ``inflight`` and free their slots (not those of
+    envelopes already handed back, which left it before)."""
+    before = len(inflight)
+    inflight.difference_update(envelopes)
+    if left := before - len(inflight):
+        slots.release(left)
 
 
 #: Called once per batch written (see :attr:`RouteStats.observe`): the batch's

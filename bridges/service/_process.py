@@ -154,18 +154,33 @@ class _Stopping:
         return Stopped(self.unacknowledged or 0, self.lost, self.kept)
 
 
+#: The youngest generation's collection threshold while routes run (CPython's default: 700).
+GC_THRESHOLD: Final = 50_000
+
+
 def freeze_heap() -> None:
-    """Leave everything allocated so far out of later garbage collections (``gc.freeze``).
+    """Leave everything allocated so far out of later garbage collections
+    (``gc.freeze``), and collect young objects less often (:data:`GC_THRESHOLD`).
 
     ``bridges run`` calls it once, before its routes start. Modules, config
-    and plugins live as long as the process; without this, each full
+    and plugins live as long as the process; without the freeze, each full
     collection walks all of them again (some 28,000 objects, about 15 ms),
     and the objects of messages in flight trigger one about twice a second
     at 20,000 messages a second. What of them ever becomes cyclic garbage
     is never collected: it is built once.
+
+    A message in flight is a dozen small objects (frame, headers, message,
+    envelope) that live until its batch is acked, then die by reference
+    count. With the default threshold (a young collection every 700 objects
+    allocated and not yet freed) they are walked every 70 messages or so and,
+    having survived, again in the older generations: about 1 us of CPU per
+    message, a fifth of what the bridge spends on one. At 50,000, a window
+    of thousands fills and empties between collections. Cyclic garbage is
+    still collected, after at most that many objects more (a few MB).
     """
     gc.collect()
     gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def volatile_backlog(route: Route) -> int | None:

@@ -6,7 +6,8 @@
   endpoint family's tests call them; see "Writing an endpoint" in
   ``bridges/README.md``.
 - :class:`FakeSource` / :class:`FakeSink`: in-memory endpoints that record
-  everything, for testing routes, transforms and the engine.
+  everything, for testing routes, transforms and the engine;
+  :class:`FakeBulkSource` hands out many envelopes per call (``receive_some``).
 - :func:`messages`, :func:`wait_until`: small helpers those tests need.
 """
 
@@ -18,6 +19,7 @@ from ._contract import SourceFactory as SourceFactory
 from ._contract import check_sink as check_sink
 from ._contract import check_source as check_source
 from ._contract import contract_messages as contract_messages
+from ._fakes import FakeBulkSource as FakeBulkSource
 from ._fakes import FakeSink as FakeSink
 from ._fakes import FakeSource as FakeSource
 from ._fakes import messages as messages

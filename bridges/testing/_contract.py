@@ -15,6 +15,10 @@ Source (:func:`check_source`):
 - a cancelled ``receive()`` hands out nothing: what it was about to return
   is still there for the next call.
 
+A source whose receiver is a :class:`~bridges.BulkReceiver` is taken from
+with ``receive_some()`` (which must hand out at least one envelope and no
+more than asked), and held to the same rules.
+
 Sink (:func:`check_sink`):
 
 - ``write()`` returns only once the batch is durable: the server shows it
@@ -43,7 +47,7 @@ import attrs
 import trio
 import trio.lowlevel
 
-from .._endpoint import MessageRejected, Receiver, Sink, Source, Writer
+from .._endpoint import BulkReceiver, MessageRejected, Receiver, Sink, Source, Writer
 from .._message import Envelope, Message
 
 #: Hands messages to the server a source reads from; see :class:`SourceCase`.
@@ -200,18 +204,30 @@ async def _opened(case: SourceCase, publishing: trio.Nursery) -> AsyncIterator[R
     _check_no_tasks_left(before, publishing, f"{case.source.describe()} closed")
 
 
+async def _receive(receiver: Receiver, most: int, rule: str) -> Sequence[Envelope]:
+    """One envelope from ``receive()``, or up to ``most`` from a
+    :class:`~bridges.BulkReceiver`'s ``receive_some()`` (checked: at least one)."""
+    if not isinstance(receiver, BulkReceiver):
+        return (await receiver.receive(),)
+    envelopes = await receiver.receive_some(most)
+    if not 0 < len(envelopes) <= most:
+        raise _fail(rule, f"receive_some({most}) handed out {len(envelopes)} envelopes")
+    return envelopes
+
+
 async def _take(
     receiver: Receiver, expected: set[bytes], taken: dict[bytes, Envelope], rule: str
 ) -> None:
     """Receive until every body of ``expected`` is in ``taken``; anything else is a violation."""
     while not expected <= taken.keys():
-        envelope = await receiver.receive()
-        body = envelope.message.body
-        if body not in expected:
-            raise _fail(rule, f"handed out {body!r}, which is not expected here")
-        if body in taken:
-            raise _fail(rule, f"handed out {body!r} twice without a nack in between")
-        taken[body] = envelope
+        # (at most what is still expected: more would take the next rule's messages)
+        for envelope in await _receive(receiver, len(expected - taken.keys()), rule):
+            body = envelope.message.body
+            if body not in expected:
+                raise _fail(rule, f"handed out {body!r}, which is not expected here")
+            if body in taken:
+                raise _fail(rule, f"handed out {body!r} twice without a nack in between")
+            taken[body] = envelope
 
 
 async def _nothing_more(receiver: Receiver, quiet: float, rule: str) -> None:
@@ -308,11 +324,11 @@ async def _source_cancelled_receive_hands_out_nothing(
             attempt += 1
             # Every tenth call may wait as long as it needs: progress even on a slow server.
             with trio.move_on_after(math.inf if attempt % 10 == 0 else delay):
-                envelope = await receiver.receive()
-                body = envelope.message.body
-                if body not in expected or body in taken:
-                    raise _fail(rule, f"handed out {body!r}, unexpected or twice")
-                taken[body] = envelope
+                for envelope in await _receive(receiver, len(expected - taken.keys()), rule):
+                    body = envelope.message.body
+                    if body not in expected or body in taken:
+                        raise _fail(rule, f"handed out {body!r}, unexpected or twice")
+                    taken[body] = envelope
         for envelope in taken.values():
             await envelope.ack()
         await _nothing_more(receiver, quiet, rule)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 import trio
 
-from .._message import Envelope, Message
+from .._message import Envelope, Message, UnreadableEnvelope
 
 
 async def wait_until(condition: Callable[[], bool], interval: float = 0.01) -> None:
@@ -33,6 +34,8 @@ class FakeSource:
       acked: ids, in ack order.
       nacked: (id, error) pairs, in nack order.
       handed: ids, in the order receive() returned them.
+      unreadable: ids of messages handed out as an :class:`bridges.UnreadableEnvelope`,
+        with the error each carries.
       opens: how many times the source was opened.
     """
 
@@ -43,11 +46,13 @@ class FakeSource:
         end: bool = True,
         requeue: bool = True,
         fail_at: dict[int, Exception] | None = None,
+        unreadable: Mapping[str, Exception] | None = None,
     ) -> None:
         self.pending: collections.deque[Message] = collections.deque(items)
         self.end = end
         self.requeue = requeue
         self.fail_at = dict(fail_at or {})  # receive number -> error raised there, once
+        self.unreadable = dict(unreadable or {})
         self.acked: list[str] = []
         self.nacked: list[tuple[str, BaseException | None]] = []
         self.handed: list[str] = []
@@ -76,6 +81,10 @@ class FakeSource:
             self._out.clear()
 
     async def receive(self) -> Envelope:
+        await self._wait_for_pending()
+        return self._hand_out()
+
+    async def _wait_for_pending(self) -> None:
         await trio.lowlevel.checkpoint()
         self._calls += 1
         error = self.fail_at.pop(self._calls, None)
@@ -85,16 +94,19 @@ class FakeSource:
             if self.end:
                 raise trio.EndOfChannel
             await self._more.park()
+
+    def _hand_out(self) -> Envelope:
         message = self.pending.popleft()
         self.handed.append(message.id)
         delivery = len(self.handed)
         self._out[delivery] = message
-        return Envelope(
-            message,
-            ack=partial(self._settled, delivery, self._ack, message),
-            nack=partial(self._settled_with, delivery, self._nack, message),
-            origin=f"fake {message.id}",
-        )
+        ack = partial(self._settled, delivery, self._ack, message)
+        nack = partial(self._settled_with, delivery, self._nack, message)
+        origin = f"fake {message.id}"
+        error = self.unreadable.get(message.id)
+        if error is not None:
+            return UnreadableEnvelope(message, ack=ack, nack=nack, origin=origin, error=error)
+        return Envelope(message, ack=ack, nack=nack, origin=origin)
 
     @property
     def unsettled(self) -> int:
@@ -125,6 +137,24 @@ class FakeSource:
         if self.requeue:
             self.pending.appendleft(message)
             self._more.unpark_all()
+
+
+class FakeBulkSource(FakeSource):
+    """A :class:`FakeSource` that is also a :class:`bridges.BulkReceiver`:
+    ``receive_some(most)`` hands out every queued message, up to ``most``.
+
+    Attributes:
+      asked: the ``most`` of each ``receive_some`` call, in order.
+    """
+
+    def __init__(self, items: Sequence[Message] = (), **kwargs: Any) -> None:
+        super().__init__(items, **kwargs)
+        self.asked: list[int] = []
+
+    async def receive_some(self, most: int) -> list[Envelope]:
+        self.asked.append(most)
+        await self._wait_for_pending()
+        return [self._hand_out() for _ in range(min(most, len(self.pending)))]
 
 
 class FakeSink:

@@ -1,7 +1,8 @@
 """The ``stomp`` source: one subscription, client-individual acks, a prefetch window.
 
 Messages come from the subscription in batches (``Subscription.batches``)
-and go out one envelope each; an envelope is acked with ACK once the
+and go out one envelope each, handed to the route many at a time
+(``receive_some``); an envelope is acked with ACK once the
 route's sink holds it (the engine hands a run of them to ``ack_all``: one
 write). A nack with an error sends NACK (RabbitMQ requeues it, ActiveMQ
 dead-letters it by its redelivery policy); a release (shutdown) sends
@@ -10,7 +11,6 @@ nothing: the broker takes unacked messages back when we disconnect.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
@@ -78,34 +78,49 @@ class StompSource:
 
 class _StompReceiver:
     """Takes the subscription's messages a batch at a time (one wake-up per read
-    of the socket, not per message) and hands them out one by one. What it
-    holds when the route closes is unacked: the broker takes it back."""
+    of the socket, not per message) and hands them out as many at a time as
+    the route has room for. What it holds when the route closes is unacked:
+    the broker takes it back."""
 
     def __init__(self, subscription: trio_stomp.Subscription, origin: str) -> None:
         self._next_batch = subscription.batches().__anext__
-        self._pending: deque[trio_stomp.Message] = deque()
+        self._pending: list[trio_stomp.Message] = []
         self._origin = origin
 
     async def receive(self) -> Envelope:
+        return (await self.receive_some(1))[0]
+
+    async def receive_some(self, most: int) -> list[Envelope]:
         pending = self._pending
         if not pending:
             try:
-                pending.extend(await self._next_batch())
+                # (cancel-safe: a cancelled wait takes nothing from the subscription)
+                pending = self._pending = list(await self._next_batch())
             except StopAsyncIteration:
                 raise trio_stomp.ConnectionLost("the subscription ended") from None
-        received = pending.popleft()
-        pairs = received.headers.items()
-        headers = dict(pairs)
-        if len(headers) != len(pairs):  # a repeated header: the first one wins
-            headers = {}
-            for name, value in pairs:
-                headers.setdefault(name, value)
-        message_id = headers.pop("message-id", "")
-        for name in _DELIVERY_HEADERS:
-            headers.pop(name, None)
-        message_id = headers.pop(ID_HEADER, "") or message_id
-        message = trusted_message(received.body, headers, message_id)
-        return _StompEnvelope(message, received, self._origin)
+        if len(pending) <= most:
+            chunk, self._pending = pending, []
+        else:
+            chunk = pending[:most]
+            del pending[:most]
+        origin = self._origin
+        return [_StompEnvelope(_message(received), received, origin) for received in chunk]
+
+
+def _message(received: trio_stomp.Message) -> Message:
+    """The message to hand on: the MESSAGE's body and headers, less those about
+    its delivery; its id is ``bridge-id`` when there is one, else ``message-id``."""
+    pairs = received.headers.items()
+    headers = dict(pairs)
+    if len(headers) != len(pairs):  # a repeated header: the first one wins
+        headers = {}
+        for name, value in pairs:
+            headers.setdefault(name, value)
+    message_id = headers.pop("message-id", "")
+    for name in _DELIVERY_HEADERS:
+        headers.pop(name, None)
+    message_id = headers.pop(ID_HEADER, "") or message_id
+    return trusted_message(received.body, headers, message_id)
 
 
 class _StompEnvelope(Envelope):

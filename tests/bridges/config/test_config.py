@@ -378,7 +378,7 @@ def test_the_public_surface_is_pinned() -> None:
         and not isinstance(getattr(bridges, n), types.ModuleType)
     )
     assert public == [
-        "BridgeSettings", "BrokerSettings", "Config", "ConfigError", "Context",
+        "BridgeSettings", "BrokerSettings", "BulkReceiver", "Config", "ConfigError", "Context",
         "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting", "Message", "MessageRejected",
         "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route", "RouteConfig",
         "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template", "TemplateError",

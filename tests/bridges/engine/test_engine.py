@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 
 from bridges import Envelope, Message, MessageRejected, RetryPolicy, Route
 from bridges._message import trusted_message
-from bridges.testing import FakeSink, FakeSource, messages, wait_until
+from bridges.testing import FakeBulkSource, FakeSink, FakeSource, messages, wait_until
 
 NO_JITTER = RetryPolicy(attempts=3, initial=1.0, max=8.0, multiplier=2.0, jitter=0.0)
+
+#: A source the engine takes from one envelope at a time, and one it takes from many at a time.
+each_source = pytest.mark.parametrize("source_class", [FakeSource, FakeBulkSource])
 
 
 def route(
@@ -30,8 +33,11 @@ def route(
     return Route("r", source, sink, retry=retry, rand=lambda: 0.5, **kwargs)  # type: ignore[arg-type]
 
 
-async def test_every_message_arrives_in_order_in_batches_and_is_acked_after_its_write() -> None:
-    source = FakeSource(messages(250))
+@each_source
+async def test_every_message_arrives_in_order_in_batches_and_is_acked_after_its_write(
+    source_class: type[FakeSource],
+) -> None:
+    source = source_class(messages(250))
     sink = FakeSink(source=source)
     r = route(source, sink, batch_count=100, batch_time=0)
     await r.run()
@@ -127,10 +133,12 @@ def test_trusted_message_is_the_same_value_as_message() -> None:
         made.id = "x"  # type: ignore[misc]
 
 
+@each_source
 async def test_the_in_flight_window_bounds_what_the_source_hands_out(
+    source_class: type[FakeSource],
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    source = FakeSource(messages(100))
+    source = source_class(messages(100))
     sink = FakeSink()
     sink.gate = trio.Event()
     r = route(source, sink, in_flight=10, batch_count=4, batch_time=0)
@@ -275,14 +283,17 @@ async def test_a_transform_error_dead_letters_that_message_without_retry() -> No
     assert sorted(source.acked) == ["m0", "m1", "m2"]
 
 
-async def test_async_transforms_run_and_a_filter_acks_what_it_drops() -> None:
+@each_source
+async def test_async_transforms_run_and_a_filter_acks_what_it_drops(
+    source_class: type[FakeSource],
+) -> None:
     async def tag(message: Message) -> Message | None:
         await trio.lowlevel.checkpoint()
         if message.id == "m2":
             return None
         return attrs.evolve(message, headers={**message.headers, "seen": "yes"})
 
-    source = FakeSource(messages(4))
+    source = source_class(messages(4))
     sink = FakeSink()
     r = route(source, sink, transforms=[tag], batch_time=0)
     await r.run()
@@ -304,10 +315,12 @@ async def test_rejected_messages_are_dead_lettered_and_the_rest_written_at_once(
     assert r.stats.retries == 0
 
 
+@each_source
 async def test_stop_takes_nothing_new_and_finishes_what_is_in_flight(
+    source_class: type[FakeSource],
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    source = FakeSource(messages(1000), end=False)
+    source = source_class(messages(1000), end=False)
     sink = FakeSink(delay=1.0, source=source)
     r = route(source, sink, in_flight=50, batch_count=10, batch_time=0)
     async with trio.open_nursery() as nursery:
@@ -323,10 +336,12 @@ async def test_stop_takes_nothing_new_and_finishes_what_is_in_flight(
     assert not source.open_now
 
 
+@each_source
 async def test_abort_hands_in_flight_messages_back_without_an_error(
+    source_class: type[FakeSource],
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    source = FakeSource(messages(100), requeue=False)
+    source = source_class(messages(100), requeue=False)
     sink = FakeSink()
     sink.gate = trio.Event()  # never set: the sink hangs
     r = route(source, sink, in_flight=20, batch_time=0)
@@ -340,8 +355,11 @@ async def test_abort_hands_in_flight_messages_back_without_an_error(
     assert r.stats.released == 20
 
 
-async def test_cancelling_the_run_releases_in_flight_messages() -> None:
-    source = FakeSource(messages(10), requeue=False)
+@each_source
+async def test_cancelling_the_run_releases_in_flight_messages(
+    source_class: type[FakeSource],
+) -> None:
+    source = source_class(messages(10), requeue=False)
     sink = FakeSink()
     sink.gate = trio.Event()
     r = route(source, sink, batch_time=0)
@@ -351,12 +369,52 @@ async def test_cancelling_the_run_releases_in_flight_messages() -> None:
     assert not source.open_now
 
 
-async def test_a_source_failure_restarts_the_route_and_loses_nothing(
+async def test_a_bulk_source_is_asked_for_as_many_as_the_window_has_room_for(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    source = FakeSource(messages(30), fail_at={12: ConnectionError("broker went away")})
+    source = FakeBulkSource(messages(100))
+    sink = FakeSink(source=source)
+    sink.gate = trio.Event()
+    r = route(source, sink, in_flight=10, batch_count=4, batch_time=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        await trio.sleep(5)
+        assert source.asked == [10]  # one call took the whole window
+        assert len(source.handed) == r.in_flight == 10
+        sink.gate.set()
+    assert sink.written == source.acked == [f"m{i}" for i in range(100)]
+    assert sink.acked_before_write == []
+    assert all(0 < most <= 10 for most in source.asked)
+    assert len(source.asked) < 100
+
+
+@each_source
+@pytest.mark.parametrize("transforms", [[], [lambda message: message]])
+async def test_what_a_source_could_not_read_is_dead_lettered_in_its_turn(
+    source_class: type[FakeSource], transforms: list[Any]
+) -> None:
+    unreadable = {"m2": ValueError("line too long"), "m5": ValueError("bad record")}
+    source = source_class(messages(8), unreadable=unreadable)
+    sink = FakeSink(source=source)
+    dead = FakeSink()
+    r = route(source, sink, dead_letter=dead, transforms=transforms, batch_count=3, batch_time=0)
+    await r.run()
+    assert sink.written == ["m0", "m1", "m3", "m4", "m6", "m7"]
+    assert [m.id for b in dead.batches for m in b] == ["m2", "m5"]
+    assert dead.batches[0][0].headers["bridge-stage"] == "source"
+    assert dead.batches[0][0].headers["bridge-error"] == "ValueError: line too long"
+    assert sorted(source.acked) == [f"m{i}" for i in range(8)]
+    assert (r.stats.delivered, r.stats.dead_lettered, r.in_flight) == (6, 2, 0)
+
+
+@each_source
+async def test_a_source_failure_restarts_the_route_and_loses_nothing(
+    source_class: type[FakeSource],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = source_class(messages(30), fail_at={4: ConnectionError("broker went away")})
     sink = FakeSink(delay=0.1)
-    r = route(source, sink, batch_count=5, batch_time=0)
+    r = route(source, sink, in_flight=5, batch_count=5, batch_time=0)
     await r.run()
     assert source.opens == 2
     assert r.stats.restarts == 1
@@ -411,15 +469,16 @@ def test_retry_delays_grow_exponentially_with_jitter_and_a_cap() -> None:
     window=st.integers(1, 20),
     batch=st.integers(1, 10),
     script=st.lists(st.sampled_from([None, "fail", "reject"]), max_size=12),
+    bulk=st.booleans(),
 )
 def test_whatever_fails_each_message_is_written_or_dead_lettered_and_settled_once(
-    count: int, window: int, batch: int, script: Sequence[str | None]
+    count: int, window: int, batch: int, script: Sequence[str | None], bulk: bool
 ) -> None:
     failures: list[BaseException | None] = [
         None if s is None else OSError("x") if s == "fail" else MessageRejected("bad", [0])
         for s in script
     ]
-    source = FakeSource(messages(count))
+    source = (FakeBulkSource if bulk else FakeSource)(messages(count))
     sink = FakeSink(failures, source=source)
     dead = FakeSink()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -13,6 +14,8 @@ import trio
 from family_kit import bridges_command, read_until
 
 from bridges import ConfigError, default_registry, load_config, run_bridge
+from bridges.service import freeze_heap
+from bridges.service._process import GC_THRESHOLD
 from bridges.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -102,3 +105,15 @@ async def test_a_port_in_use_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"broker.listen: cannot listen on 127.0.0.1:{port}"):
         await run_bridge(config, default_registry(plugins=False), say=lambda _: None)
     await listener.aclose()
+
+
+def test_freeze_heap_freezes_what_is_there_and_collects_young_objects_less_often() -> None:
+    before = gc.get_threshold()
+    try:
+        freeze_heap()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (GC_THRESHOLD, *before[1:])
+        assert before[0] < GC_THRESHOLD
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

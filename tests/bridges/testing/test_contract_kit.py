@@ -12,6 +12,7 @@ import bridges.testing
 from bridges import Envelope, Message, MessageRejected
 from bridges.testing import (
     ContractViolation,
+    FakeBulkSource,
     FakeSink,
     FakeSource,
     SinkCase,
@@ -79,6 +80,26 @@ class LossySource(FakeSource):
         return await super().receive()
 
 
+class EmptyHandedSource(FakeBulkSource):
+    """Returns from receive_some with nothing (it should wait for a message)."""
+
+    async def receive_some(self, most: int) -> list[Envelope]:
+        await trio.lowlevel.checkpoint()
+        return []
+
+
+class LossyBulkSource(FakeBulkSource):
+    """Takes a message off its queue before a checkpoint: a cancelled receive_some loses it."""
+
+    async def receive_some(self, most: int) -> list[Envelope]:
+        if not self.pending:
+            return await super().receive_some(most)
+        message = self.pending.popleft()
+        await trio.lowlevel.checkpoint()
+        self.pending.appendleft(message)
+        return await super().receive_some(most)
+
+
 class ForgetfulSource(FakeSource):
     """An ack that does not stick: the message is handed out again after a reopen."""
 
@@ -106,9 +127,24 @@ async def test_the_fakes_keep_the_contracts() -> None:
     await check_sink(sinks(lambda: RejectingSink(), reject=BAD))
 
 
-async def test_a_receive_that_loses_messages_when_cancelled_is_caught() -> None:
+async def test_a_bulk_source_keeps_the_source_contract_through_receive_some() -> None:
+    source = FakeBulkSource(end=False)
+    await check_source(sources(lambda: source), quiet=0.05)
+    assert max(source.asked) > 1  # taken many at a time
+
+
+@pytest.mark.parametrize("lossy", [LossySource, LossyBulkSource])
+async def test_a_receive_that_loses_messages_when_cancelled_is_caught(
+    lossy: type[FakeSource],
+) -> None:
     with pytest.raises(ContractViolation, match=r"cancelled receive\(\) hands out nothing"):
-        await check_source(sources(lambda: LossySource(end=False)), rule_seconds=1, quiet=0.05)
+        await check_source(sources(lambda: lossy(end=False)), rule_seconds=1, quiet=0.05)
+
+
+async def test_a_receive_some_that_returns_nothing_is_caught() -> None:
+    empty = sources(lambda: EmptyHandedSource(end=False))
+    with pytest.raises(ContractViolation, match=r"receive_some\(\d+\) handed out 0 envelopes"):
+        await check_source(empty, rule_seconds=1, quiet=0.05)
 
 
 async def test_a_source_whose_ack_does_not_stick_is_caught() -> None:
@@ -147,7 +183,7 @@ async def test_a_rejection_without_indices_is_caught() -> None:
 def test_the_testing_surface_is_pinned() -> None:
     public = sorted(n for n in dir(bridges.testing) if n.isidentifier() and not n.startswith("_"))
     assert public == [
-        "ContractViolation", "FakeSink", "FakeSource", "SinkCase", "SinkFactory", "SourceCase",
-        "SourceFactory", "check_sink", "check_source", "contract_messages", "messages",
-        "wait_until",
+        "ContractViolation", "FakeBulkSource", "FakeSink", "FakeSource", "SinkCase",
+        "SinkFactory", "SourceCase", "SourceFactory", "check_sink", "check_source",
+        "contract_messages", "messages", "wait_until",
     ]  # fmt: skip
