@@ -10,6 +10,8 @@ checkpoint on their own, at least once per batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Generic, TypeVar
 
 import attrs
@@ -19,6 +21,8 @@ from ._endpoint import MessageRejected
 from ._message import OPEN, Envelope
 
 T = TypeVar("T")
+
+_settle_key = attrgetter("settle_key")
 
 
 class Window:
@@ -145,9 +149,11 @@ def settle_runs(envelopes: list[Envelope]) -> list[list[Envelope]]:
     envelope whose key is None is a run of its own."""
     if not envelopes:
         return []
+    key = envelopes[0].settle_key
+    if key is not None and all(map(is_, map(_settle_key, envelopes), repeat(key))):
+        return [envelopes]  # the usual case, checked in C loops: one run
     runs = []
     start = 0
-    key = envelopes[0].settle_key
     for index in range(1, len(envelopes)):
         next_key = envelopes[index].settle_key
         if next_key is None or next_key is not key:

@@ -95,6 +95,10 @@ class Sender(Protocol):
         """Send the ACKs or NACKs of a batch (each one's headers in ``acks``) in one
         write; with ``receipt``, wait for the last one's."""
 
+    async def send_ack_ids(self, command: str, ack_ids: list[str], *, message: object) -> None:
+        """Send 1.2 ACKs or NACKs without receipt, one for each of ``ack_ids`` (its
+        ``id`` header), in one write."""
+
     async def send_message(
         self,
         destination: str,

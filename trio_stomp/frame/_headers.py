@@ -11,6 +11,8 @@ from ._escaping import unescape
 _T = TypeVar("_T")
 #: What a lookup returns for a header that is absent (None is a valid default).
 _ABSENT: Final = object()
+#: True when this module runs compiled (mypyc): a loop over the lines is then the fast way.
+_COMPILED: Final = not __file__.endswith((".py", ".pyc"))
 
 HeadersLike = Union["Headers", Mapping[str, str], Iterable[tuple[str, str]]]
 
@@ -59,8 +61,7 @@ class Headers:
     def _lookup(self) -> dict[str, str]:
         first = self._first
         if first is None:
-            # dict() keeps the last value of a repeated key, so feed it reversed.
-            first = self._first = dict(reversed(self.items()))
+            first = self._first = self.as_dict()
         return first
 
     def _find(self, name: str) -> object:
@@ -111,6 +112,23 @@ class Headers:
     def getall(self, name: str) -> list[str]:
         """Every value of ``name``, in order (empty when absent)."""
         return [value for key, value in self.items() if key == name]
+
+    def as_dict(self) -> dict[str, str]:
+        """A new dict of each name's first value, in order of first appearance.
+
+        The first value wins, as for lookups; later repeats are left out. The
+        dict is the caller's to change. For a parsed head it is built straight
+        from the head's text, without splitting the pairs first: the cheapest
+        way to take all of a received frame's headers as a plain mapping.
+        """
+        text = self._text
+        if self._pairs is None and text is not None and self._escapes is None:
+            return _first_values(text)
+        first: dict[str, str] = {}
+        for name, value in self.items():
+            if name not in first:
+                first[name] = value
+        return first
 
     def items(self) -> tuple[tuple[str, str], ...]:
         """Every ``(name, value)`` pair in order, repeats included."""
@@ -208,6 +226,41 @@ def _split(text: str, escapes: tuple[str, bool] | None) -> tuple[tuple[str, str]
             for name, _, value in map(str.partition, lines, repeat(":"))
         ]
     )
+
+
+def _first_values(text: str) -> dict[str, str]:
+    """:meth:`Headers.as_dict` of a head kept as text without escapes (see :func:`_split`).
+
+    Two ways with one result (a property test holds them equal), as in
+    :mod:`._shape`: compiled, a loop over the lines; in pure Python, C's
+    split and dict over all of them at once.
+    """
+    lines = text.split("\n")
+    del lines[0]  # the command line
+    if _COMPILED:
+        return _first_values_loop(lines)
+    return _first_values_at_once(lines)
+
+
+def _first_values_loop(lines: list[str]) -> dict[str, str]:
+    """:func:`_first_values`, a line at a time."""
+    first: dict[str, str] = {}
+    for line in lines:
+        colon = line.find(":")
+        name = line[:colon] if colon >= 0 else line
+        if name not in first:
+            first[name] = line[colon + 1 :] if colon >= 0 else ""
+    return first
+
+
+def _first_values_at_once(lines: list[str]) -> dict[str, str]:
+    """:func:`_first_values` in C loops: every line split at its first colon at once."""
+    try:
+        first: dict[str, str] = dict(map(str.split, lines, repeat(":"), repeat(1)))
+    except ValueError:  # a line without a colon (never in a checked head)
+        return _first_values_loop(lines)
+    # A shorter dict: a name repeated, whose last value dict() kept.
+    return first if len(first) == len(lines) else _first_values_loop(lines)
 
 
 def _not_str(name: object, value: object) -> str:

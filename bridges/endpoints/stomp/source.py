@@ -110,12 +110,7 @@ class _StompReceiver:
 def _message(received: trio_stomp.Message) -> Message:
     """The message to hand on: the MESSAGE's body and headers, less those about
     its delivery; its id is ``bridge-id`` when there is one, else ``message-id``."""
-    pairs = received.headers.items()
-    headers = dict(pairs)
-    if len(headers) != len(pairs):  # a repeated header: the first one wins
-        headers = {}
-        for name, value in pairs:
-            headers.setdefault(name, value)
+    headers = received.headers.as_dict()  # (a repeated header: the first one wins)
     message_id = headers.pop("message-id", "")
     for name in _DELIVERY_HEADERS:
         headers.pop(name, None)

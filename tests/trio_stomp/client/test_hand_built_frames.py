@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_stomp._core import ack_frame_bytes, plain_send_bytes, send_prefix
+from trio_stomp._core import ack_frame_bytes, ack_frames_bytes, plain_send_bytes, send_prefix
 from trio_stomp.frame import Frame, FrameParser, encode
 
 # Header text with everything that needs escaping, and some that does not.
@@ -46,3 +46,13 @@ def test_hand_built_ack_equals_the_encoder(command: str, ack_id: str) -> None:
     data = ack_frame_bytes(command, ack_id)
     assert data == encode(Frame(command, [("id", ack_id)]), "1.2")
     assert FrameParser("1.2").feed(data) == [Frame(command, [("id", ack_id)])]
+
+
+@given(
+    command=st.sampled_from(["ACK", "NACK"]),
+    ack_ids=st.lists(st.text(alphabet=st.sampled_from(["a", ":", "\\", "\n", "\r", "é", "\0"]))),
+)
+def test_acks_built_at_once_equal_one_by_one(command: str, ack_ids: list[str]) -> None:
+    assert ack_frames_bytes(command, ack_ids) == b"".join(
+        ack_frame_bytes(command, ack_id) for ack_id in ack_ids
+    )

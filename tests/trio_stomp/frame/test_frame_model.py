@@ -37,6 +37,18 @@ def test_headers_getall_sees_every_value() -> None:
 def test_headers_keys_are_distinct_names_in_first_order() -> None:
     assert Headers(PAIRS).keys() == ["x", "y"]
     assert list(Headers(PAIRS)) == ["x", "y"]
+    # (without a repeat too: the order of first appearance, not its reverse)
+    assert Headers([("b", "1"), ("a", "2")]).keys() == ["b", "a"]
+    assert list(Headers([("b", "1"), ("a", "2")])) == ["b", "a"]
+
+
+def test_headers_as_dict_is_a_new_dict_of_first_values_in_order() -> None:
+    headers = Headers([("y", "0"), *PAIRS])
+    first = headers.as_dict()
+    assert list(first.items()) == [("y", "0"), ("x", "1")]
+    first["x"] = "changed"
+    assert headers.as_dict() == {"y": "0", "x": "1"}
+    assert headers["x"] == "1"
 
 
 def test_headers_equality_compares_pairs_in_order() -> None:

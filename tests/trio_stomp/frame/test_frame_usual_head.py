@@ -165,6 +165,28 @@ def test_headers_kept_as_text_answer_as_their_pairs(
                 frame.headers[name]
     assert frame.headers == reference
     assert len(frame.headers) == len(pairs)
+    # Straight from the text (before a split), then from the split pairs.
+    first = reference.as_dict()
+    assert list(parsed_again(wire, version).headers.as_dict().items()) == list(first.items())
+    assert list(frame.headers.as_dict().items()) == list(first.items())
+
+
+def parsed_again(wire: bytes, version: str) -> Frame:
+    (frame,) = [e for e in FrameParser(version).feed(wire) if isinstance(e, Frame)]
+    return frame
+
+
+@given(
+    lines=st.lists(st.text(st.sampled_from("ab:\u00e9"), max_size=4), max_size=6),
+)
+def test_both_ways_to_take_first_values_agree(lines: list[str]) -> None:
+    from trio_stomp.frame._headers import _first_values_at_once, _first_values_loop
+
+    expected: dict[str, str] = {}
+    for name, _, value in (line.partition(":") for line in lines):
+        expected.setdefault(name, value)
+    assert list(_first_values_loop(list(lines)).items()) == list(expected.items())
+    assert list(_first_values_at_once(list(lines)).items()) == list(expected.items())
 
 
 def test_an_activemq_message_reads_its_escaped_id_without_splitting() -> None:
