@@ -64,11 +64,14 @@ class WindowedStream(RecordedStream):
         self._unacked = 0
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await super().send_all(data)
         data = bytes(data)
-        self._unacked -= (
-            data.count(b"\0ACK\n") + data.count(b"\0\nACK\n") + data.startswith(b"ACK\n")
-        )
+        acks = data.count(b"\0ACK\n") + data.count(b"\0\nACK\n") + data.startswith(b"ACK\n")
+        if data.startswith(b"ACK\n") and b"DISCONNECT" not in data:
+            await trio.lowlevel.checkpoint()  # only ACKs: nothing to answer (the stub's
+            # cost kept out of the figure as far as it can be)
+        else:
+            await super().send_all(data)
+        self._unacked -= acks
         if self.subscribed:
             while self._pending and self._unacked < self._window:
                 self._send.send_nowait(self._pending.pop(0))
@@ -141,7 +144,7 @@ def bridge(reads: list[bytes], count: int, window: int, fsync: bool) -> float:
                     start = time.process_time()
                     nursery.start_soon(route.run)
                     while route.stats.delivered < count:  # noqa: ASYNC110 - a counter
-                        await trio.sleep(0.001)
+                        await trio.sleep(0.05)  # (CPU time: a wait costs none)
                     spent = time.process_time() - start
                     route.stop()
 

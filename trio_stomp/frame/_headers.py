@@ -232,24 +232,29 @@ def _first_values(text: str) -> dict[str, str]:
     """:meth:`Headers.as_dict` of a head kept as text without escapes (see :func:`_split`).
 
     Two ways with one result (a property test holds them equal), as in
-    :mod:`._shape`: compiled, a loop over the lines; in pure Python, C's
-    split and dict over all of them at once.
+    :mod:`._shape`: compiled, a walk over the text; in pure Python, C's
+    split and dict over all of its lines at once.
     """
+    if _COMPILED:
+        return _first_values_walk(text)
     lines = text.split("\n")
     del lines[0]  # the command line
-    if _COMPILED:
-        return _first_values_loop(lines)
     return _first_values_at_once(lines)
 
 
-def _first_values_loop(lines: list[str]) -> dict[str, str]:
-    """:func:`_first_values`, a line at a time."""
+def _first_values_walk(text: str) -> dict[str, str]:
+    """:func:`_first_values`, one line at a time, sliced from the text."""
     first: dict[str, str] = {}
-    for line in lines:
-        colon = line.find(":")
-        name = line[:colon] if colon >= 0 else line
+    size = len(text)
+    start = text.find("\n") + 1
+    while start > 0:  # at the start of a header line
+        stop = text.find("\n", start)
+        end = size if stop < 0 else stop
+        colon = text.find(":", start, end)
+        name = text[start:colon] if colon >= 0 else text[start:end]
         if name not in first:
-            first[name] = line[colon + 1 :] if colon >= 0 else ""
+            first[name] = text[colon + 1 : end] if colon >= 0 else ""
+        start = stop + 1
     return first
 
 
@@ -258,9 +263,9 @@ def _first_values_at_once(lines: list[str]) -> dict[str, str]:
     try:
         first: dict[str, str] = dict(map(str.split, lines, repeat(":"), repeat(1)))
     except ValueError:  # a line without a colon (never in a checked head)
-        return _first_values_loop(lines)
+        return _first_values_walk("\n" + "\n".join(lines))
     # A shorter dict: a name repeated, whose last value dict() kept.
-    return first if len(first) == len(lines) else _first_values_loop(lines)
+    return first if len(first) == len(lines) else _first_values_walk("\n" + "\n".join(lines))
 
 
 def _not_str(name: object, value: object) -> str:

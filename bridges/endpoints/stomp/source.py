@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Final
 
 import attrs
 from attrs.validators import ge, optional
@@ -21,12 +20,8 @@ from attrs.validators import ge, optional
 import trio_stomp
 
 from ..._endpoint import Context, InvalidSetting
-from ..._message import ACKED, NACKED, OPEN, Envelope, Message, trusted_message
+from ..._message import ACKED, NACKED, OPEN, Envelope, trusted_message
 from ._connection import ID_HEADER, Connector, StompConnection
-
-#: MESSAGE headers about this delivery, not the message: not handed on.
-#: (``message-id`` is one too; it becomes the id unless ``bridge-id`` is there.)
-_DELIVERY_HEADERS: Final = ("subscription", "ack", "content-length")
 
 
 @attrs.frozen
@@ -104,18 +99,7 @@ class _StompReceiver:
             chunk = pending[:most]
             del pending[:most]
         origin = self._origin
-        return [_StompEnvelope(_message(received), received, origin) for received in chunk]
-
-
-def _message(received: trio_stomp.Message) -> Message:
-    """The message to hand on: the MESSAGE's body and headers, less those about
-    its delivery; its id is ``bridge-id`` when there is one, else ``message-id``."""
-    headers = received.headers.as_dict()  # (a repeated header: the first one wins)
-    message_id = headers.pop("message-id", "")
-    for name in _DELIVERY_HEADERS:
-        headers.pop(name, None)
-    message_id = headers.pop(ID_HEADER, "") or message_id
-    return trusted_message(received.body, headers, message_id)
+        return [_StompEnvelope(received, origin) for received in chunk]
 
 
 class _StompEnvelope(Envelope):
@@ -127,8 +111,17 @@ class _StompEnvelope(Envelope):
 
     __slots__ = ("received", "settle_key")
 
-    def __init__(self, message: Message, received: trio_stomp.Message, origin: str) -> None:
-        self.message = message
+    def __init__(self, received: trio_stomp.Message, origin: str) -> None:
+        # The message to hand on: the MESSAGE's body and headers, less those about
+        # its delivery; its id is ``bridge-id`` when there is one, else ``message-id``.
+        # (Here, not in a function of its own: this runs for every message.)
+        headers = received.headers.as_dict()  # (a repeated header: the first one wins)
+        pop = headers.pop
+        message_id = pop("message-id", "")
+        pop("subscription", None)
+        pop("ack", None)
+        pop("content-length", None)
+        self.message = trusted_message(received.body, headers, pop(ID_HEADER, "") or message_id)
         self.origin = origin
         self.state = OPEN
         self.received = received
