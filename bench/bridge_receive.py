@@ -29,9 +29,7 @@ runs the ``bridge, fsync`` row once under cProfile into FILE.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import cProfile
 import sys
 import tempfile
 import time
@@ -40,7 +38,14 @@ from pathlib import Path
 from typing import Final
 
 import trio
-from receive import RecordedStream, reads_of, recorded_messages
+from receive import (
+    RecordedStream,
+    best_of_rounds,
+    profile_into,
+    reads_of,
+    recorded_messages,
+    recorded_parser,
+)
 
 import trio_stomp
 from bridges import Context, Route
@@ -165,23 +170,14 @@ ROWS: Final[dict[str, Row]] = {
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--count", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = recorded_parser(__doc__ or "", rounds=5)
     parser.add_argument("--window", type=int, default=4000)
-    parser.add_argument("--profile", metavar="FILE")
     args = parser.parse_args(argv)
     reads = reads_of(recorded_messages(args.count))
     if args.profile:
-        profiler = cProfile.Profile()
-        profiler.runcall(bridge, reads, args.count, args.window, True)
-        profiler.dump_stats(args.profile)
+        profile_into(args.profile, bridge, reads, args.count, args.window, True)
         return 0
-    best: dict[str, float] = {}
-    for _ in range(args.rounds):
-        for name, row in ROWS.items():
-            spent = row(reads, args.count, args.window)
-            best[name] = min(best.get(name, spent), spent)
+    best = best_of_rounds(ROWS, args.rounds, reads, args.count, args.window)
     compiled = getattr(trio_stomp.frame, "compiled", False)
     print(
         f"bridge cost per received MESSAGE: {args.count:,} recorded RabbitMQ frames of "
