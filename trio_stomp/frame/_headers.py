@@ -11,7 +11,7 @@ from ._escaping import unescape
 _T = TypeVar("_T")
 #: What a lookup returns for a header that is absent (None is a valid default).
 _ABSENT: Final = object()
-#: True when this module runs compiled (mypyc): a loop over the lines is then the fast way.
+#: True when this module runs compiled (mypyc): a walk over a head's text is then the fast way.
 _COMPILED: Final = not __file__.endswith((".py", ".pyc"))
 
 HeadersLike = Union["Headers", Mapping[str, str], Iterable[tuple[str, str]]]

@@ -288,3 +288,42 @@ async def test_a_write_that_breaks_alone_is_connection_lost_after_a_grace(
                     waited = trio.current_time() - start
         assert waited == pytest.approx(WRITE_FAILURE_GRACE)
         nursery.cancel_scope.cancel()
+
+
+async def test_acks_name_the_message_without_an_ack_header_and_send_nothing() -> None:
+    """1.2 acks a MESSAGE by its ``ack`` header: one without it cannot be acked, one by
+    one or in a batch, and a batch with such a message sends none of its ACKs."""
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        async with (
+            trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client,
+            client.subscribe("/queue/a", ack="client-individual") as sub,
+        ):
+            subscribe = await peer.receive()
+            sub_id = subscribe.headers["id"]
+            for n, ack in ((1, "a:1"), (2, None), (3, "a\\3")):
+                headers = {"subscription": sub_id, "destination": "/queue/a", "message-id": f"m{n}"}
+                if ack is not None:
+                    headers["ack"] = ack
+                await peer.send("MESSAGE", headers, b"%d" % n)
+            with trio.fail_after(5):
+                batch = await sub.batches().__anext__()
+                while len(batch) < 3:  # (the three may come in more than one read)
+                    more = await sub.batches().__anext__()
+                    batch = trio_stomp.MessageBatch.of([*batch, *more])
+            with pytest.raises(trio_stomp.LocalProtocolError, match=r"m2.*no 'ack' header"):
+                await batch[1].ack()
+            with pytest.raises(trio_stomp.LocalProtocolError, match=r"m2.*no 'ack' header"):
+                await batch.ack()
+            # Nothing went out for the refused ones: the first ACK the peer sees is m3's.
+            await trio_stomp.MessageBatch.of([batch[2]]).ack()
+            await batch[0].ack()
+            acks = [await peer.receive(), await peer.receive()]
+            assert [(f.command, f.headers.get("id")) for f in acks] == [
+                ("ACK", "a\\3"),
+                ("ACK", "a:1"),
+            ]
+            nursery.start_soon(peer.drain)
+        nursery.cancel_scope.cancel()
