@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from itertools import pairwise
 from typing import Any
 
 import attrs
@@ -652,3 +653,26 @@ async def test_a_failed_ack_all_counts_its_whole_run_and_frees_its_slots() -> No
     slots.free = 0
     failed, first = await settle(envelopes, None, inflight, slots)
     assert (failed, str(first), inflight, slots.free) == (3, "gone", set(), 3)
+
+
+_KEYS = (object(), object())
+
+
+@given(st.lists(st.sampled_from([None, 0, 1]), max_size=12))
+def test_settle_runs_cut_envelopes_in_order_into_runs_of_one_key(picks: list[int | None]) -> None:
+    from bridges._flow import settle_runs
+
+    calls: list[list[str]] = []
+    envelopes: list[Envelope] = [
+        _KeyedEnvelope(Message(b"x", id=f"m{i}"), None if p is None else _KEYS[p], calls)
+        for i, p in enumerate(picks)
+    ]
+    runs = settle_runs(envelopes)
+    assert [e for run in runs for e in run] == envelopes
+    for run in runs:
+        key = run[0].settle_key
+        assert all(e.settle_key is key for e in run)
+        assert key is not None or len(run) == 1
+    for before, after in pairwise(runs):  # runs are as long as they can be
+        key = before[-1].settle_key
+        assert key is None or after[0].settle_key is not key
