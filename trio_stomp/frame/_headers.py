@@ -237,9 +237,7 @@ def _first_values(text: str) -> dict[str, str]:
     """
     if _COMPILED:
         return _first_values_walk(text)
-    lines = text.split("\n")
-    del lines[0]  # the command line
-    return _first_values_at_once(lines)
+    return _first_values_at_once(text)
 
 
 def _first_values_walk(text: str) -> dict[str, str]:
@@ -258,14 +256,16 @@ def _first_values_walk(text: str) -> dict[str, str]:
     return first
 
 
-def _first_values_at_once(lines: list[str]) -> dict[str, str]:
-    """:func:`_first_values` in C loops: every line split at its first colon at once."""
+def _first_values_at_once(text: str) -> dict[str, str]:
+    """:func:`_first_values` in C loops: every header line split at its first colon at once."""
+    lines = text.split("\n")
+    del lines[0]  # the command line
     try:
         first: dict[str, str] = dict(map(str.split, lines, repeat(":"), repeat(1)))
     except ValueError:  # a line without a colon (never in a checked head)
-        return _first_values_walk("\n" + "\n".join(lines))
+        return _first_values_walk(text)
     # A shorter dict: a name repeated, whose last value dict() kept.
-    return first if len(first) == len(lines) else _first_values_walk("\n" + "\n".join(lines))
+    return first if len(first) == len(lines) else _first_values_walk(text)
 
 
 def _not_str(name: object, value: object) -> str:
