@@ -10,7 +10,9 @@ A batch goes out ``concurrency`` requests at a time on one keep-alive pool
 (``httpx.AsyncClient``, which runs on Trio). The outcome of each request:
 
 - 2xx: durable;
-- 408, 429, 5xx, connection errors, timeouts: transient. The write raises,
+- 408, 429, 5xx, connection errors, timeouts: transient. ``timeout`` is a
+  deadline for the whole request, from connecting to the last byte of the
+  (bounded) answer read, not only for each read. The write raises,
   and the route retries the batch by its retry policy; a ``Retry-After``
   (seconds or an HTTP date, at most ``max_retry_after``) delays the next
   try at least that long;
@@ -315,6 +317,16 @@ class _HttpWriter:
         except (TemplateError, ValueError) as exc:
             return str(exc)
         where = f"{request.method} {_redact(str(request.url))}"
+        timeout = sink.config.timeout
+        # httpx's timeouts apply to each read and write: a target that sends its
+        # answer a byte at a time resets them forever. The deadline is the whole
+        # exchange, the (bounded) body read included.
+        with trio.move_on_after(timeout):
+            return await self._exchange(request, where)
+        return HttpTransient(f"{where}: no complete answer within timeout = {timeout:g} s")
+
+    async def _exchange(self, request: httpx.Request, where: str) -> str | BaseException | None:
+        sink = self._sink
         try:
             response = await self._client.send(request, stream=True)
         except httpx.TransportError as exc:

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import socket
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,13 @@ import trustme
 from http_helpers import Recorder, receiver
 
 from bridges import Context, InvalidSetting, Message, RetryPolicy, Route
-from bridges.endpoints.http import HttpSink, HttpSinkConfig, ListenAddress, open_listener
+from bridges.endpoints.http import (
+    HttpSink,
+    HttpSinkConfig,
+    HttpTransient,
+    ListenAddress,
+    open_listener,
+)
 from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
 SECRET = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
@@ -215,3 +222,34 @@ def test_secrets_are_not_in_the_description_or_the_repr() -> None:
     assert "abc" not in HttpSink(config, CTX).describe()
     assert "T0K3N" not in HttpSink(config, CTX).describe()
     assert HttpSink(config, CTX).describe() == "http POST https://hooks.example/..."
+
+
+async def _trickle(stream: trio.SocketStream, answer: bytes) -> None:
+    """A target that reads a request, then answers one byte every 50 ms."""
+    with trio.move_on_after(30):
+        await stream.receive_some()
+        for byte in answer:
+            await stream.send_all(bytes([byte]))
+            await trio.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(b"HTTP/1.1 200 OK\r\n" + b"x-padding: " + b"p" * 500, id="headers"),
+        pytest.param(b"HTTP/1.1 200 OK\r\ncontent-length: 600\r\n\r\n" + b"b" * 600, id="body"),
+    ],
+)
+async def test_timeout_is_a_deadline_for_the_whole_request(answer: bytes) -> None:
+    async with trio.open_nursery() as nursery:
+        serve = partial(trio.serve_tcp, partial(_trickle, answer=answer), 0, host="127.0.0.1")
+        listeners = await nursery.start(serve)
+        port = listeners[0].socket.getsockname()[1]
+        sink = sink_for(f"http://127.0.0.1:{port}/in", timeout=0.5)
+        started = trio.current_time()
+        async with sink.open() as writer:
+            with pytest.raises(HttpTransient, match=r"no complete answer within timeout = 0.5 s"):
+                await writer.write(messages(1))
+        # Every byte resets httpx's own read timeout: only a deadline ends it.
+        assert trio.current_time() - started < 2.0
+        nursery.cancel_scope.cancel()
