@@ -53,9 +53,11 @@ Policies:
   said 0). It then sends a newline when it has written nothing for
   ``max(sx, cy)`` ms, and drops a client it has heard nothing from for twice
   ``max(cx, sy)`` ms (after an ERROR "heart-beat timeout").
-- Bounds: a client that stops reading is disconnected once more than
-  :attr:`Limits.max_outbound_bytes` (8 MiB) wait for it (its socket buffer
-  plus its topic backlog), so its memory stays bounded. Queues themselves are
+- Bounds: a client that stops reading is disconnected once what waits for
+  it (its socket buffer plus its topic backlog) passes
+  :attr:`Limits.max_outbound_bytes` (8 MiB) by more than the largest frame
+  it was given, so its memory stays bounded (by that plus one frame). Any frame the broker accepted, up to
+  :attr:`Limits.max_frame_size` (16 MiB), reaches a consumer that keeps up. Queues themselves are
   not bounded: what producers send to a queue nobody consumes stays there.
 - Durability: without ``data_dir`` the broker is volatile (it logs so at
   start): everything is in memory, and messages still in queues are lost

@@ -110,6 +110,8 @@ class Session:
         self.close_reason: str | None = None
         #: True when the edge must drop the connection without flushing.
         self.aborted = False
+        #: The largest frame (or topic backlog entry) queued for the client, bytes.
+        self._largest_frame = 0
         #: Heart-beat intervals agreed at CONNECT, in ms (0: none).
         self.heartbeat_send_ms = 0
         self.heartbeat_receive_ms = 0
@@ -483,8 +485,7 @@ class Session:
         """Bytes waiting in this session's private queues changed by ``delta``."""
         before = self._pending_bytes + self._backlog_bytes
         self._backlog_bytes += delta
-        over = before and before + delta > self.limits.max_outbound_bytes
-        if delta > 0 and over and not self.aborted:
+        if delta > 0 and self._over_bound(before, delta) and not self.aborted:
             self._abort()
 
     def connection_lost(self) -> None:
@@ -519,18 +520,28 @@ class Session:
     def _emit(self, data: bytes) -> None:
         if self.aborted:
             return
-        before = self._pending_bytes + self._backlog_bytes
+        if self._over_bound(self._pending_bytes + self._backlog_bytes, len(data)):
+            self._abort()
+            return
         out = self._out
         out.append(data)
         self._pending_bytes += len(data)
-        if before and before + len(data) > self.limits.max_outbound_bytes:
-            self._abort()
-        elif len(out) == 1:
+        if len(out) == 1:
             self.events.wake()
 
+    def _over_bound(self, waiting: int, size: int) -> bool:
+        """True when ``size`` more bytes would show a client that does not read.
+
+        What waits may pass ``max_outbound_bytes`` by the largest frame the
+        client was given: a frame the broker accepted can be larger than the
+        bound (``max_frame_size`` is), and one still being written must not
+        cut a client that keeps up when the next frame (its RECEIPT, a small
+        message) is due behind it.
+        """
+        self._largest_frame = largest = max(self._largest_frame, size)
+        return waiting + size > self.limits.max_outbound_bytes + largest
+
     def _abort(self) -> None:
-        # One frame larger than the bound still goes to a client that had
-        # caught up (callers check): only a client that does not read is cut.
         self.aborted = True
         self._close(
             f"the client is not reading: more than {self.limits.max_outbound_bytes} "

@@ -19,6 +19,7 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import trio_stomp
 from bridges.testing import wait_until
 from trio_stomp import RemoteProtocolError
 from trio_stomp.broker import Broker, Limits, open_broker, serve_broker
@@ -993,3 +994,21 @@ async def test_stomp_py_round_trip(broker: Broker) -> None:
         received = await trio.to_thread.run_sync(exchange)
     assert [body for body, _ in received] == ["m0", "m1", "m2"]
     assert [headers["x-n"] for _, headers in received] == ["0", "1", "2"]
+
+
+async def test_a_message_at_the_frame_limit_reaches_a_consumer_that_keeps_up() -> None:
+    # 15 MiB: over max_outbound_bytes (8 MiB), under max_frame_size (16 MiB).
+    big = b"z" * (15 * 1024 * 1024)
+    with trio.fail_after(30):
+        async with open_broker() as broker:
+            async with trio_stomp.connect(broker.url) as client:
+                async with client.subscribe("/queue/big", ack="client-individual") as sub:
+                    for body in (b"before", big, b"after"):
+                        await client.send("/queue/big", body, receipt=True)
+                    sizes = []
+                    async for message in sub:
+                        sizes.append(len(message.body))
+                        await message.ack()
+                        if len(sizes) == 3:
+                            break
+                assert sizes == [6, len(big), 5]
