@@ -56,9 +56,10 @@ Policies:
 - Bounds: a client that stops reading is disconnected once what waits for
   it (its socket buffer plus its topic backlog) passes
   :attr:`Limits.max_outbound_bytes` (8 MiB) by more than the largest frame
-  it was given, so its memory stays bounded (by that plus one frame). Any frame the broker accepted, up to
-  :attr:`Limits.max_frame_size` (16 MiB), reaches a consumer that keeps up. Queues themselves are
-  not bounded: what producers send to a queue nobody consumes stays there.
+  it was given, so its memory stays bounded (by that plus one frame). Any
+  frame the broker accepted, up to :attr:`Limits.max_frame_size` (16 MiB),
+  reaches a consumer that keeps up. Queues themselves are not bounded: what
+  producers send to a queue nobody consumes stays there.
 - Durability: without ``data_dir`` the broker is volatile (it logs so at
   start): everything is in memory, and messages still in queues are lost
   when it stops. With ``data_dir``, queue messages are kept in SQLite there
