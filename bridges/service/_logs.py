@@ -30,6 +30,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
+from .._flow import COUNTERS
+
 if TYPE_CHECKING:
     from .._engine import Route
 
@@ -153,16 +155,11 @@ def configure_logging(
 
 
 def log_counters(routes: Iterable[Route], logger: logging.Logger) -> None:
-    """One ``route.counters`` record per route (at info), with its counters."""
+    """One ``route.counters`` record per route (at info), with its counters
+    (:data:`~bridges._flow.COUNTERS`, named as the metrics name them)."""
     for route in routes:
         stats = route.stats
-        counters = {
-            name: getattr(stats, name)
-            for name in (
-                "received", "delivered", "filtered", "dead_lettered", "nacked", "released",
-                "retries", "restarts", "batches",
-            )
-        }  # fmt: skip
+        counters = {name: getattr(stats, name) for name in COUNTERS}
         text = " ".join(f"{k}={v}" for k, v in counters.items())
         logger.info(
             "route %r: counters %s",

@@ -46,6 +46,7 @@ from .._config import Config
 from .._convert import ConfigError, Problem
 from .._endpoint import Context
 from .._engine import Route
+from .._flow import COUNTERS
 from .._shared import Shared
 from ..endpoints.http.listener import Receive, Scope, Send, listen, respond
 from ._health import route_state
@@ -54,17 +55,17 @@ from ._service import Service
 
 log = logging.getLogger("bridges.service")
 
-#: RouteStats field -> (metric name, help).
-COUNTERS: Final = {
-    "received": ("received", "Messages taken from the source."),
-    "delivered": ("written", "Messages written to the sink (durable) and acked."),
-    "nacked": ("nacked", "Messages nacked to the source after the last attempt."),
-    "dead_lettered": ("dead_lettered", "Messages written to the dead-letter sink and acked."),
-    "filtered": ("filtered", "Messages a transform dropped (acked)."),
-    "released": ("handed_back", "In-flight messages handed back when the route stopped."),
-    "retries": ("retries", "Batch writes retried."),
-    "restarts": ("restarts", "Times the route reconnected after a failure."),
-    "batches": ("batches", "Batches written to the sink."),
+#: RouteStats counter (and metric ``bridges_route_<counter>_total``) -> help.
+HELP: Final = {
+    "received": "Messages taken from the source.",
+    "written": "Messages written to the sink (durable) and acked.",
+    "nacked": "Messages nacked to the source after the last attempt.",
+    "dead_lettered": "Messages written to the dead-letter sink and acked.",
+    "filtered": "Messages a transform dropped (acked).",
+    "handed_back": "In-flight messages handed back when the route stopped.",
+    "retries": "Batch writes retried.",
+    "restarts": "Times the route reconnected after a failure.",
+    "batches": "Batches written to the sink.",
 }
 STATES: Final = ("starting", "running", "retrying", "stopped")
 BATCH_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
@@ -131,8 +132,8 @@ class RouteMetrics:
         """The counters and gauges, read from the routes now (prometheus-client's Collector)."""
         routes = list(self.service.health.routes)
         health = self.service.health
-        for field, (name, doc) in COUNTERS.items():
-            family = CounterMetricFamily(f"bridges_route_{name}", doc, labels=["route"])
+        for field in COUNTERS:
+            family = CounterMetricFamily(f"bridges_route_{field}", HELP[field], labels=["route"])
             for route in routes:
                 family.add_metric([route.name], self._count(route, field))
             yield family
@@ -140,7 +141,7 @@ class RouteMetrics:
             "bridges_route_acked", "Messages acked to the source.", labels=["route"]
         )
         for route in routes:
-            fields = ("delivered", "dead_lettered", "filtered")
+            fields = ("written", "dead_lettered", "filtered")
             acked.add_metric([route.name], sum(self._count(route, f) for f in fields))
         yield acked
         yield from self._gauges(routes)
