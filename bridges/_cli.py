@@ -3,6 +3,7 @@
     bridges check CONFIG     validate the config (no connection, nothing created)
     bridges run CONFIG       run until SIGTERM/SIGINT (--engine spark: as Spark queries)
     bridges plugins          list the source, sink and transform types
+    bridges --version        the installed version (pyproject.toml's, from the package metadata)
 
 Config problems are printed one per line (file, route, key) with status 2;
 nothing is printed as a traceback for an expected failure. ``run`` exits 0
@@ -23,6 +24,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
+
+import trio_stomp
 
 if TYPE_CHECKING:
     from ._config import Config
@@ -53,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Move messages between STOMP and other systems, at least once.",
         epilog="The config format: bridges/README.md.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {trio_stomp.__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.required = True
     check = commands.add_parser("check", help="validate a config without connecting")
