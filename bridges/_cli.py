@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ._engine import Route
     from ._registry import Registry
     from .service import Stopped
+    from .service._status import StatusLine
 
 PROG = "bridges"
 
@@ -69,7 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
             choices=("local", "spark"),
             help="override [bridge] engine: local (this process) or spark (Spark queries)",
         )
-    run.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    run.add_argument(
+        "-v", "--verbose", action="store_true", help="log at debug level (a line per batch written)"
+    )
+    run.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="no status line (shown, refreshed each second, when stdout is a terminal)",
+    )  # fmt: skip
     run.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -79,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("plugins", help="list the endpoint and transform types")
     return parser
+
+
+def _status_line(args: argparse.Namespace) -> StatusLine | None:
+    """A status line when stdout is a terminal, unless ``--quiet``."""
+    if args.quiet or not sys.stdout.isatty():
+        return None
+    from .service._status import StatusLine  # (rich only on a terminal)
+
+    return StatusLine()
 
 
 def _check(path: str, routes: Sequence[Route], config: Config) -> None:
@@ -112,8 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     say: Callable[[str], None] = _say
+    status = None
     if args.command == "run":
-        say = configure_logging("debug" if args.verbose else "info", args.log_format, prog=PROG)
+        status = _status_line(args)
+        level = "debug" if args.verbose else "info"
+        stream = status.log_stream() if status is not None else None
+        say = configure_logging(level, args.log_format, stream=stream, prog=PROG)
     registry = default_registry()
     if args.command == "plugins":
         _plugins(registry)
@@ -131,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_on_spark(config, args.config, say)
         freeze_heap()
-        run = partial(run_bridge, config, registry, say=say, hard_stop=_exit_now)
+        run = partial(run_bridge, config, registry, say=say, hard_stop=_exit_now, status=status)
         stopped = trio.run(partial(run, notifier=Notifier()))
         if not stopped.clean:
             return stopped.exit_status

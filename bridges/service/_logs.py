@@ -28,7 +28,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from .._flow import COUNTERS
 
@@ -47,6 +47,16 @@ PRIORITIES: Final = {
 STATUS_PRIORITY: Final = 5
 
 LogFormat = Literal["text", "json"]
+
+
+class TextOut(Protocol):
+    """Where lines are written: a text file, or a console's stand-in for one."""
+
+    def write(self, text: str, /) -> int:
+        """Write ``text``; return how much was taken."""
+
+    def flush(self) -> None:
+        """Push out what is buffered."""
 
 
 def priority(level: int) -> int:
@@ -113,7 +123,7 @@ def configure_logging(
     log_format: LogFormat = "text",
     *,
     journal: bool | None = None,
-    stream: TextIO | None = None,
+    stream: TextOut | None = None,
     prog: str = "bridges",
 ) -> Callable[[str], None]:
     """Set up the root logger on stderr; return the matching ``say`` for status lines.
@@ -121,6 +131,8 @@ def configure_logging(
     Args:
       level: "debug", "info", "warning" or "error".
       journal: prefix syslog priorities (default: :func:`under_journald`).
+      stream: where both kinds of lines go (default: stderr); ``bridges run``
+        passes its status line's console here, so that they print above it.
     """
     journal = under_journald() if journal is None else journal
     out = stream if stream is not None else sys.stderr

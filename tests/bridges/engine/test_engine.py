@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from itertools import pairwise
@@ -47,6 +48,19 @@ async def test_every_message_arrives_in_order_in_batches_and_is_acked_after_its_
     assert source.acked == sink.written
     assert sink.acked_before_write == []
     assert (r.stats.received, r.stats.written, r.in_flight) == (250, 250, 0)
+
+
+async def test_each_batch_written_is_one_debug_line(caplog: pytest.LogCaptureFixture) -> None:
+    """What ``bridges run -v`` shows: a line per batch, with its size."""
+    source = FakeSource(messages(250))
+    sink = FakeSink(source=source)
+    with caplog.at_level(logging.DEBUG, logger="bridges.route"):
+        await route(source, sink, batch_count=100, batch_time=0).run()
+    wrote = [r.getMessage() for r in caplog.records if "wrote" in r.getMessage()]
+    assert [line.split(" in ")[0] for line in wrote] == [
+        f"route 'r': wrote {len(batch)} message(s)" for batch in sink.batches
+    ]
+    assert all(line.endswith(" ms") for line in wrote)
 
 
 async def test_batches_wait_for_more_by_time(autojump_clock: trio.testing.MockClock) -> None:
