@@ -92,8 +92,10 @@ def _status_line(args: argparse.Namespace) -> StatusLine | None:
     """A status line when stdout is a terminal, unless ``--quiet``."""
     if args.quiet or not sys.stdout.isatty():
         return None
-    from .service._status import StatusLine  # (rich only on a terminal)
-
+    try:
+        from .service._status import StatusLine  # (rich only on a terminal)
+    except ImportError:  # installed without the service extra: logs only
+        return None
     return StatusLine()
 
 
