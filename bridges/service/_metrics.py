@@ -28,6 +28,9 @@ Metrics (label ``route`` on each ``bridges_route_*``):
   running, retrying, stopped), else 0. ``bridges_route_stuck``: 1 when stuck.
 - ``bridges_embedded_queue_depth``: messages waiting in the embedded broker's
   queue the route reads, for routes that read from it.
+- ``bridges_embedded_held{destination=...}``: what each destination of the
+  embedded broker holds (queued + unacknowledged), read by a route or not:
+  what a stop now would keep or lose (see :class:`~bridges.service.Stopped`).
 - ``bridges_event_loop_lag_seconds``, ``bridges_healthy``.
 """
 
@@ -42,6 +45,8 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from trio_stomp.broker import Broker
+
 from .._config import Config
 from .._convert import ConfigError, Problem
 from .._endpoint import Context
@@ -49,6 +54,7 @@ from .._engine import Route
 from .._flow import COUNTERS
 from .._shared import Shared
 from ..endpoints.http.listener import Receive, Scope, Send, listen, respond
+from ..endpoints.stomp import EMBEDDED_BROKER
 from ._health import route_state
 from ._process import volatile_backlog
 from ._service import Service
@@ -75,8 +81,9 @@ SECONDS_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class RouteMetrics:
     """The process's metrics: a Prometheus registry over the service's (live) routes."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, broker: Broker | None = None) -> None:
         self.service = service
+        self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
         self._retired: dict[str, dict[str, int]] = {}
         labels = ["route"]
@@ -185,6 +192,15 @@ class RouteMetrics:
             if backlog is not None:
                 depth.add_metric([route.name], backlog)
         yield from (in_flight, state, stuck, depth)
+        if self.broker is not None:
+            held = GaugeMetricFamily(
+                "bridges_embedded_held",
+                "Messages each destination of the embedded broker holds (queued + unacked).",
+                labels=["destination"],
+            )
+            for destination in self.broker.depths():
+                held.add_metric([destination.destination], destination.held)
+            yield held
 
     async def metrics_app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /metrics``: the Prometheus text format."""
@@ -225,7 +241,8 @@ async def serve_metrics(
       ConfigError: the address cannot be listened on (``bridge.http``).
     """
     assert config.bridge.http is not None
-    metrics = RouteMetrics(service)
+    broker = shared.get(EMBEDDED_BROKER) if shared is not None else None
+    metrics = RouteMetrics(service, broker if isinstance(broker, Broker) else None)
     context = Context(route="-", role="service", base_dir=config.base_dir, shared=shared)
     apps: list[tuple[str, Any]] = [
         ("/metrics", metrics.metrics_app),
