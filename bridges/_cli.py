@@ -41,11 +41,13 @@ def _say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
-def _exit_now(stopped: Stopped) -> None:
+def _exit_now(status: StatusLine | None, stopped: Stopped) -> None:
     """``bridges run``'s last resort when cleanup overruns its bound: exit without waiting.
 
     Safe for the data: nothing unacknowledged was acknowledged to its source.
     """
+    if status is not None:
+        status.stop()
     sys.stderr.flush()
     os._exit(stopped.exit_status)
 
@@ -153,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_on_spark(config, args.config, say)
         freeze_heap()
-        run = partial(run_bridge, config, registry, say=say, hard_stop=_exit_now, status=status)
+        hard_stop = partial(_exit_now, status)
+        run = partial(run_bridge, config, registry, say=say, hard_stop=hard_stop, status=status)
         stopped = trio.run(partial(run, notifier=Notifier()))
         if not stopped.clean:
             return stopped.exit_status

@@ -102,6 +102,7 @@ class StatusLine:
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console if console is not None else Console(file=sys.stdout)
+        self._live: Live | None = None
 
     def log_stream(self, stderr: TextIO | None = None) -> TextOut | None:
         """Where log records and status lines should go while the status line
@@ -125,8 +126,16 @@ class StatusLine:
             console=self.console, auto_refresh=False, transient=True, redirect_stdout=False,
             redirect_stderr=False,
         ) as live:  # fmt: skip
+            self._live = live
             while True:
                 shown = list(routes)
                 text = status_text(shown, rates.update(shown, trio.current_time()), broker)
                 live.update(text, refresh=True)
                 await trio.sleep(REFRESH_EVERY)
+
+    def stop(self) -> None:
+        """Erase the lines and show the cursor again now, without waiting for
+        :meth:`run` to be cancelled: ``bridges run``'s hard stop calls it just
+        before ``os._exit``, which would leave the terminal's cursor hidden."""
+        if self._live is not None:
+            self._live.stop()

@@ -8,6 +8,7 @@ waiting, and reads what it printed.
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import re
 import signal
@@ -19,10 +20,11 @@ from pathlib import Path
 import pytest
 import trio
 from family_kit import bridges_command
+from rich.console import Console
 
 from bridges import Route
-from bridges.service._status import Rates, broker_line, route_line
-from bridges.testing import FakeSink, FakeSource
+from bridges.service._status import Rates, StatusLine, broker_line, route_line
+from bridges.testing import FakeSink, FakeSource, wait_until
 from trio_stomp.broker import DestinationDepth
 
 CONFIG = """
@@ -39,6 +41,7 @@ source = { type = "stomp", url = "embedded", destination = "/queue/q" }
 sink = { type = "file", path = "outbox", format = "files", name = "{header:file-name}" }
 """
 FILES = 5
+SHOW_CURSOR = "\x1b[?25h"
 #: Terminal control sequences (rich's cursor moves and erasures): each ends a line here.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -160,3 +163,19 @@ async def test_route_line_broker_line_and_the_rate() -> None:
     depths = [DestinationDepth("/queue/a", 2, 1, 1), DestinationDepth("/topic/t", 0, 0, 1)]
     assert broker_line(depths) == "embedded broker: /queue/a 3, /topic/t 0"
     assert broker_line([]) == "embedded broker: no queues yet"
+
+
+async def test_stop_erases_the_lines_and_shows_the_cursor_at_once() -> None:
+    """What the hard stop relies on: os._exit follows, nothing unwinds."""
+    screen = io.StringIO()
+    status = StatusLine(Console(file=screen, force_terminal=True, width=120))
+    route = Route("orders", FakeSource(), FakeSink())
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(status.run, [route], None)
+            await wait_until(lambda: "orders" in screen.getvalue())
+            assert screen.getvalue().count(SHOW_CURSOR) == 0
+            status.stop()
+            # The cursor back, then the line erased (moved up to, cleared).
+            assert screen.getvalue().endswith(SHOW_CURSOR + "\r\x1b[1A\x1b[2K")
+            nursery.cancel_scope.cancel()
