@@ -17,7 +17,8 @@ is opened normally):
 - a file reaches its final name by ``rename`` (which replaces the *name*,
   never a link's target) or, where an existing file must not be replaced, by
   ``link`` (which fails if the name exists, whatever it is), both relative to
-  the directory descriptors;
+  the directory descriptors; a file done with moves into ``done/`` the
+  second way (:func:`move_new`), under a new name when its own is taken;
 - a subdirectory (``done/``) is opened component by component with
   ``O_NOFOLLOW``: a link planted in its place is refused.
 
@@ -34,6 +35,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 #: How every file the family creates starts and ends: hidden, skipped by the
@@ -218,6 +220,58 @@ def link_new(dir_fd: int, temporary: str, name: str) -> bool:
         return False
     unlink_quietly(dir_fd, temporary)
     return True
+
+
+def move_new(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str]) -> str:
+    """Move ``name`` into ``new_dir_fd`` under the first of ``candidates`` that is free.
+
+    Nothing at a candidate name is ever replaced or followed: each is given
+    by ``link`` (which fails if the name exists, whatever it is: a file, a
+    link planted there, a FIFO), and only then is ``name`` removed from
+    ``dir_fd``. A crash between the two leaves both names on one file; a
+    later move finds the file already at a candidate (same device and
+    inode) and only removes ``name``. On a file system without hard links it
+    falls back to check-then-rename (which a concurrent writer could race).
+
+    Returns:
+      the candidate that ``name`` now has in ``new_dir_fd``.
+
+    Raises:
+      FileExistsError: every candidate was taken.
+      OSError: the move failed (FileNotFoundError: ``name`` is gone).
+    """
+    for candidate in candidates:
+        try:
+            os.link(
+                name, candidate, src_dir_fd=dir_fd, dst_dir_fd=new_dir_fd, follow_symlinks=False
+            )
+        except FileExistsError:
+            if _same_file(dir_fd, name, new_dir_fd, candidate):
+                unlink_quietly(dir_fd, name)
+                return candidate
+            continue
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            try:
+                os.lstat(candidate, dir_fd=new_dir_fd)
+            except FileNotFoundError:
+                rename(dir_fd, name, new_dir_fd, candidate)
+                return candidate
+            continue
+        unlink_quietly(dir_fd, name)
+        return candidate
+    raise FileExistsError(errno.EEXIST, f"no free name for {name!r}")
+
+
+def _same_file(dir_fd: int, name: str, other_dir_fd: int, other: str) -> bool:
+    """True if both names are links of one file (neither followed)."""
+    try:
+        a = os.lstat(name, dir_fd=dir_fd)
+        b = os.lstat(other, dir_fd=other_dir_fd)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def same_content(dir_fd: int, name: str, data: bytes) -> bool:

@@ -9,10 +9,13 @@ not been modified for ``settle`` seconds (for writers that write in place;
 modification time, then name). Each file is one message: its bytes are the
 body, its name the ``file-name`` header, ``NAME@MTIME_NS`` its id. Only after
 the ack is it moved into ``done_dir`` (or deleted, ``after = "delete"``); a
-nacked file stays and is read again. A file that cannot be read is logged
-and left where it is, as is one that the sink rejected (too big for it, say)
-when the route has no dead-letter sink: neither is read again until it
-changes.
+nacked file stays and is read again. A name already taken in ``done_dir``
+(an earlier file of the same name, or anything planted there) is never
+replaced: the later file is kept under its id, ``NAME@MTIME_NS`` (then
+``-2``, ``-3``... should that be taken too), and a warning names both. A
+file that cannot be read is logged and left where it is, as is one that
+the sink rejected (too big for it, say) when the route has no dead-letter
+sink: neither is read again until it changes.
 
 Nothing planted in the directory is followed or blocks (see
 :mod:`bridges.endpoints.file._fs`): each file is opened with ``O_NOFOLLOW |
@@ -41,7 +44,7 @@ import fnmatch
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -53,12 +56,15 @@ from attrs.validators import ge
 
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Envelope, Message
-from ._fs import Refused, open_directory, open_subdirectory, read_regular, rename, unlink_quietly
+from ._files import NAME_MAX
+from ._fs import Refused, move_new, open_directory, open_subdirectory, read_regular, unlink_quietly
 from .tail import JsonlReceiver
 
 log = logging.getLogger("bridges.file")
 
 _INCOMPLETE_SUFFIXES = (".tmp", ".part")
+#: The most names in ``done_dir`` a file done with tries before it stays where it is.
+MAX_DONE_NAMES = 10_000
 
 
 @attrs.frozen
@@ -175,7 +181,7 @@ class _DirectoryReceiver:
             message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
             return Envelope(
                 message,
-                ack=partial(self._ack, name),
+                ack=partial(self._ack, name, mtime_ns),
                 nack=partial(self._nack, name, mtime_ns),
                 origin=f"file {self._source.path / name}",
             )
@@ -220,9 +226,9 @@ class _DirectoryReceiver:
     def _read(self, name: str) -> tuple[bytes, os.stat_result]:
         return read_regular(self._dir_fd, name, self._config.max_bytes)
 
-    async def _ack(self, name: str) -> None:
+    async def _ack(self, name: str, mtime_ns: int) -> None:
         try:
-            await trio.to_thread.run_sync(self._finish, name)
+            await trio.to_thread.run_sync(self._finish, name, mtime_ns)
         except OSError as exc:
             # Kept in _taken: not read again by this process (it would be a
             # duplicate each poll); a restart reads it once more.
@@ -235,7 +241,7 @@ class _DirectoryReceiver:
             return
         self._taken.discard(name)
 
-    def _finish(self, name: str) -> None:
+    def _finish(self, name: str, mtime_ns: int) -> None:
         if self._config.after == "delete":
             unlink_quietly(self._dir_fd, name)
             return
@@ -244,9 +250,16 @@ class _DirectoryReceiver:
         except Refused as exc:
             raise Refused(exc.errno, f"done_dir {self._source.done}: {exc.strerror}") from None
         try:
-            rename(self._dir_fd, name, done_fd, name)
+            kept = move_new(self._dir_fd, name, done_fd, done_names(name, mtime_ns))
         finally:
             os.close(done_fd)
+        if kept != name:
+            log.warning(
+                "%s is taken (an earlier file of that name); %s is kept as %s",
+                self._source.done / name,
+                self._source.path / name,
+                self._source.done / kept,
+            )
 
     async def _nack(self, name: str, mtime_ns: int, error: BaseException | None) -> None:
         self._taken.discard(name)
@@ -259,3 +272,19 @@ class _DirectoryReceiver:
                 self._source.path / name,
                 error.reason,
             )
+
+
+def done_names(name: str, mtime_ns: int) -> Iterator[str]:
+    """The names a file done with may take in ``done_dir``, in order of preference.
+
+    ``NAME``; then its message id ``NAME@MTIME_NS`` (so the kept file names
+    the message it was), then ``NAME@MTIME_NS-2``, ``-3``... A name that would
+    pass 255 bytes loses characters from the end of ``NAME``, never the suffix.
+    """
+    yield name
+    for n in range(1, MAX_DONE_NAMES):
+        suffix = f"@{mtime_ns}" if n == 1 else f"@{mtime_ns}-{n}"
+        stem = name
+        while len(os.fsencode(stem + suffix)) > NAME_MAX:
+            stem = stem[:-1]
+        yield stem + suffix

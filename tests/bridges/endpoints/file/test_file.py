@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import errno
+import itertools
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import trio
 from bridges import Context, Envelope, Message, MessageRejected, RetryPolicy, Route
 from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
 from bridges.endpoints.file._records import encode_record
-from bridges.endpoints.file.source import _DirectoryReceiver
+from bridges.endpoints.file.source import _DirectoryReceiver, done_names
 from bridges.testing import FakeSource, messages
 
 
@@ -62,6 +64,62 @@ async def test_directory_source_takes_complete_files_oldest_first(tmp_path: Path
         assert not (inbox / "a.txt").exists()
         again = await receiver.receive()  # a nacked file is read again
         assert again.message.id == second.message.id
+
+
+async def test_a_later_file_of_a_done_name_is_kept_beside_it_under_its_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = tmp_path / "in"
+    done = inbox / "done"
+    first, second, third = b"first \x00 body", b"second, other bytes", b"first \x00 body"
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    with caplog.at_level(logging.WARNING, "bridges.file"):
+        async with source.open() as receiver:
+            # the third: same name and mtime, so the same id (a copy made with cp -p)
+            for body, mtime_ns in ((first, 1), (second, 2), (third, 2)):
+                put(inbox / "report.csv", body, mtime_ns * 1_000_000_000)
+                await (await receiver.receive()).ack()
+    assert sorted(p.name for p in inbox.iterdir()) == ["done"]
+    assert (done / "report.csv").read_bytes() == first
+    assert (done / "report.csv@2000000000").read_bytes() == second
+    assert (done / "report.csv@2000000000-2").read_bytes() == third
+    assert len(list(done.iterdir())) == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    taken = f"{done / 'report.csv'} is taken (an earlier file of that name)"
+    assert warnings == [
+        f"{taken}; {inbox / 'report.csv'} is kept as {done / 'report.csv@2000000000'}",
+        f"{taken}; {inbox / 'report.csv'} is kept as {done / 'report.csv@2000000000-2'}",
+    ]
+
+
+async def test_a_move_cut_short_after_its_link_only_removes_the_inbox_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash between the link into done/ and the unlink leaves one file under two names."""
+    inbox = tmp_path / "in"
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    async with source.open() as receiver:
+        put(inbox / "a.txt", b"data", 1_000_000_000)
+        os.link(inbox / "a.txt", inbox / "done" / "a.txt")
+        envelope = await receiver.receive()
+        with caplog.at_level(logging.WARNING, "bridges.file"):
+            await envelope.ack()
+    assert sorted(p.name for p in (inbox / "done").iterdir()) == ["a.txt"]
+    assert (inbox / "done" / "a.txt").read_bytes() == b"data"
+    assert not (inbox / "a.txt").exists()
+    assert "is taken" not in caplog.text
+
+
+def test_done_names_keep_the_suffix_within_255_bytes() -> None:
+    long = "é" * 125 + ".csv"  # 254 bytes: a name the file system allows
+    names = list(itertools.islice(done_names(long, 1_764_000_000_123_456_789), 3))
+    assert names[0] == long
+    assert names[1].endswith("@1764000000123456789")
+    assert names[2].endswith("@1764000000123456789-2")
+    for name in names[1:]:
+        assert len(os.fsencode(name)) <= 255
+        assert name.startswith("é" * 100)
+        name.encode()  # cut between characters, never inside one
 
 
 async def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path) -> None:
