@@ -46,6 +46,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+import bridges
 from bridges._cli import build_parser as bridges_parser
 from trio_stomp.cli._main import build_parser as trio_stomp_parser
 
@@ -511,10 +512,41 @@ def test_the_sweep_names_each_broken_command_with_its_line_and_what_is_wrong() -
     assert [argv for _, argv in checked.runs] == [["bridges", "check", "CONFIG"]]
 
 
+def layout_paths() -> list[str]:
+    """The first column of README's "Layout" block: the folders and modules it describes."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"^## Layout\n+```\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert block is not None, "README.md has no Layout block"
+    return [line.split()[0].rstrip(",") for line in block.group(1).splitlines() if line[:1].strip()]
+
+
 def test_every_path_and_link_of_the_readmes_exists() -> None:
     problems = list(itertools.chain.from_iterable(map(link_problems, READMES)))
+    layout = layout_paths()
+    assert "trio_stomp/frame/" in layout
+    problems += [
+        f"README.md: Layout: {path} does not exist" for path in layout if not _exists(path)
+    ]
     for readme in READMES:
         named = list(named_paths(readme))
         assert any(path.startswith("tests/") for path in named), readme  # the sweep sees them
         problems += [f"{readme}: {path} does not exist" for path in named if not _exists(path)]
     assert not problems, "README paths that lead nowhere:\n" + "\n".join(problems)
+
+
+def test_the_complete_config_file_of_bridges_readme_passes_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (ROOT / "bridges" / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"A complete file, every key.*?```toml\n(.*?)```", text, re.DOTALL)
+    assert block is not None, "bridges/README.md: the complete config file is gone"
+    durable = block.group(1).replace("embedded = false", "embedded = true")
+    durable = durable.replace("# data_dir = ", "data_dir = ")
+    monkeypatch.chdir(tmp_path)
+    registry = bridges.default_registry(plugins=False)
+    for name, config in (("defaults.toml", block.group(1)), ("durable.toml", durable)):
+        (tmp_path / name).write_text(config)
+        loaded = bridges.load_config(name, registry)
+        routes = bridges.build_routes(loaded, registry, checking=True)
+        assert [route.name for route in routes] == ["orders"], name
+        assert loaded.broker.data_dir == ("state/broker" if name == "durable.toml" else None)
