@@ -56,7 +56,7 @@ READMES = ("README.md", "bridges/README.md")
 BIN = Path(sys.executable).parent
 VENV_PROGRAMS = frozenset({"bridges", "trio-stomp", "python", "python3", "pip", "pytest"})
 #: Folders of the repository: a word starting with one of them is a path that must exist.
-REPO_DIRS = ("examples/", "bench/", "scripts/", "tests/", "bridges/", "trio_stomp/")
+REPO_DIRS = ("examples/", "bench/", "scripts/", "tests/", "bridges/", "trio_stomp/", ".ci/")
 #: The first words that make an inline code span (or a line of an unmarked fence) a command.
 PROGRAMS = frozenset({"bridges", "trio-stomp", "python", "python3", "valgrind"})
 PROGRAM_FOLDERS = (".venv/bin/", "scripts/")
