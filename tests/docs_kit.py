@@ -23,8 +23,9 @@ apart as a shell would, and:
 Placeholders in capitals (``CONFIG``, ``N``) stand for a value; ``[...]``
 marks optional arguments, which are checked too. A command quoted inline may
 name a command without its arguments (``bridges check``). What is not
-checked, and why, is :data:`UNCHECKED`. A failure names the README line and
-what is wrong with it, every problem at once.
+checked, and why, is :data:`UNCHECKED` (and :data:`ABSOLUTE`: a program
+named by its absolute path, such as an install under ``/opt``). A failure
+names the README line and what is wrong with it, every problem at once.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ OPTIONAL_TOOLS = {
     "valgrind": "the profiler behind one figure; the command it runs is checked",
     "curl": "a standard HTTP client, not on every minimal image",
     "openssl": "a standard tool, not on every minimal image",
+    "pipx": "an installer the reader may choose; not installed by the project's scripts",
 }
 #: Commands not checked at all (by how they start), and why.
 UNCHECKED = {
@@ -83,6 +85,8 @@ UNCHECKED = {
     "systemctl ": "needs a running systemd (the systemd recipe's test drives it)",
     "journalctl ": "needs a running systemd's journal",
 }
+#: Why a program named by its absolute path is not checked.
+ABSOLUTE = "a program of the install the docs describe, outside the repository and the venv"
 #: What a placeholder stands for when a command line is parsed.
 PLACEHOLDERS = {"CONFIG": "examples/quickstart.toml", "N": "1"}
 SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
@@ -307,6 +311,9 @@ class Checked:
     def _check_one(self, command: Command, argv: list[str]) -> Iterator[str]:
         if not argv:
             return
+        if argv[0].startswith("/"):
+            self.skipped.append((command, f"{argv[0]}: {ABSOLUTE}"))
+            return
         if argv[0].startswith("bench/"):
             argv = ["python", *argv]  # `bench/x.py --seed 2` in prose: how it is run
         problem = program_problem(argv[0])
@@ -345,7 +352,7 @@ def _runnable(name: str, args: list[str]) -> bool:
     """Quick, safe, and touching nothing: ``--help``, ``bridges plugins``, ``bridges check``."""
     if any("$" in word for word in args):
         return False  # a shell variable's value is the reader's
-    if any(word in ("-h", "--help") for word in args):
+    if any(word in ("-h", "--help", "--version") for word in args):
         return True
     if name != "bridges" or not args:
         return False

@@ -61,6 +61,7 @@ def test_the_sweep_names_each_broken_command_with_its_line_and_what_is_wrong() -
             ".venv/bin/python bench/nope.py \\",  # 7
             "    --flag",
             "sudo rm -rf /nothing",
+            "/opt/b/bin/bridges run /etc/b.toml",
             "```",
             "```",
             "bridges_route_received_total 6.0",  # a metric, not a command
@@ -85,7 +86,10 @@ def test_the_sweep_names_each_broken_command_with_its_line_and_what_is_wrong() -
     assert "`.venv/bin/python bench/nope.py --flag`: bench/nope.py does not exist" in problems[3]
     assert "bench/receive.py: the parser says:" in problems[4]
     assert "--rounds: invalid int value: 'many'" in problems[4]
-    assert [str(c) for c, _ in checked.skipped] == ["R.md:9: `sudo rm -rf /nothing`"]
+    assert [(str(c), why.split()[0]) for c, why in checked.skipped] == [
+        ("R.md:9: `sudo rm -rf /nothing`", "changes"),
+        ("R.md:10: `/opt/b/bin/bridges run /etc/b.toml`", "/opt/b/bin/bridges:"),
+    ]
     assert [argv for _, argv in checked.runs] == [["bridges", "check", "CONFIG"]]
 
 
