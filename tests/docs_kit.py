@@ -430,7 +430,7 @@ def bench_problems(bench: list[tuple[Command, str, list[str]]]) -> Iterator[str]
             yield f"{command}: {script}: {result}"
 
 
-def run_problem(command: Command, argv: list[str]) -> str | None:
+def run_problem(argv: list[str]) -> str | None:
     """Run a quick, safe command as written, from the repository's top, on the venv's PATH."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     program = str(BIN / argv[0].removeprefix(".venv/bin/"))
@@ -438,7 +438,7 @@ def run_problem(command: Command, argv: list[str]) -> str | None:
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:]
-        return f"{command}: exits {done.returncode}: {' '.join(last)}"
+        return f"exits {done.returncode}: {' '.join(last)}"
     return None
 
 

@@ -45,7 +45,8 @@ def test_every_readme_command_has_its_program_paths_and_arguments(checked: Check
 def test_the_quick_and_safe_readme_commands_run_as_written(checked: Checked) -> None:
     ran = {argv[1] for _, argv in checked.runs if len(argv) > 1}
     assert {"check", "plugins"} <= ran  # the READMEs show both; else the sweep found nothing
-    problems = [p for p in (run_problem(c, argv) for c, argv in checked.runs) if p]
+    failed = {argv: run_problem(list(argv)) for argv in {tuple(argv) for _, argv in checked.runs}}
+    problems = [f"{c}: {failed[tuple(argv)]}" for c, argv in checked.runs if failed[tuple(argv)]]
     assert not problems, "README commands that fail when run:\n" + "\n".join(problems)
 
 
