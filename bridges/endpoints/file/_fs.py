@@ -17,8 +17,10 @@ is opened normally):
 - a file reaches its final name by ``rename`` (which replaces the *name*,
   never a link's target) or, where an existing file must not be replaced, by
   ``link`` (which fails if the name exists, whatever it is), both relative to
-  the directory descriptors; a file done with moves into ``done/`` the
-  second way (:func:`move_new`), under a new name when its own is taken;
+  the directory descriptors; a file done with is first taken from its name
+  (:func:`take`) and checked to be the one that was read, then given its
+  name in ``done/`` the second way (:func:`move_new`), a new one when its
+  own is taken;
 - a subdirectory (``done/``) is opened component by component with
   ``O_NOFOLLOW``: a link planted in its place is refused.
 
@@ -220,6 +222,25 @@ def link_new(dir_fd: int, temporary: str, name: str) -> bool:
         return False
     unlink_quietly(dir_fd, temporary)
     return True
+
+
+def take(dir_fd: int, name: str, into_fd: int) -> tuple[str, os.stat_result]:
+    """Move whatever is at ``name`` to a fresh hidden temporary name in ``into_fd``.
+
+    One ``rename``: the name is taken away atomically, whatever a writer does
+    to it at the same moment, so the caller can check on the taken file
+    (``lstat``, never followed) that it is the one it read before it lets it
+    go for good.
+
+    Returns:
+      the temporary name in ``into_fd`` and its ``lstat``.
+
+    Raises:
+      OSError: the rename failed (FileNotFoundError: ``name`` is gone).
+    """
+    temporary = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
+    rename(dir_fd, name, into_fd, temporary)
+    return temporary, os.lstat(temporary, dir_fd=into_fd)
 
 
 def move_new(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str]) -> str:

@@ -13,9 +13,11 @@ nacked file stays and is read again. A name already taken in ``done_dir``
 (an earlier file of the same name, or anything planted there) is never
 replaced: the later file is kept under its id, ``NAME@MTIME_NS`` (then
 ``-2``, ``-3``... should that be taken too), and a warning names both. A
-file that cannot be read is logged and left where it is, as is one that
-the sink rejected (too big for it, say) when the route has no dead-letter
-sink: neither is read again until it changes.
+file that a writer replaced or rewrote after it was read is never the one
+moved or deleted: it stays, to be read in its turn. A file that cannot be
+read is logged and left where it is, as is one that the sink rejected (too
+big for it, say) when the route has no dead-letter sink: neither is read
+again until it changes.
 
 Nothing planted in the directory is followed or blocks (see
 :mod:`bridges.endpoints.file._fs`): each file is opened with ``O_NOFOLLOW |
@@ -57,12 +59,22 @@ from attrs.validators import ge
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Envelope, Message
 from ._files import NAME_MAX
-from ._fs import Refused, move_new, open_directory, open_subdirectory, read_regular, unlink_quietly
+from ._fs import (
+    Refused,
+    move_new,
+    open_directory,
+    open_subdirectory,
+    read_regular,
+    take,
+    unlink_quietly,
+)
 from .tail import JsonlReceiver
 
 log = logging.getLogger("bridges.file")
 
 _INCOMPLETE_SUFFIXES = (".tmp", ".part")
+#: What identifies the file that was read: device, inode, modification time.
+_Identity = tuple[int, int, int]
 #: The most names in ``done_dir`` a file done with tries before it stays where it is.
 MAX_DONE_NAMES = 10_000
 
@@ -177,11 +189,12 @@ class _DirectoryReceiver:
                 )
                 continue
             mtime_ns = info.st_mtime_ns
+            read = (info.st_dev, info.st_ino, mtime_ns)
             self._taken.add(name)
             message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
             return Envelope(
                 message,
-                ack=partial(self._ack, name, mtime_ns),
+                ack=partial(self._ack, name, read),
                 nack=partial(self._nack, name, mtime_ns),
                 origin=f"file {self._source.path / name}",
             )
@@ -226,9 +239,9 @@ class _DirectoryReceiver:
     def _read(self, name: str) -> tuple[bytes, os.stat_result]:
         return read_regular(self._dir_fd, name, self._config.max_bytes)
 
-    async def _ack(self, name: str, mtime_ns: int) -> None:
+    async def _ack(self, name: str, read: _Identity) -> None:
         try:
-            await trio.to_thread.run_sync(self._finish, name, mtime_ns)
+            await trio.to_thread.run_sync(self._finish, name, read)
         except OSError as exc:
             # Kept in _taken: not read again by this process (it would be a
             # duplicate each poll); a restart reads it once more.
@@ -241,18 +254,42 @@ class _DirectoryReceiver:
             return
         self._taken.discard(name)
 
-    def _finish(self, name: str, mtime_ns: int) -> None:
-        if self._config.after == "delete":
-            unlink_quietly(self._dir_fd, name)
-            return
+    def _finish(self, name: str, read: _Identity) -> None:
+        """Move the file that was read to ``done_dir`` (or delete it), never another one.
+
+        The name is taken first (one rename to a hidden name) and the file
+        checked: if a writer replaced or rewrote it after it was read, the
+        new file goes back to be read in its turn, and nothing is lost. A
+        crash between the two steps leaves the delivered file under a hidden
+        ``.bridge-*.tmp`` name.
+        """
+        delete = self._config.after == "delete"
         try:
-            done_fd = open_subdirectory(self._dir_fd, self._config.done_dir)
+            into_fd = (
+                os.dup(self._dir_fd)
+                if delete
+                else open_subdirectory(self._dir_fd, self._config.done_dir)
+            )
         except Refused as exc:
             raise Refused(exc.errno, f"done_dir {self._source.done}: {exc.strerror}") from None
         try:
-            kept = move_new(self._dir_fd, name, done_fd, done_names(name, mtime_ns))
+            temporary, info = take(self._dir_fd, name, into_fd)
+            if (info.st_dev, info.st_ino, info.st_mtime_ns) != read:
+                back = move_new(
+                    into_fd, temporary, self._dir_fd, done_names(name, info.st_mtime_ns)
+                )
+                log.warning(
+                    "%s changed after it was read; the new file stays to be read, as %s",
+                    self._source.path / name,
+                    self._source.path / back,
+                )
+                return
+            if delete:
+                unlink_quietly(into_fd, temporary)
+                return
+            kept = move_new(into_fd, temporary, into_fd, done_names(name, read[2]))
         finally:
-            os.close(done_fd)
+            os.close(into_fd)
         if kept != name:
             log.warning(
                 "%s is taken (an earlier file of that name); %s is kept as %s",

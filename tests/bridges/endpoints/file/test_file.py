@@ -9,7 +9,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import trio
@@ -92,10 +92,10 @@ async def test_a_later_file_of_a_done_name_is_kept_beside_it_under_its_id(
     ]
 
 
-async def test_a_move_cut_short_after_its_link_only_removes_the_inbox_name(
+async def test_a_done_name_that_is_already_this_very_file_is_no_conflict(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A crash between the link into done/ and the unlink leaves one file under two names."""
+    """A hard link of the inbox file at its done name: the move only removes the inbox name."""
     inbox = tmp_path / "in"
     source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
     async with source.open() as receiver:
@@ -108,6 +108,40 @@ async def test_a_move_cut_short_after_its_link_only_removes_the_inbox_name(
     assert (inbox / "done" / "a.txt").read_bytes() == b"data"
     assert not (inbox / "a.txt").exists()
     assert "is taken" not in caplog.text
+
+
+@pytest.mark.parametrize("after", ["move", "delete"])
+async def test_a_file_replaced_after_it_was_read_is_read_in_its_turn_not_done_with(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, after: Literal["move", "delete"]
+) -> None:
+    inbox = tmp_path / "in"
+    config = FileSourceConfig("in", settle=0, poll_interval=0.01, after=after)
+    source = FileSource(config, ctx(tmp_path))
+    with caplog.at_level(logging.WARNING, "bridges.file"):
+        async with source.open() as receiver:
+            put(inbox / "status.json", b"v1", 1_000_000_000)
+            first = await receiver.receive()
+            put(inbox / "status.json", b"v2", 2_000_000_000)  # a writer renames v2 over it
+            await first.ack()
+            assert (inbox / "status.json").read_bytes() == b"v2"  # not moved: never read
+            second = await receiver.receive()
+            assert (second.message.body, second.message.id) == (b"v2", "status.json@2000000000")
+            (inbox / "status.json").write_bytes(b"v3")  # rewritten in place: same inode
+            os.utime(inbox / "status.json", ns=(3_000_000_000, 3_000_000_000))
+            await second.ack()
+            third = await receiver.receive()
+            assert third.message.body == b"v3"
+            await third.ack()
+    assert not (inbox / "status.json").exists()
+    if after == "move":
+        assert [p.name for p in (inbox / "done").iterdir()] == ["status.json"]
+        assert (inbox / "done" / "status.json").read_bytes() == b"v3"
+    else:
+        assert not (inbox / "done").exists()
+    changed = f"{inbox / 'status.json'} changed after it was read; the new file stays to be read"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{changed}, as {inbox / 'status.json'}"
+    ] * 2
 
 
 def test_done_names_keep_the_suffix_within_255_bytes() -> None:
