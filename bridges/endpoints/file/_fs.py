@@ -39,6 +39,7 @@ import secrets
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Final
 
 #: How every file the family creates starts and ends: hidden, skipped by the
 #: directory source, and never a name a message can have (those never start
@@ -46,8 +47,12 @@ from pathlib import Path
 TEMP_PREFIX = ".bridge-"
 TEMP_SUFFIX = ".tmp"
 
+#: The longest file name, in bytes (NAME_MAX on Linux, per path component).
+NAME_MAX: Final = 255
+#: How a name the directory source took from a file it is done with starts (:func:`take`).
+TAKEN_PREFIX = ".bridge-taken-"
 #: Errors of ``link`` that mean "this file system has no hard links".
-_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
+NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -212,7 +217,7 @@ def link_new(dir_fd: int, temporary: str, name: str) -> bool:
     except FileExistsError:
         return False
     except OSError as exc:
-        if exc.errno not in _NO_LINKS:
+        if exc.errno not in NO_LINKS:
             raise
         try:
             os.lstat(name, dir_fd=dir_fd)
@@ -224,35 +229,63 @@ def link_new(dir_fd: int, temporary: str, name: str) -> bool:
     return True
 
 
-def take(dir_fd: int, name: str, into_fd: int) -> tuple[str, os.stat_result]:
-    """Move whatever is at ``name`` to a fresh hidden temporary name in ``into_fd``.
+def take(dir_fd: int, name: str) -> tuple[str, os.stat_result]:
+    """Take whatever is at ``name`` away from it: rename it to a hidden name in ``dir_fd``.
 
-    One ``rename``: the name is taken away atomically, whatever a writer does
-    to it at the same moment, so the caller can check on the taken file
-    (``lstat``, never followed) that it is the one it read before it lets it
-    go for good.
+    One ``rename``: the name is taken atomically, whatever a writer does to it
+    at the same moment, so the caller can check on the taken file (``lstat``,
+    never followed) that it is the one it read before letting it go. The
+    hidden name (``.bridge-taken-<random>-NAME``, ``NAME`` left out if it
+    would not fit) keeps the name for :func:`taken_name`, should a crash
+    leave it there.
 
     Returns:
-      the temporary name in ``into_fd`` and its ``lstat``.
+      the hidden name and its ``lstat``.
 
     Raises:
       OSError: the rename failed (FileNotFoundError: ``name`` is gone).
     """
-    temporary = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
-    rename(dir_fd, name, into_fd, temporary)
-    return temporary, os.lstat(temporary, dir_fd=into_fd)
+    hidden = f"{TAKEN_PREFIX}{secrets.token_hex(4)}-{name}"
+    if len(os.fsencode(hidden)) > NAME_MAX:
+        hidden = f"{TAKEN_PREFIX}{secrets.token_hex(4)}"
+    rename(dir_fd, name, dir_fd, hidden)
+    return hidden, os.lstat(hidden, dir_fd=dir_fd)
+
+
+def taken_name(hidden: str) -> str | None:
+    """The name a file had before :func:`take` hid it, if the hidden name holds it."""
+    rest = hidden.removeprefix(TAKEN_PREFIX)
+    return rest[9:] if len(rest) > 9 and rest[8] == "-" else None
+
+
+def link_into(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str]) -> str:
+    """Give the file at ``name`` a second name in ``new_dir_fd``, the first free candidate.
+
+    Nothing at a candidate is ever replaced or followed: ``link`` fails if
+    the name exists, whatever it is (a file, a link planted there, a FIFO).
+    A candidate that already is this very file (same device and inode: a
+    move that a crash cut short) is taken as it is.
+
+    Returns:
+      the candidate that now names the file.
+
+    Raises:
+      FileExistsError: every candidate was taken.
+      OSError: ``name`` is gone, or the file system has no hard links
+        (``errno`` in :data:`NO_LINKS`).
+    """
+    for candidate in candidates:
+        if _link_or_same(dir_fd, name, new_dir_fd, candidate):
+            return candidate
+    raise FileExistsError(errno.EEXIST, f"no free name for {name!r}")
 
 
 def move_new(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str]) -> str:
     """Move ``name`` into ``new_dir_fd`` under the first of ``candidates`` that is free.
 
-    Nothing at a candidate name is ever replaced or followed: each is given
-    by ``link`` (which fails if the name exists, whatever it is: a file, a
-    link planted there, a FIFO), and only then is ``name`` removed from
-    ``dir_fd``. A crash between the two leaves both names on one file; a
-    later move finds the file already at a candidate (same device and
-    inode) and only removes ``name``. On a file system without hard links it
-    falls back to check-then-rename (which a concurrent writer could race).
+    As :func:`link_into`, then ``name`` is removed. On a file system without
+    hard links it falls back to check-then-rename (which a concurrent writer
+    could race).
 
     Returns:
       the candidate that ``name`` now has in ``new_dir_fd``.
@@ -263,16 +296,10 @@ def move_new(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str])
     """
     for candidate in candidates:
         try:
-            os.link(
-                name, candidate, src_dir_fd=dir_fd, dst_dir_fd=new_dir_fd, follow_symlinks=False
-            )
-        except FileExistsError:
-            if _same_file(dir_fd, name, new_dir_fd, candidate):
-                unlink_quietly(dir_fd, name)
-                return candidate
-            continue
+            if not _link_or_same(dir_fd, name, new_dir_fd, candidate):
+                continue
         except OSError as exc:
-            if exc.errno not in _NO_LINKS:
+            if exc.errno not in NO_LINKS:
                 raise
             try:
                 os.lstat(candidate, dir_fd=new_dir_fd)
@@ -283,6 +310,15 @@ def move_new(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str])
         unlink_quietly(dir_fd, name)
         return candidate
     raise FileExistsError(errno.EEXIST, f"no free name for {name!r}")
+
+
+def _link_or_same(dir_fd: int, name: str, new_dir_fd: int, candidate: str) -> bool:
+    """True if ``candidate`` now names the file at ``name`` (linked, or it did already)."""
+    try:
+        os.link(name, candidate, src_dir_fd=dir_fd, dst_dir_fd=new_dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return _same_file(dir_fd, name, new_dir_fd, candidate)
+    return True
 
 
 def _same_file(dir_fd: int, name: str, other_dir_fd: int, other: str) -> bool:

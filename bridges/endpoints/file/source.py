@@ -58,14 +58,18 @@ from attrs.validators import ge
 
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Envelope, Message
-from ._files import NAME_MAX
 from ._fs import (
+    NAME_MAX,
+    NO_LINKS,
+    TAKEN_PREFIX,
     Refused,
+    link_into,
     move_new,
     open_directory,
     open_subdirectory,
     read_regular,
     take,
+    taken_name,
     unlink_quietly,
 )
 from .tail import JsonlReceiver
@@ -75,6 +79,12 @@ log = logging.getLogger("bridges.file")
 _INCOMPLETE_SUFFIXES = (".tmp", ".part")
 #: What identifies the file that was read: device, inode, modification time.
 _Identity = tuple[int, int, int]
+
+
+def _identity(info: os.stat_result) -> _Identity:
+    return info.st_dev, info.st_ino, info.st_mtime_ns
+
+
 #: The most names in ``done_dir`` a file done with tries before it stays where it is.
 MAX_DONE_NAMES = 10_000
 
@@ -130,7 +140,10 @@ class FileSource:
                 await trio.to_thread.run_sync(partial(self._make_dirs))
             dir_fd = await trio.to_thread.run_sync(open_directory, self.path)
             try:
-                yield _DirectoryReceiver(self, dir_fd)
+                directory = _DirectoryReceiver(self, dir_fd)
+                if self._create:
+                    await trio.to_thread.run_sync(directory.recover)
+                yield directory
             finally:
                 os.close(dir_fd)
             return
@@ -189,7 +202,7 @@ class _DirectoryReceiver:
                 )
                 continue
             mtime_ns = info.st_mtime_ns
-            read = (info.st_dev, info.st_ino, mtime_ns)
+            read = _identity(info)
             self._taken.add(name)
             message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
             return Envelope(
@@ -257,45 +270,95 @@ class _DirectoryReceiver:
     def _finish(self, name: str, read: _Identity) -> None:
         """Move the file that was read to ``done_dir`` (or delete it), never another one.
 
-        The name is taken first (one rename to a hidden name) and the file
-        checked: if a writer replaced or rewrote it after it was read, the
-        new file goes back to be read in its turn, and nothing is lost. A
-        crash between the two steps leaves the delivered file under a hidden
-        ``.bridge-*.tmp`` name.
+        The file gets its name in ``done_dir`` first (``link``: nothing there
+        is replaced), checked to be the file that was read; then its name in
+        the watched directory is taken (one rename to a hidden name) and,
+        checked again, let go. If a writer replaced or rewrote the file after
+        it was read, the new one stays (or goes back) to be read in its turn.
+        A crash in between leaves the file under both names (it is read
+        again: a duplicate) or under the hidden one (see :meth:`recover`).
         """
-        delete = self._config.after == "delete"
+        if self._config.after == "delete":
+            self._let_go(name, read)
+            return
         try:
-            into_fd = (
-                os.dup(self._dir_fd)
-                if delete
-                else open_subdirectory(self._dir_fd, self._config.done_dir)
-            )
+            done_fd = open_subdirectory(self._dir_fd, self._config.done_dir)
         except Refused as exc:
             raise Refused(exc.errno, f"done_dir {self._source.done}: {exc.strerror}") from None
         try:
-            temporary, info = take(self._dir_fd, name, into_fd)
-            if (info.st_dev, info.st_ino, info.st_mtime_ns) != read:
-                back = move_new(
-                    into_fd, temporary, self._dir_fd, done_names(name, info.st_mtime_ns)
-                )
-                log.warning(
-                    "%s changed after it was read; the new file stays to be read, as %s",
-                    self._source.path / name,
-                    self._source.path / back,
-                )
-                return
-            if delete:
-                unlink_quietly(into_fd, temporary)
-                return
-            kept = move_new(into_fd, temporary, into_fd, done_names(name, read[2]))
+            kept = self._move(name, read, done_fd)
         finally:
-            os.close(into_fd)
-        if kept != name:
+            os.close(done_fd)
+        if kept is not None and kept != name:
             log.warning(
                 "%s is taken (an earlier file of that name); %s is kept as %s",
                 self._source.done / name,
                 self._source.path / name,
                 self._source.done / kept,
+            )
+
+    def _move(self, name: str, read: _Identity, done_fd: int) -> str | None:
+        names = done_names(name, read[2])
+        try:
+            kept = link_into(self._dir_fd, name, done_fd, names)
+        except OSError as exc:
+            if exc.errno not in NO_LINKS:
+                raise
+            hidden, info = take(self._dir_fd, name)  # no hard links here: rename it
+            if not self._ours(name, hidden, info, read):
+                return None
+            return move_new(self._dir_fd, hidden, done_fd, done_names(name, read[2]))
+        if _identity(os.lstat(kept, dir_fd=done_fd)) != read:
+            unlink_quietly(done_fd, kept)  # the name we just gave a file written after the read
+            self._changed(name, name)
+            return None
+        self._let_go(name, read)
+        return kept
+
+    def _let_go(self, name: str, read: _Identity) -> None:
+        """Remove ``name`` from the watched directory if it is still the file that was read."""
+        hidden, info = take(self._dir_fd, name)
+        if self._ours(name, hidden, info, read):
+            unlink_quietly(self._dir_fd, hidden)
+
+    def _ours(self, name: str, hidden: str, info: os.stat_result, read: _Identity) -> bool:
+        """True if the file taken is the one read; else it goes back to be read."""
+        if _identity(info) == read:
+            return True
+        back = move_new(self._dir_fd, hidden, self._dir_fd, done_names(name, info.st_mtime_ns))
+        self._changed(name, back)
+        return False
+
+    def _changed(self, name: str, back: str) -> None:
+        log.warning(
+            "%s changed after it was read; the new file stays to be read, as %s",
+            self._source.path / name,
+            self._source.path / back,
+        )
+
+    def recover(self) -> None:
+        """Put back what a crash left under a hidden name taken from a file done with.
+
+        A hidden file that has another name too (in ``done_dir``, as the move
+        gives it one first) is only that name's duplicate: removed. One without
+        is a file that was delivered but not yet deleted, or that a writer put
+        in place of one: it goes back under its name, to be read (again).
+        """
+        with os.scandir(self._dir_fd) as entries:
+            hidden = [e.name for e in entries if e.name.startswith(TAKEN_PREFIX)]
+        for name in hidden:
+            info = os.lstat(name, dir_fd=self._dir_fd)
+            if info.st_nlink > 1:
+                unlink_quietly(self._dir_fd, name)
+                continue
+            original = taken_name(name) or f"recovered-{name.removeprefix(TAKEN_PREFIX)}"
+            back = move_new(
+                self._dir_fd, name, self._dir_fd, done_names(original, info.st_mtime_ns)
+            )
+            log.warning(
+                "%s was left by a stop in the middle of its move; it is read again as %s",
+                self._source.path / name,
+                self._source.path / back,
             )
 
     async def _nack(self, name: str, mtime_ns: int, error: BaseException | None) -> None:

@@ -16,6 +16,7 @@ import trio
 
 from bridges import Context, Envelope, Message, MessageRejected, RetryPolicy, Route
 from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
+from bridges.endpoints.file import _fs as fs
 from bridges.endpoints.file._records import encode_record
 from bridges.endpoints.file.source import _DirectoryReceiver, done_names
 from bridges.testing import FakeSource, messages
@@ -142,6 +143,42 @@ async def test_a_file_replaced_after_it_was_read_is_read_in_its_turn_not_done_wi
     assert [r.getMessage() for r in caplog.records] == [
         f"{changed}, as {inbox / 'status.json'}"
     ] * 2
+
+
+async def test_what_a_stop_left_under_a_hidden_taken_name_is_read_again_or_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = tmp_path / "in"
+    (inbox / "done").mkdir(parents=True)
+    put(inbox / "done" / "moved.txt", b"delivered and moved", 1_000_000_000)
+    os.link(inbox / "done" / "moved.txt", inbox / ".bridge-taken-0123abcd-moved.txt")
+    put(inbox / ".bridge-taken-89abcdef-a.txt", b"not yet deleted", 2_000_000_000)
+    put(inbox / ".bridge-taken-fedcba98", b"a long name's", 3_000_000_000)
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    with caplog.at_level(logging.WARNING, "bridges.file"):
+        async with source.open() as receiver:
+            bodies = {
+                e.message.headers["file-name"]: e.message.body for e in await take(receiver, 2)
+            }
+    assert bodies == {"a.txt": b"not yet deleted", "recovered-fedcba98": b"a long name's"}
+    assert sorted(p.name for p in (inbox / "done").iterdir()) == ["moved.txt"]
+    assert not [p for p in inbox.iterdir() if p.name.startswith(".")]
+    assert f"{inbox / '.bridge-taken-89abcdef-a.txt'} was left by a stop" in caplog.text
+
+
+def test_a_taken_name_keeps_the_name_when_it_fits(tmp_path: Path) -> None:
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in ("a.txt", "é" * 120):  # 240 bytes: the name no longer fits beside the prefix
+            (tmp_path / name).write_bytes(b"x")
+            hidden, info = fs.take(dir_fd, name)
+            assert hidden.startswith(".bridge-taken-")
+            assert info.st_size == 1
+            assert fs.taken_name(hidden) == (name if name == "a.txt" else None)
+            assert not (tmp_path / name).exists()
+            assert (tmp_path / hidden).read_bytes() == b"x"
+    finally:
+        os.close(dir_fd)
 
 
 def test_done_names_keep_the_suffix_within_255_bytes() -> None:
