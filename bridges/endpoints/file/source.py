@@ -77,16 +77,14 @@ from .tail import JsonlReceiver
 log = logging.getLogger("bridges.file")
 
 _INCOMPLETE_SUFFIXES = (".tmp", ".part")
+#: The most names in ``done_dir`` a file done with tries before it stays where it is.
+MAX_DONE_NAMES = 10_000
 #: What identifies the file that was read: device, inode, modification time.
 _Identity = tuple[int, int, int]
 
 
 def _identity(info: os.stat_result) -> _Identity:
     return info.st_dev, info.st_ino, info.st_mtime_ns
-
-
-#: The most names in ``done_dir`` a file done with tries before it stays where it is.
-MAX_DONE_NAMES = 10_000
 
 
 @attrs.frozen
@@ -298,9 +296,8 @@ class _DirectoryReceiver:
             )
 
     def _move(self, name: str, read: _Identity, done_fd: int) -> str | None:
-        names = done_names(name, read[2])
         try:
-            kept = link_into(self._dir_fd, name, done_fd, names)
+            kept = link_into(self._dir_fd, name, done_fd, done_names(name, read[2]))
         except OSError as exc:
             if exc.errno not in NO_LINKS:
                 raise
@@ -347,7 +344,10 @@ class _DirectoryReceiver:
         with os.scandir(self._dir_fd) as entries:
             hidden = [e.name for e in entries if e.name.startswith(TAKEN_PREFIX)]
         for name in hidden:
-            info = os.lstat(name, dir_fd=self._dir_fd)
+            try:
+                info = os.lstat(name, dir_fd=self._dir_fd)
+            except FileNotFoundError:
+                continue
             if info.st_nlink > 1:
                 unlink_quietly(self._dir_fd, name)
                 continue

@@ -181,6 +181,30 @@ def test_a_taken_name_keeps_the_name_when_it_fits(tmp_path: Path) -> None:
         os.close(dir_fd)
 
 
+async def test_without_hard_links_done_names_are_still_never_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_links(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    inbox = tmp_path / "in"
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    async with source.open() as receiver:
+        monkeypatch.setattr(os, "link", no_links)  # a file system without hard links
+        for body, mtime_ns in ((b"one", 1_000_000_000), (b"two", 2_000_000_000)):
+            put(inbox / "a.txt", body, mtime_ns)
+            await (await receiver.receive()).ack()
+        put(inbox / "b.txt", b"read", 3_000_000_000)
+        envelope = await receiver.receive()
+        put(inbox / "b.txt", b"written after", 4_000_000_000)
+        await envelope.ack()
+        assert (await receiver.receive()).message.body == b"written after"
+    assert (inbox / "done" / "a.txt").read_bytes() == b"one"
+    assert (inbox / "done" / "a.txt@2000000000").read_bytes() == b"two"
+    assert not (inbox / "done" / "b.txt").exists()
+    assert (inbox / "b.txt").read_bytes() == b"written after"
+
+
 def test_done_names_keep_the_suffix_within_255_bytes() -> None:
     long = "é" * 125 + ".csv"  # 254 bytes: a name the file system allows
     names = list(itertools.islice(done_names(long, 1_764_000_000_123_456_789), 3))
