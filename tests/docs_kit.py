@@ -81,8 +81,8 @@ OPTIONAL_TOOLS = {
 }
 #: Commands not checked at all (by how they start), and why.
 UNCHECKED = {
-    "sudo ": "changes the system as root: the systemd recipe, tested under a real systemd",
-    "systemctl ": "needs a running systemd (the systemd recipe's test drives it)",
+    "sudo ": "changes the system as root (the systemd recipe): not on a test machine",
+    "systemctl ": "needs a running systemd as PID 1, which the test machines have not",
     "journalctl ": "needs a running systemd's journal",
 }
 #: Why a program named by its absolute path is not checked.
