@@ -41,12 +41,10 @@ import trio
 from ..._endpoint import MessageRejected
 from ..._message import Message
 from ..._template import Template, TemplateError, safe_filename
-from ._fs import link_new, rename, same_content, unlink_quietly, write_temporary
+from ._fs import NAME_MAX, link_new, rename, same_content, unlink_quietly, write_temporary
 
 log = logging.getLogger("bridges.file")
 
-#: The longest file name, in bytes (NAME_MAX on Linux, per path component).
-NAME_MAX: Final = 255
 #: The most ``-N`` suffixes ``conflict = "rename"`` tries.
 MAX_RENAMES: Final = 10_000
 #: Errors of a name that no retry will cure: the message is rejected.

@@ -17,7 +17,10 @@ is opened normally):
 - a file reaches its final name by ``rename`` (which replaces the *name*,
   never a link's target) or, where an existing file must not be replaced, by
   ``link`` (which fails if the name exists, whatever it is), both relative to
-  the directory descriptors;
+  the directory descriptors; a file done with is first taken from its name
+  (:func:`take`) and checked to be the one that was read, then given its
+  name in ``done/`` the second way (:func:`move_new`), a new one when its
+  own is taken;
 - a subdirectory (``done/``) is opened component by component with
   ``O_NOFOLLOW``: a link planted in its place is refused.
 
@@ -34,7 +37,9 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Final
 
 #: How every file the family creates starts and ends: hidden, skipped by the
 #: directory source, and never a name a message can have (those never start
@@ -42,8 +47,12 @@ from pathlib import Path
 TEMP_PREFIX = ".bridge-"
 TEMP_SUFFIX = ".tmp"
 
+#: The longest file name, in bytes (NAME_MAX on Linux, per path component).
+NAME_MAX: Final = 255
+#: How a name the directory source took from a file it is done with starts (:func:`take`).
+TAKEN_PREFIX = ".bridge-taken-"
 #: Errors of ``link`` that mean "this file system has no hard links".
-_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
+NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -208,7 +217,7 @@ def link_new(dir_fd: int, temporary: str, name: str) -> bool:
     except FileExistsError:
         return False
     except OSError as exc:
-        if exc.errno not in _NO_LINKS:
+        if exc.errno not in NO_LINKS:
             raise
         try:
             os.lstat(name, dir_fd=dir_fd)
@@ -218,6 +227,108 @@ def link_new(dir_fd: int, temporary: str, name: str) -> bool:
         return False
     unlink_quietly(dir_fd, temporary)
     return True
+
+
+def take(dir_fd: int, name: str) -> tuple[str, os.stat_result]:
+    """Take whatever is at ``name`` away from it: rename it to a hidden name in ``dir_fd``.
+
+    One ``rename``: the name is taken atomically, whatever a writer does to it
+    at the same moment, so the caller can check on the taken file (``lstat``,
+    never followed) that it is the one it read before letting it go. The
+    hidden name (``.bridge-taken-<random>-NAME``, ``NAME`` left out if it
+    would not fit) keeps the name for :func:`taken_name`, should a crash
+    leave it there.
+
+    Returns:
+      the hidden name and its ``lstat``.
+
+    Raises:
+      OSError: the rename failed (FileNotFoundError: ``name`` is gone).
+    """
+    hidden = f"{TAKEN_PREFIX}{secrets.token_hex(4)}-{name}"
+    if len(os.fsencode(hidden)) > NAME_MAX:
+        hidden = f"{TAKEN_PREFIX}{secrets.token_hex(4)}"
+    rename(dir_fd, name, dir_fd, hidden)
+    return hidden, os.lstat(hidden, dir_fd=dir_fd)
+
+
+def taken_name(hidden: str) -> str | None:
+    """The name a file had before :func:`take` hid it, if the hidden name holds it."""
+    rest = hidden.removeprefix(TAKEN_PREFIX)
+    return rest[9:] if len(rest) > 9 and rest[8] == "-" else None
+
+
+def link_into(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str]) -> str:
+    """Give the file at ``name`` a second name in ``new_dir_fd``, the first free candidate.
+
+    Nothing at a candidate is ever replaced or followed: ``link`` fails if
+    the name exists, whatever it is (a file, a link planted there, a FIFO).
+    A candidate that already is this very file (same device and inode: a
+    move that a crash cut short) is taken as it is.
+
+    Returns:
+      the candidate that now names the file.
+
+    Raises:
+      FileExistsError: every candidate was taken.
+      OSError: ``name`` is gone, or the file system has no hard links
+        (``errno`` in :data:`NO_LINKS`).
+    """
+    for candidate in candidates:
+        if _link_or_same(dir_fd, name, new_dir_fd, candidate):
+            return candidate
+    raise FileExistsError(errno.EEXIST, f"no free name for {name!r}")
+
+
+def move_new(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str]) -> str:
+    """Move ``name`` into ``new_dir_fd`` under the first of ``candidates`` that is free.
+
+    As :func:`link_into`, then ``name`` is removed. On a file system without
+    hard links it falls back to check-then-rename (which a concurrent writer
+    could race).
+
+    Returns:
+      the candidate that ``name`` now has in ``new_dir_fd``.
+
+    Raises:
+      FileExistsError: every candidate was taken.
+      OSError: the move failed (FileNotFoundError: ``name`` is gone).
+    """
+    for candidate in candidates:
+        try:
+            if not _link_or_same(dir_fd, name, new_dir_fd, candidate):
+                continue
+        except OSError as exc:
+            if exc.errno not in NO_LINKS:
+                raise
+            try:
+                os.lstat(candidate, dir_fd=new_dir_fd)
+            except FileNotFoundError:
+                rename(dir_fd, name, new_dir_fd, candidate)
+                return candidate
+            continue
+        unlink_quietly(dir_fd, name)
+        return candidate
+    raise FileExistsError(errno.EEXIST, f"no free name for {name!r}")
+
+
+def _link_or_same(dir_fd: int, name: str, new_dir_fd: int, candidate: str) -> bool:
+    """True if ``candidate`` now names the file at ``name`` (linked, or it did already)."""
+    try:
+        os.link(name, candidate, src_dir_fd=dir_fd, dst_dir_fd=new_dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return _same_file(dir_fd, name, new_dir_fd, candidate)
+    return True
+
+
+def _same_file(dir_fd: int, name: str, other_dir_fd: int, other: str) -> bool:
+    """True if both names are links of one file (neither followed)."""
+    try:
+        a = os.lstat(name, dir_fd=dir_fd)
+        b = os.lstat(other, dir_fd=other_dir_fd)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def same_content(dir_fd: int, name: str, data: bytes) -> bool:

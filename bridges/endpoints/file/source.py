@@ -9,10 +9,15 @@ not been modified for ``settle`` seconds (for writers that write in place;
 modification time, then name). Each file is one message: its bytes are the
 body, its name the ``file-name`` header, ``NAME@MTIME_NS`` its id. Only after
 the ack is it moved into ``done_dir`` (or deleted, ``after = "delete"``); a
-nacked file stays and is read again. A file that cannot be read is logged
-and left where it is, as is one that the sink rejected (too big for it, say)
-when the route has no dead-letter sink: neither is read again until it
-changes.
+nacked file stays and is read again. A name already taken in ``done_dir``
+(an earlier file of the same name, or anything planted there) is never
+replaced: the later file is kept under its id, ``NAME@MTIME_NS`` (then
+``-2``, ``-3``... should that be taken too), and a warning names both. A
+file that a writer replaced or rewrote after it was read is never the one
+moved or deleted: it stays, to be read in its turn. A file that cannot be
+read is logged and left where it is, as is one that the sink rejected (too
+big for it, say) when the route has no dead-letter sink: neither is read
+again until it changes.
 
 Nothing planted in the directory is followed or blocks (see
 :mod:`bridges.endpoints.file._fs`): each file is opened with ``O_NOFOLLOW |
@@ -41,7 +46,7 @@ import fnmatch
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -53,12 +58,33 @@ from attrs.validators import ge
 
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Envelope, Message
-from ._fs import Refused, open_directory, open_subdirectory, read_regular, rename, unlink_quietly
+from ._fs import (
+    NAME_MAX,
+    NO_LINKS,
+    TAKEN_PREFIX,
+    Refused,
+    link_into,
+    move_new,
+    open_directory,
+    open_subdirectory,
+    read_regular,
+    take,
+    taken_name,
+    unlink_quietly,
+)
 from .tail import JsonlReceiver
 
 log = logging.getLogger("bridges.file")
 
 _INCOMPLETE_SUFFIXES = (".tmp", ".part")
+#: The most names in ``done_dir`` a file done with tries before it stays where it is.
+MAX_DONE_NAMES = 10_000
+#: What identifies the file that was read: device, inode, modification time.
+_Identity = tuple[int, int, int]
+
+
+def _identity(info: os.stat_result) -> _Identity:
+    return info.st_dev, info.st_ino, info.st_mtime_ns
 
 
 @attrs.frozen
@@ -112,7 +138,10 @@ class FileSource:
                 await trio.to_thread.run_sync(partial(self._make_dirs))
             dir_fd = await trio.to_thread.run_sync(open_directory, self.path)
             try:
-                yield _DirectoryReceiver(self, dir_fd)
+                directory = _DirectoryReceiver(self, dir_fd)
+                if self._create:
+                    await trio.to_thread.run_sync(directory.recover)
+                yield directory
             finally:
                 os.close(dir_fd)
             return
@@ -171,11 +200,12 @@ class _DirectoryReceiver:
                 )
                 continue
             mtime_ns = info.st_mtime_ns
+            read = _identity(info)
             self._taken.add(name)
             message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
             return Envelope(
                 message,
-                ack=partial(self._ack, name),
+                ack=partial(self._ack, name, read),
                 nack=partial(self._nack, name, mtime_ns),
                 origin=f"file {self._source.path / name}",
             )
@@ -220,9 +250,9 @@ class _DirectoryReceiver:
     def _read(self, name: str) -> tuple[bytes, os.stat_result]:
         return read_regular(self._dir_fd, name, self._config.max_bytes)
 
-    async def _ack(self, name: str) -> None:
+    async def _ack(self, name: str, read: _Identity) -> None:
         try:
-            await trio.to_thread.run_sync(self._finish, name)
+            await trio.to_thread.run_sync(self._finish, name, read)
         except OSError as exc:
             # Kept in _taken: not read again by this process (it would be a
             # duplicate each poll); a restart reads it once more.
@@ -235,18 +265,101 @@ class _DirectoryReceiver:
             return
         self._taken.discard(name)
 
-    def _finish(self, name: str) -> None:
+    def _finish(self, name: str, read: _Identity) -> None:
+        """Move the file that was read to ``done_dir`` (or delete it), never another one.
+
+        The file gets its name in ``done_dir`` first (``link``: nothing there
+        is replaced), checked to be the file that was read; then its name in
+        the watched directory is taken (one rename to a hidden name) and,
+        checked again, let go. If a writer replaced or rewrote the file after
+        it was read, the new one stays (or goes back) to be read in its turn.
+        A crash in between leaves the file under both names (it is read
+        again: a duplicate) or under the hidden one (see :meth:`recover`).
+        """
         if self._config.after == "delete":
-            unlink_quietly(self._dir_fd, name)
+            self._let_go(name, read)
             return
         try:
             done_fd = open_subdirectory(self._dir_fd, self._config.done_dir)
         except Refused as exc:
             raise Refused(exc.errno, f"done_dir {self._source.done}: {exc.strerror}") from None
         try:
-            rename(self._dir_fd, name, done_fd, name)
+            kept = self._move(name, read, done_fd)
         finally:
             os.close(done_fd)
+        if kept is not None and kept != name:
+            log.warning(
+                "%s is taken (an earlier file of that name); %s is kept as %s",
+                self._source.done / name,
+                self._source.path / name,
+                self._source.done / kept,
+            )
+
+    def _move(self, name: str, read: _Identity, done_fd: int) -> str | None:
+        try:
+            kept = link_into(self._dir_fd, name, done_fd, done_names(name, read[2]))
+        except OSError as exc:
+            if exc.errno not in NO_LINKS:
+                raise
+            hidden, info = take(self._dir_fd, name)  # no hard links here: rename it
+            if not self._ours(name, hidden, info, read):
+                return None
+            return move_new(self._dir_fd, hidden, done_fd, done_names(name, read[2]))
+        if _identity(os.lstat(kept, dir_fd=done_fd)) != read:
+            unlink_quietly(done_fd, kept)  # the name we just gave a file written after the read
+            self._changed(name, name)
+            return None
+        self._let_go(name, read)
+        return kept
+
+    def _let_go(self, name: str, read: _Identity) -> None:
+        """Remove ``name`` from the watched directory if it is still the file that was read."""
+        hidden, info = take(self._dir_fd, name)
+        if self._ours(name, hidden, info, read):
+            unlink_quietly(self._dir_fd, hidden)
+
+    def _ours(self, name: str, hidden: str, info: os.stat_result, read: _Identity) -> bool:
+        """True if the file taken is the one read; else it goes back to be read."""
+        if _identity(info) == read:
+            return True
+        back = move_new(self._dir_fd, hidden, self._dir_fd, done_names(name, info.st_mtime_ns))
+        self._changed(name, back)
+        return False
+
+    def _changed(self, name: str, back: str) -> None:
+        log.warning(
+            "%s changed after it was read; the new file stays to be read, as %s",
+            self._source.path / name,
+            self._source.path / back,
+        )
+
+    def recover(self) -> None:
+        """Put back what a crash left under a hidden name taken from a file done with.
+
+        A hidden file that has another name too (in ``done_dir``, as the move
+        gives it one first) is only that name's duplicate: removed. One without
+        is a file that was delivered but not yet deleted, or that a writer put
+        in place of one: it goes back under its name, to be read (again).
+        """
+        with os.scandir(self._dir_fd) as entries:
+            hidden = [e.name for e in entries if e.name.startswith(TAKEN_PREFIX)]
+        for name in hidden:
+            try:
+                info = os.lstat(name, dir_fd=self._dir_fd)
+            except FileNotFoundError:
+                continue
+            if info.st_nlink > 1:
+                unlink_quietly(self._dir_fd, name)
+                continue
+            original = taken_name(name) or f"recovered-{name.removeprefix(TAKEN_PREFIX)}"
+            back = move_new(
+                self._dir_fd, name, self._dir_fd, done_names(original, info.st_mtime_ns)
+            )
+            log.warning(
+                "%s was left by a stop in the middle of its move; it is read again as %s",
+                self._source.path / name,
+                self._source.path / back,
+            )
 
     async def _nack(self, name: str, mtime_ns: int, error: BaseException | None) -> None:
         self._taken.discard(name)
@@ -259,3 +372,19 @@ class _DirectoryReceiver:
                 self._source.path / name,
                 error.reason,
             )
+
+
+def done_names(name: str, mtime_ns: int) -> Iterator[str]:
+    """The names a file done with may take in ``done_dir``, in order of preference.
+
+    ``NAME``; then its message id ``NAME@MTIME_NS`` (so the kept file names
+    the message it was), then ``NAME@MTIME_NS-2``, ``-3``... A name that would
+    pass 255 bytes loses characters from the end of ``NAME``, never the suffix.
+    """
+    yield name
+    for n in range(1, MAX_DONE_NAMES):
+        suffix = f"@{mtime_ns}" if n == 1 else f"@{mtime_ns}-{n}"
+        stem = name
+        while len(os.fsencode(stem + suffix)) > NAME_MAX:
+            stem = stem[:-1]
+        yield stem + suffix

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import base64
 import errno
+import itertools
 import json
+import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import trio
 
 from bridges import Context, Envelope, Message, MessageRejected, RetryPolicy, Route
 from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
+from bridges.endpoints.file import _fs as fs
 from bridges.endpoints.file._records import encode_record
-from bridges.endpoints.file.source import _DirectoryReceiver
+from bridges.endpoints.file.source import _DirectoryReceiver, done_names
 from bridges.testing import FakeSource, messages
 
 
@@ -62,6 +65,156 @@ async def test_directory_source_takes_complete_files_oldest_first(tmp_path: Path
         assert not (inbox / "a.txt").exists()
         again = await receiver.receive()  # a nacked file is read again
         assert again.message.id == second.message.id
+
+
+async def test_a_later_file_of_a_done_name_is_kept_beside_it_under_its_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = tmp_path / "in"
+    done = inbox / "done"
+    first, second, third = b"first \x00 body", b"second, other bytes", b"first \x00 body"
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    with caplog.at_level(logging.WARNING, "bridges.file"):
+        async with source.open() as receiver:
+            # the third: same name and mtime, so the same id (a copy made with cp -p)
+            for body, mtime_ns in ((first, 1), (second, 2), (third, 2)):
+                put(inbox / "report.csv", body, mtime_ns * 1_000_000_000)
+                await (await receiver.receive()).ack()
+    assert sorted(p.name for p in inbox.iterdir()) == ["done"]
+    assert (done / "report.csv").read_bytes() == first
+    assert (done / "report.csv@2000000000").read_bytes() == second
+    assert (done / "report.csv@2000000000-2").read_bytes() == third
+    assert len(list(done.iterdir())) == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    taken = f"{done / 'report.csv'} is taken (an earlier file of that name)"
+    assert warnings == [
+        f"{taken}; {inbox / 'report.csv'} is kept as {done / 'report.csv@2000000000'}",
+        f"{taken}; {inbox / 'report.csv'} is kept as {done / 'report.csv@2000000000-2'}",
+    ]
+
+
+async def test_a_done_name_that_is_already_this_very_file_is_no_conflict(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hard link of the inbox file at its done name: the move only removes the inbox name."""
+    inbox = tmp_path / "in"
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    async with source.open() as receiver:
+        put(inbox / "a.txt", b"data", 1_000_000_000)
+        os.link(inbox / "a.txt", inbox / "done" / "a.txt")
+        envelope = await receiver.receive()
+        with caplog.at_level(logging.WARNING, "bridges.file"):
+            await envelope.ack()
+    assert sorted(p.name for p in (inbox / "done").iterdir()) == ["a.txt"]
+    assert (inbox / "done" / "a.txt").read_bytes() == b"data"
+    assert not (inbox / "a.txt").exists()
+    assert "is taken" not in caplog.text
+
+
+@pytest.mark.parametrize("after", ["move", "delete"])
+async def test_a_file_replaced_after_it_was_read_is_read_in_its_turn_not_done_with(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, after: Literal["move", "delete"]
+) -> None:
+    inbox = tmp_path / "in"
+    config = FileSourceConfig("in", settle=0, poll_interval=0.01, after=after)
+    source = FileSource(config, ctx(tmp_path))
+    with caplog.at_level(logging.WARNING, "bridges.file"):
+        async with source.open() as receiver:
+            put(inbox / "status.json", b"v1", 1_000_000_000)
+            first = await receiver.receive()
+            put(inbox / "status.json", b"v2", 2_000_000_000)  # a writer renames v2 over it
+            await first.ack()
+            assert (inbox / "status.json").read_bytes() == b"v2"  # not moved: never read
+            second = await receiver.receive()
+            assert (second.message.body, second.message.id) == (b"v2", "status.json@2000000000")
+            (inbox / "status.json").write_bytes(b"v3")  # rewritten in place: same inode
+            os.utime(inbox / "status.json", ns=(3_000_000_000, 3_000_000_000))
+            await second.ack()
+            third = await receiver.receive()
+            assert third.message.body == b"v3"
+            await third.ack()
+    assert not (inbox / "status.json").exists()
+    if after == "move":
+        assert [p.name for p in (inbox / "done").iterdir()] == ["status.json"]
+        assert (inbox / "done" / "status.json").read_bytes() == b"v3"
+    else:
+        assert not (inbox / "done").exists()
+    changed = f"{inbox / 'status.json'} changed after it was read; the new file stays to be read"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{changed}, as {inbox / 'status.json'}"
+    ] * 2
+
+
+async def test_what_a_stop_left_under_a_hidden_taken_name_is_read_again_or_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = tmp_path / "in"
+    (inbox / "done").mkdir(parents=True)
+    put(inbox / "done" / "moved.txt", b"delivered and moved", 1_000_000_000)
+    os.link(inbox / "done" / "moved.txt", inbox / ".bridge-taken-0123abcd-moved.txt")
+    put(inbox / ".bridge-taken-89abcdef-a.txt", b"not yet deleted", 2_000_000_000)
+    put(inbox / ".bridge-taken-fedcba98", b"a long name's", 3_000_000_000)
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    with caplog.at_level(logging.WARNING, "bridges.file"):
+        async with source.open() as receiver:
+            bodies = {
+                e.message.headers["file-name"]: e.message.body for e in await take(receiver, 2)
+            }
+    assert bodies == {"a.txt": b"not yet deleted", "recovered-fedcba98": b"a long name's"}
+    assert sorted(p.name for p in (inbox / "done").iterdir()) == ["moved.txt"]
+    assert not [p for p in inbox.iterdir() if p.name.startswith(".")]
+    assert f"{inbox / '.bridge-taken-89abcdef-a.txt'} was left by a stop" in caplog.text
+
+
+def test_a_taken_name_keeps_the_name_when_it_fits(tmp_path: Path) -> None:
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in ("a.txt", "é" * 120):  # 240 bytes: the name no longer fits beside the prefix
+            (tmp_path / name).write_bytes(b"x")
+            hidden, info = fs.take(dir_fd, name)
+            assert hidden.startswith(".bridge-taken-")
+            assert info.st_size == 1
+            assert fs.taken_name(hidden) == (name if name == "a.txt" else None)
+            assert not (tmp_path / name).exists()
+            assert (tmp_path / hidden).read_bytes() == b"x"
+    finally:
+        os.close(dir_fd)
+
+
+async def test_without_hard_links_done_names_are_still_never_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_links(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    inbox = tmp_path / "in"
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    async with source.open() as receiver:
+        monkeypatch.setattr(os, "link", no_links)  # a file system without hard links
+        for body, mtime_ns in ((b"one", 1_000_000_000), (b"two", 2_000_000_000)):
+            put(inbox / "a.txt", body, mtime_ns)
+            await (await receiver.receive()).ack()
+        put(inbox / "b.txt", b"read", 3_000_000_000)
+        envelope = await receiver.receive()
+        put(inbox / "b.txt", b"written after", 4_000_000_000)
+        await envelope.ack()
+        assert (await receiver.receive()).message.body == b"written after"
+    assert (inbox / "done" / "a.txt").read_bytes() == b"one"
+    assert (inbox / "done" / "a.txt@2000000000").read_bytes() == b"two"
+    assert not (inbox / "done" / "b.txt").exists()
+    assert (inbox / "b.txt").read_bytes() == b"written after"
+
+
+def test_done_names_keep_the_suffix_within_255_bytes() -> None:
+    long = "é" * 125 + ".csv"  # 254 bytes: a name the file system allows
+    names = list(itertools.islice(done_names(long, 1_764_000_000_123_456_789), 3))
+    assert names[0] == long
+    assert names[1].endswith("@1764000000123456789")
+    assert names[2].endswith("@1764000000123456789-2")
+    for name in names[1:]:
+        assert len(os.fsencode(name)) <= 255
+        assert name.startswith("é" * 100)
+        name.encode()  # cut between characters, never inside one
 
 
 async def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path) -> None:

@@ -187,7 +187,9 @@ async def test_a_done_dir_swapped_for_a_link_moves_nothing_outside(
     assert "done" in caplog.text
 
 
-async def test_a_link_planted_as_the_done_name_is_replaced_not_followed(tmp_path: Path) -> None:
+async def test_a_link_planted_as_the_done_name_is_neither_followed_nor_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious")
     inbox = tmp_path / "in"
@@ -196,10 +198,32 @@ async def test_a_link_planted_as_the_done_name_is_replaced_not_followed(tmp_path
         (inbox / "done" / "a.txt").symlink_to(victim)
         put(inbox / "a.txt", b"data", 1_000_000_000)
         envelope = await receive_within(receiver)
-        await envelope.ack()
+        with caplog.at_level(logging.WARNING, "bridges.file"):
+            await envelope.ack()
     assert victim.read_bytes() == b"precious"
-    assert (inbox / "done" / "a.txt").read_bytes() == b"data"
-    assert not (inbox / "done" / "a.txt").is_symlink()
+    assert (inbox / "done" / "a.txt").readlink() == victim  # left as planted
+    kept = inbox / "done" / "a.txt@1000000000"
+    assert kept.read_bytes() == b"data"
+    assert not kept.is_symlink()
+    assert not (inbox / "a.txt").exists()
+    assert str(kept) in caplog.text
+
+
+async def test_names_planted_at_every_suffix_are_skipped_not_replaced(tmp_path: Path) -> None:
+    inbox = tmp_path / "in"
+    source = FileSource(FileSourceConfig("in", settle=0, poll_interval=0.01), ctx(tmp_path))
+    async with source.open() as receiver:
+        done = inbox / "done"
+        (done / "a.txt").write_bytes(b"earlier")
+        (done / "a.txt@1000000000").symlink_to(tmp_path / "nowhere")
+        os.mkfifo(done / "a.txt@1000000000-2")
+        put(inbox / "a.txt", b"data", 1_000_000_000)
+        envelope = await receive_within(receiver)
+        await envelope.ack()
+    assert (done / "a.txt").read_bytes() == b"earlier"
+    assert (done / "a.txt@1000000000").is_symlink()
+    assert not (tmp_path / "nowhere").exists()
+    assert (done / "a.txt@1000000000-3").read_bytes() == b"data"
 
 
 # -- §2: the sink and the position file ---------------------------------------------------
