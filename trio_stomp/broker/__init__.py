@@ -56,7 +56,7 @@ Policies:
 - Bounds: a client that stops reading is disconnected once what waits for
   it (its socket buffer plus its topic backlog) passes
   :attr:`Limits.max_outbound_bytes` (8 MiB) by more than the largest frame
-  it was given, so its memory stays bounded (by that plus one frame). Any
+  it was given, so its memory stays bounded (by that plus two frames). Any
   frame the broker accepted, up to :attr:`Limits.max_frame_size` (16 MiB),
   reaches a consumer that keeps up. Queues themselves are not bounded: what
   producers send to a queue nobody consumes stays there.

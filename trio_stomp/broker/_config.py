@@ -43,9 +43,10 @@ class Limits:
         queued for its socket plus the backlog of its topic subscriptions. A
         client that stops reading is disconnected (without an ERROR, which it
         would not read) once what waits for it passes this by more than the
-        largest frame it was given, so what it holds stays under this plus one
-        frame: a frame larger than this (up to ``max_frame_size``) still
-        reaches a client that keeps up.
+        largest frame it was given, so what it holds stays under this plus two
+        frames (the largest, and the one that found it over): a frame larger
+        than this (up to ``max_frame_size``) still reaches a client that keeps
+        up.
         Queue messages never count here: they stay in their queue (where
         another consumer can take them) while the client is slow.
       outbound_high_water: queue deliveries to a connection pause while more
