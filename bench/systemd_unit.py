@@ -29,8 +29,8 @@ nothing else of the unit is changed. Checked, in order:
    systemd's watchdog and restarted (``NRestarts``), and its files arrive.
 4. reload: a third route added to the config, ``systemctl reload``: same
    main PID, status "3 routes", a file through the new route.
-5. stop: ``--files`` files put in the inbox, ``systemctl stop`` once a
-   tenth of them are through: a clean result (exit 0, or 3: handed back);
+5. stop: ``--files`` files put in the inbox, ``systemctl stop`` once the
+   first is through: a clean result (exit 0, or 3: handed back);
    after a start again every file is in ``outbox/`` with its content, none lost.
 
 Prints one line per check and the seconds each took (``--json``: one
@@ -259,8 +259,7 @@ def check_stop_loses_nothing(
     names = [f"stop-{i:05d}" for i in range(count)]
     put_files(state / "inbox", names)
     # Stop while they flow: some through, some in the broker, some in flight, some not taken.
-    wait_for(f"{count // 10} of the files through",
-             lambda: len(arrived(state / "outbox", names)) >= count // 10)  # fmt: skip
+    wait_for("the first of the files through", lambda: arrived(state / "outbox", names) != [])
     box.run("systemctl", "stop", UNIT, timeout=LIMIT)
     result = box.show(UNIT, "Result")
     status = box.show(UNIT, "ExecMainStatus")
