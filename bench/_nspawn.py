@@ -82,31 +82,39 @@ def base_tree(say: Callable[[str], None] = print) -> tuple[Path, float]:
         partial = Path(tempfile.mkdtemp(prefix=f"{SUITE}-systemd.", dir=CACHE))
         partial.chmod(0o755)  # the container's /: mkdtemp's 0700 would lock out its users
         try:
-            done = subprocess.run(
-                [
-                    "debootstrap",
-                    "--variant=minbase",
-                    f"--include={','.join(PACKAGES)}",
-                    SUITE,
-                    str(partial),
-                    MIRROR,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=900,
-                check=False,
-            )
-            if done.returncode != 0:
-                tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-                raise ContainerError(f"debootstrap failed ({done.returncode}):\n{tail}")
+            command = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}"]
+            _debootstrap([*command, SUITE, str(partial), MIRROR])
             (partial / ".trio-stomp-stamp").write_text(_stamp())
             if tree.exists():
                 shutil.rmtree(tree)
             partial.rename(tree)
         finally:
             if partial.exists():
-                shutil.rmtree(partial, ignore_errors=True)
+                _remove(partial)
         return tree, time.monotonic() - started
+
+
+def _debootstrap(command: list[str]) -> None:
+    """Run debootstrap; stopped with SIGTERM (its traps unmount what it mounted), never SIGKILL."""
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            status = process.wait(timeout=900)
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=120)
+        if status != 0:
+            output.seek(0)
+            tail = "\n".join(output.read().decode(errors="replace").splitlines()[-15:])
+            raise ContainerError(f"debootstrap failed ({status}):\n{tail}")
+
+
+def _remove(path: Path) -> None:
+    """``rm -rf path``, unless something is mounted under it (a /dev bound in): then say so."""
+    if _mounted_under(path):
+        raise ContainerError(f"{path} still has mounts; left in place")
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _die_with_parent() -> None:
@@ -245,6 +253,4 @@ def booted(
         finally:
             container.poweroff()
     finally:
-        if _mounted_under(work):  # never delete through a mount (never seen once nspawn exited)
-            raise ContainerError(f"{work} still has mounts; left in place")
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(work)

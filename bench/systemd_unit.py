@@ -340,7 +340,7 @@ def main() -> int:
         return 2
     try:
         figures = scenario(args.quick, args.files, say)
-    except ContainerError as exc:
+    except (ContainerError, subprocess.SubprocessError) as exc:  # (a timeout of a step)
         print(f"systemd_unit: {exc}", file=sys.stderr)
         return 2
     except CheckFailed as exc:
