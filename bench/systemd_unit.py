@@ -21,7 +21,8 @@ A drop-in sets ``WatchdogSec=2`` (the unit's 30 s would make the run slow);
 nothing else of the unit is changed. Checked, in order:
 
 1. start: ``systemctl start bridges@orders`` returns (Type=notify: after
-   READY=1), ``is-active`` says active, the status line says "2 routes".
+   READY=1), ``is-active`` says active, the status line says "2 routes: 2
+   running" (both connected to the broker with the credential).
 2. credential: systemd put ``bridges_broker-pass`` in the service's
    credentials directory and files cross the broker that accepts only it.
 3. watchdog: ``WatchdogTimestamp`` (the last WATCHDOG=1 systemd took) moves
@@ -155,6 +156,8 @@ def install(box: Container, wheels: Path) -> None:
         "/opt/bridges/bin/trio-stomp", "broker", "--listen", f"127.0.0.1:{BROKER_PORT}",
         "--users", "/etc/stomp-users", "--data-dir", "/var/lib/stomp-broker",
     )  # fmt: skip
+    wait_for("the STOMP broker listening", lambda: "broker listening on" in box.run(
+        "journalctl", "-u", "stomp-broker", "-o", "cat", "--no-pager").stdout)  # fmt: skip
 
 
 def put_files(directory: Path, names: list[str]) -> None:
@@ -192,7 +195,7 @@ def check_start(box: Container, figures: dict[str, Any]) -> None:
     if state != "active":
         raise CheckFailed(f"is-active says {state!r} after systemctl start")
     status = box.show(UNIT, "StatusText")
-    if not status.startswith("2 routes"):
+    if status != "2 routes: 2 running":  # the broker is up, and takes the credential
         raise CheckFailed(f"status line {status!r}")
     figures["status_at_start"] = status
 
