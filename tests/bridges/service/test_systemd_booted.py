@@ -31,8 +31,8 @@ def test_the_unit_starts_reloads_feeds_its_watchdog_and_stops_without_loss() -> 
         out, err = process.communicate(timeout=LIMIT)
     finally:
         if process.poll() is None:
-            # SIGINT, not SIGKILL: the script powers the container off on its way out.
-            process.send_signal(signal.SIGINT)
+            # SIGTERM, not SIGKILL: the script powers the container off on its way out.
+            process.send_signal(signal.SIGTERM)
             process.communicate(timeout=120)
     if process.returncode == 2 and "missing" in err:
         pytest.fail(f"cannot boot a systemd here: {err.strip()}")
