@@ -3,6 +3,7 @@
     bridges check CONFIG     validate the config (no connection, nothing created)
     bridges run CONFIG       run until SIGTERM/SIGINT (--engine spark: as Spark queries)
     bridges plugins          list the source, sink and transform types
+    bridges unit             print the systemd unit bridges@.service for this install
     bridges --version        the installed version (pyproject.toml's, from the package metadata)
 
 Config problems are printed one per line (file, route, key) with status 2;
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "($JOURNAL_STREAM) each line starts with its syslog priority (<3>...)",
     )
     commands.add_parser("plugins", help="list the endpoint and transform types")
+    commands.add_parser("unit", help="print the systemd unit bridges@.service for this install")
     return parser
 
 
@@ -142,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plugins":
         _plugins(registry)
         return 0
+    if args.command == "unit":
+        from .service._unit import print_unit
+
+        return print_unit(say)
     try:
         config = load_config(args.config, registry, engine=args.engine)
         if args.command == "check":

@@ -12,10 +12,12 @@ Two conveniences for secrets, so they need not sit in the file:
   (``$${`` writes a literal ``${``); an unset variable is an error.
 - ``${credential:NAME}`` is replaced by the systemd credential NAME: the
   file NAME in ``$CREDENTIALS_DIRECTORY`` (``LoadCredential=NAME:path`` in
-  the unit), read without following links and at most
-  :data:`MAX_CREDENTIAL_BYTES`, one trailing newline removed. Use it in
-  secret fields (``passcode``, ``secret``, ``bearer_token``...), which
-  nothing prints.
+  the unit), or else ``bridges_NAME``: the name systemd gives the file NAME
+  of a directory loaded as ``LoadCredential=bridges:DIR``, which is how the
+  unit template loads ``/etc/bridges/credentials/INSTANCE/``. Read without
+  following links and at most :data:`MAX_CREDENTIAL_BYTES`, one trailing
+  newline removed. Use it in secret fields (``passcode``, ``secret``,
+  ``bearer_token``...), which nothing prints.
 - A field marked ``secret`` (``attrs.field(metadata={"secret": True})``) may
   be given as ``NAME_file = "path"`` instead: the file's content, without its
   trailing newline, is the value.
@@ -42,6 +44,13 @@ _ENV: Final = re.compile(r"\$\$\{|\$\{([^}]*)\}")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: What systemd accepts as a credential name, less anything that could leave the directory.
 _CREDENTIAL: Final = re.compile(r"[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,254}")
+#: The ID of the credentials directory in the unit template
+#: (``LoadCredential=bridges:/etc/bridges/credentials/%i``). systemd loads each file of
+#: a directory as the credential ``ID_FILENAME`` (systemd.exec(5), LoadCredential=), so
+#: ``${credential:NAME}`` also finds ``bridges_NAME``, whatever the instance is called.
+CREDENTIAL_DIRECTORY_ID: Final = "bridges"
+#: The longest file name a credential can have (NAME_MAX).
+_MAX_CREDENTIAL_NAME: Final = 255
 #: The largest credential file read, bytes.
 MAX_CREDENTIAL_BYTES: Final = 64 * 1024
 
@@ -170,9 +179,12 @@ def expand_env(text: str, where: Where) -> str | _Invalid:
 
 
 def read_credential(name: str, directory: str | None = None) -> str:
-    """The systemd credential ``name``: ``$CREDENTIALS_DIRECTORY/name``, as text.
+    """The systemd credential ``name`` from ``$CREDENTIALS_DIRECTORY``, as text.
 
-    The file is opened relative to the directory without following a link,
+    The file ``name`` is read, or if there is none ``bridges_name``: systemd
+    names the files of a credentials directory ``ID_FILENAME``, and the unit
+    template loads its directory with the ID :data:`CREDENTIAL_DIRECTORY_ID`.
+    Either is opened relative to the directory without following a link,
     must be a regular file of at most :data:`MAX_CREDENTIAL_BYTES`, and is
     UTF-8 text; one trailing newline is removed.
 
@@ -191,20 +203,28 @@ def read_credential(name: str, directory: str | None = None) -> str:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise ValueError(f"{where}: cannot open $CREDENTIALS_DIRECTORY: {exc.strerror}") from None
+    in_directory = f"{CREDENTIAL_DIRECTORY_ID}_{name}"
     try:
-        return _read_credential_at(dir_fd, name, where)
+        for candidate in (name, in_directory):
+            if len(candidate) <= _MAX_CREDENTIAL_NAME:
+                text = _read_credential_at(dir_fd, candidate, where)
+                if text is not None:
+                    return text
     finally:
         os.close(dir_fd)
+    raise ValueError(
+        f"{where}: not in $CREDENTIALS_DIRECTORY (as {name} or {in_directory}: a file {name} "
+        f"in the unit's LoadCredential={CREDENTIAL_DIRECTORY_ID}:DIR, or LoadCredential={name}:...)"
+    )
 
 
-def _read_credential_at(dir_fd: int, name: str, where: str) -> str:
+def _read_credential_at(dir_fd: int, name: str, where: str) -> str | None:
+    """The credential file ``name`` in ``dir_fd`` as text, or None if there is none."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except FileNotFoundError:
-        raise ValueError(
-            f"{where}: not in $CREDENTIALS_DIRECTORY (LoadCredential={name}:...)"
-        ) from None
+        return None
     except OSError as exc:
         reason = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
         raise ValueError(f"{where}: cannot read: {reason}") from None

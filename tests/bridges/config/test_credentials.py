@@ -31,6 +31,22 @@ def test_a_credential_is_read_from_the_credentials_directory(
     assert config.routes[0].sink.config.passcode == "s3cret"
 
 
+def test_a_file_of_the_units_credentials_directory_is_found_by_its_own_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LoadCredential=bridges:/etc/bridges/credentials/orders makes the file
+    # broker-pass arrive as bridges_broker-pass (systemd.exec(5)).
+    (tmp_path / "bridges_broker-pass").write_text("from-the-directory\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    config = parse_config(config_with("${credential:broker-pass}"), default_registry(plugins=False))
+    assert config.routes[0].sink.config.passcode == "from-the-directory"
+    # A credential loaded under its own name (LoadCredential=broker-pass:...) comes first.
+    (tmp_path / "broker-pass").write_text("by-its-name")
+    assert read_credential("broker-pass") == "by-its-name"
+    # The directory's name is also reachable as written.
+    assert read_credential("bridges_broker-pass") == "from-the-directory"
+
+
 def problem_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> str:
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
     with pytest.raises(ConfigError) as caught:
@@ -44,6 +60,7 @@ def test_a_missing_credential_names_its_key(
     text = problem_for(tmp_path, monkeypatch, "nope")
     assert "route 'r': sink.passcode: credential 'nope': not in $CREDENTIALS_DIRECTORY" in text
     assert "LoadCredential=nope:" in text
+    assert "as nope or bridges_nope" in text
     monkeypatch.delenv("CREDENTIALS_DIRECTORY")
     with pytest.raises(ValueError, match="CREDENTIALS_DIRECTORY is not set"):
         read_credential("nope")
@@ -66,6 +83,26 @@ def test_a_credential_never_leaves_its_directory_or_is_too_big(
         ("binary", "not UTF-8 text"),
         ("../outside", "not a valid credential name"),
         ("..", "not a valid credential name"),
+    ):
+        text = problem_for(creds, monkeypatch, name)
+        assert f"credential {name!r}: {why}" in text, text
+        assert "do-not-read-me" not in text
+
+
+def test_the_directory_name_gets_the_same_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (tmp_path / "outside").write_text("do-not-read-me")
+    os.symlink(tmp_path / "outside", creds / "bridges_link")
+    (creds / "bridges_big").write_bytes(b"x" * (MAX_CREDENTIAL_BYTES + 1))
+    os.mkfifo(creds / "bridges_fifo")
+    for name, why in (
+        ("link", "cannot read: a symbolic link"),
+        ("big", f"larger than {MAX_CREDENTIAL_BYTES} bytes"),
+        ("fifo", "not a regular file"),
+        ("x" * 250, "not in $CREDENTIALS_DIRECTORY"),  # bridges_xxx... is too long to exist
     ):
         text = problem_for(creds, monkeypatch, name)
         assert f"credential {name!r}: {why}" in text, text
