@@ -219,14 +219,20 @@ def link_new(dir_fd: int, temporary: str, name: str) -> bool:
     except OSError as exc:
         if exc.errno not in NO_LINKS:
             raise
-        try:
-            os.lstat(name, dir_fd=dir_fd)
-        except FileNotFoundError:
-            rename(dir_fd, temporary, dir_fd, name)
-            return True
-        return False
+        return _rename_if_free(dir_fd, temporary, dir_fd, name)
     unlink_quietly(dir_fd, temporary)
     return True
+
+
+def _rename_if_free(dir_fd: int, name: str, new_dir_fd: int, new_name: str) -> bool:
+    """Without hard links: rename ``name`` to ``new_name`` unless that exists (check,
+    then rename, which a concurrent writer could race). True if it was renamed."""
+    try:
+        os.lstat(new_name, dir_fd=new_dir_fd)
+    except FileNotFoundError:
+        rename(dir_fd, name, new_dir_fd, new_name)
+        return True
+    return False
 
 
 def take(dir_fd: int, name: str) -> tuple[str, os.stat_result]:
@@ -301,10 +307,7 @@ def move_new(dir_fd: int, name: str, new_dir_fd: int, candidates: Iterable[str])
         except OSError as exc:
             if exc.errno not in NO_LINKS:
                 raise
-            try:
-                os.lstat(candidate, dir_fd=new_dir_fd)
-            except FileNotFoundError:
-                rename(dir_fd, name, new_dir_fd, candidate)
+            if _rename_if_free(dir_fd, name, new_dir_fd, candidate):
                 return candidate
             continue
         unlink_quietly(dir_fd, name)
