@@ -6,10 +6,10 @@
 
 Config problems are printed one per line (file, route, key) with status 2;
 nothing is printed as a traceback for an expected failure. ``run`` exits 0
-when it stopped with every message it took acknowledged, 3 when its last
-line says that messages were left unacknowledged (handed back to their
-sources) or in the embedded broker's store (data_dir), and 4 when messages
-were lost with a volatile embedded broker (no ``[broker] data_dir``).
+when it stopped with every message it took written, 3 when its last line
+says that messages were handed back to their sources or kept in the
+embedded broker's store (data_dir), and 4 when messages were lost with the
+embedded broker (volatile, or a topic's); see ``Stopped``.
 """
 
 from __future__ import annotations

@@ -7,9 +7,14 @@ Shutdown (first SIGTERM or SIGINT) runs in two phases within
    and finish what they have in flight.
 2. Routes that read from the embedded broker keep going until its queues
    they read are empty and nothing is in flight, then stop the same way.
-   What is still queued then is lost with a volatile broker (no ``[broker]
-   data_dir``: it keeps messages in memory only), and kept in the store,
-   for the next start, with a data dir.
+
+Once every route has stopped, the embedded broker is asked what each of its
+destinations still holds (queued or delivered and unacknowledged), whether
+a route reads it or not: a queue that only receives, for a reader outside
+the process, counts as much as one a route drains. That is lost with a
+volatile broker (no ``[broker] data_dir``: it keeps messages in memory
+only), and kept in the store, for the next start, with a data dir (except
+a topic subscription's messages, which are never stored).
 
 When the deadline passes (or at a second signal), every route is aborted:
 in-flight messages are nacked, shielded and bounded, and connections close.
@@ -23,11 +28,12 @@ after the abort (a thread stuck on a hung disk, a plugin ignoring
 cancellation), it prints what was left and exits at once. Nothing is lost
 either way: whatever was not acknowledged stays with its source.
 
-:func:`run_bridge` returns a :class:`Stopped`: how many messages were left
-unacknowledged (handed back to their sources), kept in the embedded
-broker's store, or lost with a volatile embedded broker; ``bridges run``
-makes its exit status
-(:attr:`Stopped.exit_status`) and last line of those.
+:func:`run_bridge` returns a :class:`Stopped`: how many messages were
+handed back to their sources, and, by destination, kept in the embedded
+broker's store or lost with it; ``bridges run`` makes its exit status
+(:attr:`Stopped.exit_status`) and last line (:meth:`Stopped.summary`) of
+those, e.g. ``bridges: stopped; 3 message(s) lost in /queue/a (2),
+/queue/b (1) (set [broker] data_dir to keep them)``.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from trio_stomp.broker import StoreError
+from trio_stomp.broker import Broker, StoreError
 
 from .._config import Config
 from .._convert import ConfigError
@@ -65,35 +71,51 @@ Say = Callable[[str], None]
 #: take (handing back, closing connections, stopping the embedded broker)
 #: before ``hard_stop`` is called, s.
 STOP_NOW_WITHIN: Final = 0.8
-#: Exit status: messages were left unacknowledged (handed back to their sources),
-#: or in the embedded broker's store (delivered at the next start).
+#: Exit status: messages were handed back to their sources, or kept in the
+#: embedded broker's store (delivered at the next start).
 EXIT_LEFT_BEHIND: Final = 3
-#: Exit status: messages were lost with a volatile embedded broker (no ``data_dir``).
+#: Exit status: messages were lost: held by a volatile embedded broker (no
+#: ``data_dir``), or by a topic subscription of the embedded broker.
 EXIT_LOST: Final = 4
+
+#: Destinations of the embedded broker with what each held at the stop, by name.
+Held = tuple[tuple[str, int], ...]
+
+
+def _named(held: Held) -> str:
+    return ", ".join(f"{destination} ({count})" for destination, count in held)
 
 
 @attrs.frozen
 class Stopped:
-    """How a bridge process stopped: what it left unacknowledged.
+    """How a bridge process stopped: what it did not finish, and where that is now.
+
+    Every message the process accepted and did not write is in one of these
+    (the design's rule: nothing disappears without a line saying so).
 
     Attributes:
-      unacknowledged: messages in flight when the routes were aborted (at
-        the deadline or a second signal): handed back to their sources,
-        which deliver them again at the next start.
-      lost: messages left in the queues of the volatile (in-memory)
-        embedded broker.
-      kept: messages left in the queues of the embedded broker with a data
-        dir: on disk, delivered at the next start.
+      handed_back: messages in flight when the routes were aborted (at the
+        deadline or a second signal) from sources other than the embedded
+        broker: handed back to them, which deliver them again.
+      lost: each destination of the embedded broker (queue or topic
+        subscription, read by a route or not) that held messages at the
+        stop that the stop loses: every one of a volatile broker (no
+        ``[broker] data_dir``), and topics, which are never stored.
+      kept: each queue of the embedded broker with a data dir that held
+        messages: on disk in :attr:`data_dir`, delivered at the next start.
+      data_dir: the embedded broker's data dir, None when it is volatile
+        (or there is none).
     """
 
-    unacknowledged: int = 0
-    lost: int = 0
-    kept: int = 0
+    handed_back: int = 0
+    lost: Held = ()
+    kept: Held = ()
+    data_dir: str | None = None
 
     @property
     def clean(self) -> bool:
-        """True when every message taken was acknowledged and nothing was left behind."""
-        return not (self.unacknowledged or self.lost or self.kept)
+        """True when every message taken was written and nothing was left behind."""
+        return not (self.handed_back or self.lost or self.kept)
 
     @property
     def exit_status(self) -> int:
@@ -104,26 +126,26 @@ class Stopped:
         return 0 if self.clean else EXIT_LEFT_BEHIND
 
     def summary(self) -> str:
-        """The last line ``bridges run`` prints."""
-        if self.clean:
-            return "stopped"
-        parts = []
-        if self.unacknowledged:
+        """The last line ``bridges run`` prints: ``stopped``, then one part per kind
+        of message left, joined by ``"; "``, each naming where they are."""
+        parts = ["stopped"]
+        if self.handed_back:
             parts.append(
-                f"{self.unacknowledged} message(s) not acknowledged (handed back to their "
-                "sources, which deliver them again)"
+                f"{self.handed_back} message(s) handed back to their sources (which deliver "
+                "them again)"
             )
         if self.kept:
-            parts.append(
-                f"{self.kept} message(s) left in the embedded broker's store (delivered at "
-                "the next start)"
-            )
+            count = sum(n for _, n in self.kept)
+            parts.append(f"{count} message(s) kept in {self.data_dir}: {_named(self.kept)}")
         if self.lost:
-            parts.append(
-                f"{self.lost} message(s) lost with the volatile embedded broker (set "
-                "[broker] data_dir to keep queued messages across stops)"
+            count = sum(n for _, n in self.lost)
+            fix = (
+                "set [broker] data_dir to keep them"
+                if self.data_dir is None
+                else "topic messages are never stored"
             )
-        return "stopped; " + "; ".join(parts)
+            parts.append(f"{count} message(s) lost in {_named(self.lost)} ({fix})")
+        return "; ".join(parts)
 
 
 @attrs.define
@@ -137,21 +159,37 @@ class _Stopping:
     notifier: Notifier | None = None
     #: Set when the routes are aborted, or have stopped after a signal: the last stretch.
     final: trio.Event = attrs.field(factory=trio.Event)
-    unacknowledged: int | None = None
-    lost: int = 0
-    kept: int = 0
-    #: The embedded broker has a data dir: what it holds is not lost.
-    durable: bool = False
+    handed_back: int | None = None
+    #: The embedded broker, while it runs; what it holds is counted at the stop.
+    broker: Broker | None = None
+    #: Its data dir (None: volatile).
+    data_dir: str | None = None
+    #: What the embedded broker held once every route had stopped (None: not counted yet).
+    held: tuple[Held, Held] | None = None
 
     def abort(self) -> None:
-        if self.unacknowledged is None:
-            self.unacknowledged = sum(route.in_flight for route in self.routes)
+        if self.handed_back is None:
+            # What a route reading the embedded broker hands back goes back to
+            # its queue: the broker's count has it.
+            self.handed_back = sum(
+                route.in_flight for route in self.routes if volatile_backlog(route) is None
+            )
         for route in self.routes:
             route.abort()
         self.final.set()
 
+    def count_broker(self) -> tuple[Held, Held]:
+        """What the embedded broker holds now: (lost, kept), each by destination."""
+        lost: list[tuple[str, int]] = []
+        kept: list[tuple[str, int]] = []
+        for depth in self.broker.depths() if self.broker is not None else ():
+            if depth.held:
+                (kept if depth.durable else lost).append((depth.destination, depth.held))
+        return tuple(lost), tuple(kept)
+
     def result(self) -> Stopped:
-        return Stopped(self.unacknowledged or 0, self.lost, self.kept)
+        lost, kept = self.held if self.held is not None else self.count_broker()
+        return Stopped(self.handed_back or 0, lost, kept, self.data_dir)
 
 
 #: The youngest generation's collection threshold while routes run (CPython's default: 700).
@@ -199,7 +237,9 @@ async def shutdown(
     """Stop ``routes`` in the two phases of the module docs; abort them after ``grace`` s.
 
     Args:
-      stopping: where the counts of what was left go (run_bridge's own).
+      stopping: where the count of what was handed back goes (run_bridge's own);
+        what the embedded broker still holds is counted once every route has
+        stopped, by :func:`run_bridge`.
     """
     stopping = stopping if stopping is not None else _Stopping(routes)
     feeders = [r for r in routes if volatile_backlog(r) is None]
@@ -220,13 +260,6 @@ async def shutdown(
             route.stop()
         for route in drainers:
             await route.finished.wait()
-    left_behind = sum(volatile_backlog(r) or 0 for r in drainers)
-    if left_behind and stopping.durable:
-        stopping.kept = left_behind
-        say(f"{left_behind} message(s) stay in the embedded broker's store")
-    elif left_behind:
-        stopping.lost = left_behind
-        say(f"{left_behind} message(s) left in the embedded broker's queues are lost")
     if scope.cancelled_caught:
         left = sum(r.in_flight for r in routes)
         say(f"shutdown deadline ({grace:g} s) passed; handing back {left} in-flight message(s)")
@@ -255,14 +288,15 @@ async def run_bridge(
         embedding): wait for the bounded cleanups however long they take.
 
     Returns:
-      what was left unacknowledged or lost.
+      what was handed back, kept or lost.
 
     Raises:
       ConfigError: the embedded broker cannot listen, or an endpoint refused its settings.
       StoreError: the embedded broker's store failed to write (a full disk): it
         stopped, and the bridge with it; nothing unconfirmed was acknowledged.
     """
-    stopping = _Stopping(durable=config.broker.data_dir is not None)
+    data_dir = config.broker.data_dir
+    stopping = _Stopping(data_dir=None if data_dir is None else str(config.base_dir / data_dir))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         try:
             async with trio.open_nursery() as guard:
@@ -292,6 +326,7 @@ async def _run(
 ) -> None:
     # The embedded broker outside the shared resources: it stops last.
     async with open_embedded(config) as broker:
+        stopping.broker = broker
         if broker is not None:
             say(f"embedded broker listening on {broker.url}")
         async with open_shared() as shared:
@@ -318,6 +353,10 @@ async def _run(
                     service.stopping()
             if stopping.signalled:
                 stopping.final.set()  # what is left: shared resources, the broker
+        # Every route and shared connection closed (what they held is back in
+        # its queue), the broker still up (a topic subscription's messages
+        # still there): count every destination, read by a route or not.
+        stopping.held = stopping.count_broker()
 
 
 async def _stop_now_guard(

@@ -108,6 +108,41 @@ class MessageLog(Protocol):
         """Stop calling ``watcher``."""
 
 
+@attrs.frozen(slots=True)
+class DestinationDepth:
+    """What one destination of a broker holds now: see :meth:`Broker.depths
+    <trio_stomp.broker.Broker.depths>`.
+
+    A message counts from the moment the broker accepted it until it is
+    consumed (acknowledged, or delivered to an ``auto`` subscription): what
+    a stop would leave behind. For a topic, the counts add up every current
+    subscription's own queue.
+
+    Attributes:
+      destination: the queue's or topic's name.
+      queued: waiting for a consumer (or, on a topic, for its subscriber to
+        take it).
+      unacknowledged: delivered to a ``client`` or ``client-individual``
+        subscription and not yet acknowledged (it comes back if the
+        subscription ends).
+      consumers: the subscriptions reading it now.
+      durable: True when what it holds is in the broker's store (a queue of a
+        broker with a data dir), delivered again after a restart; False when
+        a stop loses it (every queue of a volatile broker, every topic).
+    """
+
+    destination: str
+    queued: int
+    unacknowledged: int
+    consumers: int
+    durable: bool = False
+
+    @property
+    def held(self) -> int:
+        """Messages accepted and not yet consumed: ``queued + unacknowledged``."""
+        return self.queued + self.unacknowledged
+
+
 @attrs.define(slots=True, eq=False)
 class Pending:
     """A delivered message waiting for its ACK or NACK."""
@@ -326,6 +361,27 @@ class Router:
         """How many messages wait in the queue ``destination`` (0 when it has none)."""
         queue = self.queues.get(destination)
         return len(queue.messages) if queue is not None else 0
+
+    def depths(self) -> list[DestinationDepth]:
+        """Every queue and every subscribed topic, with what it holds, by name."""
+        stored = self.store is not None
+        found = [
+            _depth(name, [queue], queue.consumers, durable=stored)
+            for name, queue in self.queues.items()
+        ]
+        found += [
+            _depth(name, [sub.queue for sub in subs], subs, durable=False)
+            for name, subs in self.topics.items()
+        ]
+        return sorted(found, key=lambda depth: depth.destination)
+
+
+def _depth(
+    name: str, queues: list[Queue], consumers: list[Subscription], *, durable: bool
+) -> DestinationDepth:
+    queued = sum(len(queue.messages) for queue in queues)
+    unacknowledged = sum(len(sub.unacked) for sub in consumers)
+    return DestinationDepth(name, queued, unacknowledged, len(consumers), durable)
 
 
 def prefetch_window(headers: Headers, ack_mode: AckMode, default: int) -> int | None:

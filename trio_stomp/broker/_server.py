@@ -17,7 +17,7 @@ import trio
 from ._budget import Budget
 from ._config import Limits, freeze_users
 from ._connection import Connection
-from ._destinations import Router
+from ._destinations import DestinationDepth, Router
 from ._listeners import (
     PLAIN,
     TLS,
@@ -42,7 +42,8 @@ class Broker:
 
     It tells clients where to connect (:attr:`url`, and :attr:`tls_url`,
     :attr:`ws_url`, :attr:`wss_url` for the listeners asked for) and lets
-    tests look inside (:meth:`queue_depth`, :attr:`connection_count`). It is
+    tests and the apps that embed it look inside (:meth:`depths`,
+    :meth:`queue_depth`, :attr:`connection_count`). It is
     not created directly.
     """
 
@@ -137,6 +138,21 @@ class Broker:
     def queue_depth(self, destination: str) -> int:
         """How many messages wait, undelivered, in the queue ``destination``."""
         return self._router.depth(destination)
+
+    def depths(self) -> list[DestinationDepth]:
+        """What each destination holds now: every queue, and every topic someone
+        subscribes to, ordered by name.
+
+        This is how an application that embeds the broker accounts for what a
+        stop leaves behind (``bridges run`` names every destination that
+        still holds messages) and shows queue depths while it runs. Unlike
+        :meth:`queue_depth` it also counts messages delivered and not yet
+        acknowledged, since those come back to the queue when their consumer
+        goes. A queue that is empty and has no consumer is not listed (the
+        broker forgets it). Cheap enough to call every second: one pass over
+        destinations and subscriptions, no copy of any message.
+        """
+        return self._router.depths()
 
     async def _run(self) -> None:
         # Connections run in their own nursery, not under the accept scope:

@@ -2,11 +2,14 @@
 
 The config: files go from ./inbox to the embedded broker's /queue/q; a
 second route reads /queue/q, one message at a time, into a STOMP broker that
-does not listen, so the queue keeps what the first route sent.
+does not listen, so the queue keeps what the first route sent. The last
+tests send to queues that no route reads, and to a topic a client holds:
+the stop counts them all, by name.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
@@ -16,12 +19,13 @@ from typing import Any
 
 import pytest
 import trio
-from family_kit import bridges_command, read_until
+from family_kit import bridges_command, free_port, read_until
 
 from bridges import default_registry, load_config, run_bridge
 from bridges.service import Stopped
 from bridges.testing import wait_until
 from trio_stomp.broker import StoreError
+from trio_stomp.testing import open_raw_client
 
 FILES = 20
 
@@ -96,10 +100,14 @@ async def test_a_volatile_broker_left_with_messages_exits_4_naming_count_and_fix
     assert "the broker is volatile" in output
     last = output.strip().splitlines()[-1]
     assert status == 4, output
-    found = re.search(r"(\d+) message\(s\) lost with the volatile embedded broker", last)
+    found = re.fullmatch(
+        r"bridges: stopped; (\d+) message\(s\) lost in /queue/q \((\d+)\) "
+        r"\(set \[broker\] data_dir to keep them\)",
+        last,
+    )
     assert found, last
+    assert found.group(1) == found.group(2)
     assert FILES - 1 <= int(found.group(1)) <= FILES  # (one may be in flight)
-    assert "[broker] data_dir" in last
 
 
 @pytest.mark.deadline(60)
@@ -110,8 +118,12 @@ async def test_a_durable_broker_keeps_the_queue_across_a_stop(tmp_path: Path) ->
     assert "lost" not in output
     assert status == 3, output
     last = output.strip().splitlines()[-1]
-    found = re.search(r"(\d+) message\(s\) left in the embedded broker's store", last)
+    found = re.fullmatch(
+        r"bridges: stopped; (\d+) message\(s\) kept in (.+): /queue/q \((\d+)\)", last
+    )
     assert found, last
+    assert found.group(1) == found.group(3)
+    assert found.group(2) == str(tmp_path / "state")
     assert FILES - 1 <= int(found.group(1)) <= FILES  # (one may be in flight)
     # Started again with a sink that works, everything arrives.
     _write_config(tmp_path, data_dir=True, sink=OUTBOX)
@@ -134,13 +146,103 @@ async def test_a_durable_broker_keeps_the_queue_across_a_stop(tmp_path: Path) ->
 
 def test_exit_status_and_last_line() -> None:
     assert Stopped().exit_status == 0
-    assert Stopped(unacknowledged=2).exit_status == 3
-    assert Stopped(kept=2).exit_status == 3
-    assert "2 message(s) left in the embedded broker's store" in Stopped(kept=2).summary()
-    lost = Stopped(unacknowledged=2, lost=5)
+    assert Stopped().summary() == "stopped"
+    assert Stopped(handed_back=2).exit_status == 3
+    kept = Stopped(kept=(("/queue/a", 1), ("/queue/b", 2)), data_dir="/var/lib/b")
+    assert kept.exit_status == 3
+    assert kept.summary() == "stopped; 3 message(s) kept in /var/lib/b: /queue/a (1), /queue/b (2)"
+    lost = Stopped(handed_back=2, lost=(("/queue/a", 5),))
     assert lost.exit_status == 4
-    assert "5 message(s) lost" in lost.summary()
-    assert "[broker] data_dir" in lost.summary()
+    assert lost.summary() == (
+        "stopped; 2 message(s) handed back to their sources (which deliver them again); "
+        "5 message(s) lost in /queue/a (5) (set [broker] data_dir to keep them)"
+    )
+    both = Stopped(kept=(("/queue/a", 1),), lost=(("/topic/t", 2),), data_dir="d")
+    assert both.exit_status == 4
+    assert both.summary() == (
+        "stopped; 1 message(s) kept in d: /queue/a (1); "
+        "2 message(s) lost in /topic/t (2) (topic messages are never stored)"
+    )
+
+
+# -- every destination counts, read by a route or not --------------------------------------
+
+
+UNREAD = """
+[broker]
+embedded = true
+listen = "127.0.0.1:{port}"
+{data_dir}
+
+[routes.b]
+source = {{ type = "file", path = "b", settle = 0, poll_interval = 0.05 }}
+sink = {{ type = "stomp", url = "embedded", destination = "/queue/b" }}
+
+[routes.a]
+source = {{ type = "file", path = "a", settle = 0, poll_interval = 0.05 }}
+sink = {{ type = "stomp", url = "embedded", destination = "/queue/a" }}
+
+[routes.t]
+source = {{ type = "file", path = "t", settle = 0, poll_interval = 0.05 }}
+sink = {{ type = "stomp", url = "embedded", destination = "/topic/t" }}
+"""
+
+
+async def _stop_with_unread(tmp_path: Path, *, data_dir: bool, files: dict[str, int]) -> Stopped:
+    """Run UNREAD in this process with ``files`` in each inbox, a client holding
+    (never acking) what /topic/t gets, and SIGINT once every file is done."""
+    port = free_port()
+    path = tmp_path / "bridge.toml"
+    path.write_text(UNREAD.format(port=port, data_dir='data_dir = "state"' if data_dir else ""))
+    registry = default_registry(plugins=False)
+    config = load_config(path, registry, base_dir=tmp_path)
+    for name in ("a", "b", "t"):
+        (tmp_path / name).mkdir()
+    said: list[str] = []
+    async with trio.open_nursery() as nursery:
+        stopped: list[Stopped] = []
+
+        async def run() -> None:
+            stopped.append(await run_bridge(config, registry, say=said.append))
+
+        nursery.start_soon(run)
+        await wait_until(lambda: any("running 3 route(s)" in line for line in said))
+        async with open_raw_client(port) as holder:
+            await holder.subscribe("/topic/t", ack="client-individual")
+            for name, count in files.items():
+                for i in range(count):
+                    (tmp_path / name / f"f{i}").write_text(f"{name}{i}")
+            every = {tmp_path / name / "done": count for name, count in files.items()}
+            await wait_until(
+                lambda: all(d.exists() and len(list(d.iterdir())) == n for d, n in every.items())
+            )
+            if files.get("t"):
+                await holder.expect("MESSAGE")
+            os.kill(os.getpid(), signal.SIGINT)
+            await wait_until(lambda: bool(stopped))
+    assert said[-1] == stopped[0].summary()
+    return stopped[0]
+
+
+@pytest.mark.deadline(20)
+async def test_a_queue_no_route_reads_is_counted_lost_by_name(tmp_path: Path) -> None:
+    stopped = await _stop_with_unread(tmp_path, data_dir=False, files={"b": 3, "a": 2})
+    assert stopped.exit_status == 4
+    assert stopped.summary() == (
+        "stopped; 5 message(s) lost in /queue/a (2), /queue/b (3) "
+        "(set [broker] data_dir to keep them)"
+    )
+
+
+@pytest.mark.deadline(20)
+async def test_a_durable_broker_keeps_unread_queues_and_loses_a_held_topic_message(
+    tmp_path: Path,
+) -> None:
+    stopped = await _stop_with_unread(tmp_path, data_dir=True, files={"b": 2, "t": 1})
+    assert stopped == Stopped(
+        lost=(("/topic/t", 1),), kept=(("/queue/b", 2),), data_dir=str(tmp_path / "state")
+    )
+    assert stopped.exit_status == 4
 
 
 @pytest.mark.deadline(20)

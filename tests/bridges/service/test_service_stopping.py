@@ -216,7 +216,7 @@ async def test_sigterm_with_a_frozen_broker_stops_within_shutdown_timeout_plus_1
     assert status == 3, output
     last = output.strip().splitlines()[-1]
     assert "3 message(s)" in last, output
-    assert "not acknowledged" in last, output
+    assert "handed back to their sources" in last, output
     assert_no_secret(output)
     assert sorted(p.name for p in (tmp_path / "inbox").iterdir()) == ["done", "f0", "f1", "f2"]
 
@@ -299,7 +299,7 @@ async def test_a_cleanup_that_hangs_gets_the_hard_stop_after_the_bound(
         await wait_until(lambda: bool(stops))
     [(when, stopped)] = stops
     assert STOP_NOW_WITHIN <= when - signalled < STOP_NOW_WITHIN + 0.5
-    assert stopped == Stopped(unacknowledged=1)
+    assert stopped == Stopped(handed_back=1)
     assert any("exiting now" in line for line in said)
     assert said[-1] == stopped.summary()
     assert (tmp_path / "inbox" / "a").exists()  # never acknowledged, never moved

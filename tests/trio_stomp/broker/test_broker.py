@@ -456,6 +456,23 @@ async def test_prefetch_window_is_respected(broker: Broker, header: str) -> None
             assert broker.queue_depth("/queue/pf") == 6
 
 
+async def test_depths_report_what_each_destination_holds_over_the_wire(broker: Broker) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_raw_client(broker) as client:
+            await client.subscribe("/queue/d", ack="client-individual", prefetch_count="1")
+            await client.subscribe("/topic/news", "n")
+            for n in range(3):
+                await client.publish("/queue/d", str(n).encode())
+            await client.publish("/topic/news", b"x")
+            await client.sync()
+            assert {(d.destination, d.queued, d.unacknowledged) for d in broker.depths()} == {
+                ("/queue/d", 2, 1),
+                ("/topic/news", 0, 0),  # auto: consumed once delivered
+            }
+        # The client gone, the message it held is queued again: still counted.
+        await wait_until(lambda: [(d.queued, d.held) for d in broker.depths()] == [(3, 3)])
+
+
 async def test_default_prefetch_for_client_modes() -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(limits=Limits(default_prefetch=2)) as broker:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_stomp.broker import Limits, UsersFileError, parse_users
+from trio_stomp.broker import DestinationDepth, Limits, UsersFileError, parse_users
 from trio_stomp.broker._destinations import Router
 from trio_stomp.broker._negotiation import (
     check_credentials,
@@ -60,6 +60,7 @@ def test_public_surface() -> None:
 
     assert sorted(trio_stomp.broker.__all__) == [
         "Broker",
+        "DestinationDepth",
         "Limits",
         "StoreError",
         "UsersFileError",
@@ -171,6 +172,36 @@ def test_connection_lost_requeues_and_drops_transactions() -> None:
     assert router.depth("/queue/q") == 1
     assert router.queues["/queue/q"].messages[0].redelivered
     assert "/queue/other" not in router.queues
+
+
+def test_depths_count_queued_and_unacknowledged_of_queues_and_topic_subscriptions() -> None:
+    router = Router()
+    producer = connected(router)
+    consumer = connected(router)
+    consumer.send(
+        "SUBSCRIBE",
+        {"destination": "/queue/b", "id": "q", "ack": "client-individual", "prefetch-count": "2"},
+    )
+    consumer.send("SUBSCRIBE", {"destination": "/topic/t", "id": "t1", "ack": "client"})
+    consumer.send("SUBSCRIBE", {"destination": "/topic/t", "id": "t2"})  # auto: none held
+    for _ in range(5):
+        producer.send("SEND", {"destination": "/queue/b"})
+    producer.send("SEND", {"destination": "/queue/a"})
+    producer.send("SEND", {"destination": "/topic/t"})
+    producer.send("SEND", {"destination": "/topic/nobody"})  # dropped: nobody subscribes
+    consumer.output()
+    assert router.depths() == [
+        DestinationDepth("/queue/a", queued=1, unacknowledged=0, consumers=0),
+        DestinationDepth("/queue/b", queued=3, unacknowledged=2, consumers=1),
+        DestinationDepth("/topic/t", queued=0, unacknowledged=1, consumers=2),
+    ]
+    assert [depth.held for depth in router.depths()] == [1, 5, 1]
+    # Its consumer gone, what it held waits in the queue again: the same count.
+    consumer.session.connection_lost()
+    assert router.depths() == [
+        DestinationDepth("/queue/a", queued=1, unacknowledged=0, consumers=0),
+        DestinationDepth("/queue/b", queued=5, unacknowledged=0, consumers=0),
+    ]
 
 
 def test_idle_queue_is_forgotten() -> None:

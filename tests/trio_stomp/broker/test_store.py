@@ -156,6 +156,19 @@ async def test_topics_are_not_stored(tmp_path: Path) -> None:
                 assert await listener.drain() == []
 
 
+async def test_depths_say_a_queue_is_kept_and_a_topic_is_not(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(data_dir=tmp_path) as broker:
+            async with open_raw_client(broker) as listener, open_raw_client(broker) as sender:
+                await listener.subscribe("/topic/t", ack="client-individual")
+                await sender.publish("/topic/t", b"x")
+                await sender.publish("/queue/q", b"y")
+                await sender.sync()
+                assert (await listener.expect("MESSAGE")).body == b"x"  # never acked
+                held = [(d.destination, d.held, d.durable) for d in broker.depths()]
+                assert held == [("/queue/q", 1, True), ("/topic/t", 1, False)]
+
+
 async def test_aborted_transaction_stores_nothing_committed_one_does(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(data_dir=tmp_path) as broker:
