@@ -18,6 +18,7 @@ queries and waits until SIGTERM/SIGINT or until one fails.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -158,10 +159,15 @@ def run_on_spark(config: bridges.Config, config_path: str, say: Say) -> int:
       was not committed), 1 when a query failed (its error is said).
     """
     stop = threading.Event()
+    # py4j says INFO "Closing down clientserver connection" as the process exits,
+    # after the stop's last line, which must stay last.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark = open_session(config.spark)
+    # After the session: SparkContext puts in a SIGINT handler of its own (cancel
+    # every job, raise KeyboardInterrupt), which would make Ctrl-C exit 130 at once.
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
     }
-    spark = open_session(config.spark)
     status = 0
     try:
         queries = start_routes(spark, config, config_path)
@@ -178,4 +184,6 @@ def run_on_spark(config: bridges.Config, config_path: str, say: Say) -> int:
         spark.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if status == 0:
+        say("stopped")  # what no batch committed yet stays in the checkpoints
     return status
