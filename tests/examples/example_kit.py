@@ -49,9 +49,13 @@ def header(name: str) -> dict[str, str]:
     return fields
 
 
-def environment(**extra: str) -> dict[str, str]:
-    """This environment, with the venv's commands first on PATH (and EXTRA)."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
+def environment(*, venv_on_path: bool = True, **extra: str) -> dict[str, str]:
+    """This environment, with the venv's commands first on PATH (or, with VENV_ON_PATH
+    false, nowhere on it: ``python3`` is then not the venv's), and EXTRA."""
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p) != BIN]
+    if venv_on_path:
+        path.insert(0, str(BIN))
+    env = {**os.environ, "PATH": os.pathsep.join(path), **extra}
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):  # the code must manage alone
         env.pop(name, None)
     return env
@@ -75,14 +79,14 @@ class Example:
         if not (self.cwd / "examples").exists():
             (self.cwd / "examples").symlink_to(EXAMPLES)
 
-    def run_command(self) -> tuple[list[str], dict[str, str]]:
+    def run_command(self, *, venv_on_path: bool = True) -> tuple[list[str], dict[str, str]]:
         """The Run line as argv and environment (``VAR=value`` words first)."""
         words = shlex.split(self.fields["Run"].split("  #")[0])
         extra = {}
         while "=" in words[0]:
             key, _, value = words.pop(0).partition("=")
             extra[key] = value
-        return words, environment(**extra)
+        return words, environment(venv_on_path=venv_on_path, **extra)
 
     async def sh(self, command: str, *, check: bool = True) -> str:
         """Run COMMAND with bash in the example's folder; its stdout."""
@@ -125,9 +129,15 @@ class Example:
         return shown
 
     @asynccontextmanager
-    async def running(self, ready: bytes = b"bridges: running ") -> AsyncIterator[Bridge]:
-        """The Run line, once its stderr said READY; killed when the block ends if running."""
-        argv, env = self.run_command()
+    async def running(
+        self, ready: bytes = b"bridges: running ", *, venv_on_path: bool = True
+    ) -> AsyncIterator[Bridge]:
+        """The Run line, once its stderr said READY; killed when the block ends if running.
+
+        VENV_ON_PATH false runs ``.venv/bin/bridges`` by its path, with the venv
+        nowhere on PATH, as a user who did not activate it would.
+        """
+        argv, env = self.run_command(venv_on_path=venv_on_path)
         assert argv[:2] == ["bridges", "run"], argv
         argv[0] = str(BIN / "bridges")
         process = await trio.lowlevel.open_process(

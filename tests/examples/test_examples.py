@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import tomllib
@@ -222,7 +223,8 @@ async def test_the_spark_jsonl_example_runs_on_the_local_engine(tmp_path: Path) 
 async def test_the_parquet_example_runs_on_spark_without_pyspark_python(tmp_path: Path) -> None:
     require_real_broker("rabbitmq")
     example = Example("spark-stomp-to-parquet.toml", tmp_path)
-    async with example.running(b"on Spark") as bridge:
+    # python3 on PATH is not the venv's: the workers must still run the venv's python.
+    async with example.running(b"on Spark", venv_on_path=False) as bridge:
         body = token()
         await example.send(body)
         shown = await example.read(body)
@@ -282,7 +284,7 @@ async def test_spark_stream_upper_cases_on_its_own_broker(tmp_path: Path) -> Non
         process = await trio.lowlevel.open_process(
             [str(BIN / "python"), "examples/spark_stream.py", broker.url],
             cwd=tmp_path,
-            env=environment(),
+            env=environment(venv_on_path=False),  # python3 on PATH is not the venv's
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
@@ -292,7 +294,7 @@ async def test_spark_stream_upper_cases_on_its_own_broker(tmp_path: Path) -> Non
                 async with client.subscribe("/queue/upper") as sub:
                     message = await sub.__anext__()
             assert message.text == "HELLO"
-            process.send_signal(2)
+            process.send_signal(signal.SIGINT)
             with trio.fail_after(60):
                 assert process.stdout is not None
                 said = b""
