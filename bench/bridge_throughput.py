@@ -138,9 +138,9 @@ def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
                 # Poll, often only near the end (a wake-up costs the bridge's
                 # process CPU). Below 100,000 msg/s a sleep never outlasts what
                 # is left; the last polls are 2 ms apart.
-                while (left := count - route.stats.delivered) > 0:  # noqa: ASYNC110 - a counter
+                while (left := count - route.stats.written) > 0:  # noqa: ASYNC110 - a counter
                     await trio.sleep(min(0.05, max(0.002, left / 100_000)))
-                meter.stop(route.stats.delivered)
+                meter.stop(route.stats.written)
                 route.stop()
 
     run_trio_cell(main, spec["timeout"])

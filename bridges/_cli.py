@@ -3,6 +3,7 @@
     bridges check CONFIG     validate the config (no connection, nothing created)
     bridges run CONFIG       run until SIGTERM/SIGINT (--engine spark: as Spark queries)
     bridges plugins          list the source, sink and transform types
+    bridges --version        the installed version (pyproject.toml's, from the package metadata)
 
 Config problems are printed one per line (file, route, key) with status 2;
 nothing is printed as a traceback for an expected failure. ``run`` exits 0
@@ -24,11 +25,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
+import trio_stomp
+
 if TYPE_CHECKING:
     from ._config import Config
     from ._engine import Route
     from ._registry import Registry
     from .service import Stopped
+    from .service._status import StatusLine
 
 PROG = "bridges"
 
@@ -37,11 +41,13 @@ def _say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
-def _exit_now(stopped: Stopped) -> None:
+def _exit_now(status: StatusLine | None, stopped: Stopped) -> None:
     """``bridges run``'s last resort when cleanup overruns its bound: exit without waiting.
 
     Safe for the data: nothing unacknowledged was acknowledged to its source.
     """
+    if status is not None:
+        status.stop()
     sys.stderr.flush()
     os._exit(stopped.exit_status)
 
@@ -53,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Move messages between STOMP and other systems, at least once.",
         epilog="The config format: bridges/README.md.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {trio_stomp.__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.required = True
     check = commands.add_parser("check", help="validate a config without connecting")
@@ -65,7 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
             choices=("local", "spark"),
             help="override [bridge] engine: local (this process) or spark (Spark queries)",
         )
-    run.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    run.add_argument(
+        "-v", "--verbose", action="store_true", help="log at debug level (a line per batch written)"
+    )
+    run.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="no status line (shown, refreshed each second, when stdout is a terminal)",
+    )  # fmt: skip
     run.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -75,6 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("plugins", help="list the endpoint and transform types")
     return parser
+
+
+def _status_line(args: argparse.Namespace) -> StatusLine | None:
+    """A status line when stdout is a terminal, unless ``--quiet``."""
+    if args.quiet or not sys.stdout.isatty():
+        return None
+    try:
+        from .service._status import StatusLine  # (rich only on a terminal)
+    except ImportError:  # installed without the service extra: logs only
+        return None
+    return StatusLine()
 
 
 def _check(path: str, routes: Sequence[Route], config: Config) -> None:
@@ -108,8 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     say: Callable[[str], None] = _say
+    status = None
     if args.command == "run":
-        say = configure_logging("debug" if args.verbose else "info", args.log_format, prog=PROG)
+        status = _status_line(args)
+        level = "debug" if args.verbose else "info"
+        stream = status.log_stream() if status is not None else None
+        say = configure_logging(level, args.log_format, stream=stream, prog=PROG)
     registry = default_registry()
     if args.command == "plugins":
         _plugins(registry)
@@ -127,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_on_spark(config, args.config, say)
         freeze_heap()
-        run = partial(run_bridge, config, registry, say=say, hard_stop=_exit_now)
+        hard_stop = partial(_exit_now, status)
+        run = partial(run_bridge, config, registry, say=say, hard_stop=hard_stop, status=status)
         stopped = trio.run(partial(run, notifier=Notifier()))
         if not stopped.clean:
             return stopped.exit_status

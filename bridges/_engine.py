@@ -171,7 +171,7 @@ class Route:
         failures = 0
         with self._scope:
             while not self._stopping:
-                delivered = self.stats.delivered
+                written = self.stats.written
                 try:
                     await self._run_once()
                     return
@@ -179,7 +179,7 @@ class Route:
                     if self._stopping:
                         log.warning("route %r stopped with an error: %s", self.name, one_line(exc))
                         return
-                    failures = 1 if self.stats.delivered > delivered else failures + 1
+                    failures = 1 if self.stats.written > written else failures + 1
                     self.stats.restarts += 1
                     self.stats.trouble(one_line(exc))
                     delay = self._retry.delay(failures, self._rand)
@@ -233,7 +233,7 @@ class Route:
                     await envelope.nack(None)
                 except Exception as exc:
                     log.debug("route %r: release of %r failed: %s", self.name, envelope, exc)
-        self.stats.released += len(left)
+        self.stats.handed_back += len(left)
         log.info("route %r: %d in-flight message(s) handed back", self.name, len(left))
 
     # -- taking -----------------------------------------------------------------
@@ -348,8 +348,12 @@ class Route:
                             batch = await self._rejected(batch, exc, dead_letter)
                             attempt -= 1
                             continue
-                        self._queue_settle(batch.envelopes, None, "delivered")
+                        self._queue_settle(batch.envelopes, None, "written")
                         self.stats.wrote(len(batch), started, batch.since)
+                        log.debug(
+                            "route %r: wrote %d message(s) in %.1f ms",
+                            self.name, len(batch), (trio.current_time() - started) * 1000,
+                        )  # fmt: skip
                         batch = None
                         self._pauses = 0
                         await trio.lowlevel.checkpoint()  # a sink that never waits
@@ -540,7 +544,7 @@ class Route:
             envelopes, error, counter = entry
             failed, failure = await settle(envelopes, error, inflight, slots)
             setattr(stats, counter, getattr(stats, counter) + len(envelopes))
-            if counter == "delivered":
+            if counter == "written":
                 stats.batches += 1
             if failure is not None:
                 log.warning(

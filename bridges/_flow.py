@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import attrgetter, is_
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import attrs
 import trio
@@ -211,11 +211,32 @@ def _leave(envelopes: list[Envelope], inflight: set[Envelope], slots: Window) ->
 BatchObserver = Callable[[int, float, float], None]
 
 
+#: The counters of :class:`RouteStats`, in the order the logs and metrics list them.
+COUNTERS: Final = (
+    "received", "written", "filtered", "dead_lettered", "nacked", "handed_back",
+    "retries", "restarts", "batches",
+)  # fmt: skip
+
+
 @attrs.define
 class RouteStats:
     """Counters of one route, since it was created, and its state.
 
+    The words are those of the stop summary, the metrics
+    (``bridges_route_<counter>_total``), the counters logged at a stop and
+    the status line: one vocabulary, so that a number on one can be looked
+    for on the others.
+
     Attributes:
+      received: messages taken from the source.
+      written: written to the sink (durable there), then acked to the source.
+      filtered: dropped by a transform (acked).
+      dead_lettered: written to the dead-letter sink (acked).
+      nacked: handed back to the source with an error after the last attempt.
+      handed_back: in flight when the route stopped or restarted: handed back
+        to the source (nacked without an error), which delivers them again.
+      retries: batch writes tried again; restarts: times the route opened
+        again after a failure; batches: batches written.
       state: ``"starting"`` (not open yet), ``"running"`` (source and sink
         open) or ``"retrying"`` (something failed; :attr:`error` says what,
         and the route tries again by its retry policy).
@@ -226,11 +247,11 @@ class RouteStats:
 
     received: int = 0
     batches: int = 0
-    delivered: int = 0
+    written: int = 0
     filtered: int = 0
     dead_lettered: int = 0
     nacked: int = 0
-    released: int = 0
+    handed_back: int = 0
     retries: int = 0
     restarts: int = 0
     state: str = "starting"
@@ -240,7 +261,7 @@ class RouteStats:
     @property
     def settled(self) -> int:
         """Messages settled one way or another: what moving forward means for a route."""
-        return self.delivered + self.filtered + self.dead_lettered + self.nacked + self.released
+        return self.written + self.filtered + self.dead_lettered + self.nacked + self.handed_back
 
     def running(self) -> None:
         """The source and the sink are open."""

@@ -52,7 +52,9 @@ if TYPE_CHECKING:
     from ._subscription import Subscription as Subscription
     from ._transaction import Transaction as Transaction
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    #: The installed version (pyproject.toml's), read on first use: see ``_version``.
+    __version__: str
 
 #: The client's names, loaded by :func:`__getattr__` on first use.
 _LAZY: dict[str, str] = {
@@ -77,6 +79,10 @@ _LAZY: dict[str, str] = {
 if not TYPE_CHECKING:  # for mypy the names above are plain imports: a typo stays an error
 
     def __getattr__(name: str) -> object:
+        if name == "__version__":
+            from ._version import version
+
+            return version()
         module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,9 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+from .._flow import COUNTERS
 
 if TYPE_CHECKING:
     from .._engine import Route
@@ -45,6 +47,16 @@ PRIORITIES: Final = {
 STATUS_PRIORITY: Final = 5
 
 LogFormat = Literal["text", "json"]
+
+
+class TextOut(Protocol):
+    """Where lines are written: a text file, or a console's stand-in for one."""
+
+    def write(self, text: str, /) -> int:
+        """Write ``text``; return how much was taken."""
+
+    def flush(self) -> None:
+        """Push out what is buffered."""
 
 
 def priority(level: int) -> int:
@@ -111,7 +123,7 @@ def configure_logging(
     log_format: LogFormat = "text",
     *,
     journal: bool | None = None,
-    stream: TextIO | None = None,
+    stream: TextOut | None = None,
     prog: str = "bridges",
 ) -> Callable[[str], None]:
     """Set up the root logger on stderr; return the matching ``say`` for status lines.
@@ -119,6 +131,8 @@ def configure_logging(
     Args:
       level: "debug", "info", "warning" or "error".
       journal: prefix syslog priorities (default: :func:`under_journald`).
+      stream: where both kinds of lines go (default: stderr); ``bridges run``
+        passes its status line's console here, so that they print above it.
     """
     journal = under_journald() if journal is None else journal
     out = stream if stream is not None else sys.stderr
@@ -153,16 +167,11 @@ def configure_logging(
 
 
 def log_counters(routes: Iterable[Route], logger: logging.Logger) -> None:
-    """One ``route.counters`` record per route (at info), with its counters."""
+    """One ``route.counters`` record per route (at info), with its counters
+    (:data:`~bridges._flow.COUNTERS`, named as the metrics name them)."""
     for route in routes:
         stats = route.stats
-        counters = {
-            name: getattr(stats, name)
-            for name in (
-                "received", "delivered", "filtered", "dead_lettered", "nacked", "released",
-                "retries", "restarts", "batches",
-            )
-        }  # fmt: skip
+        counters = {name: getattr(stats, name) for name in COUNTERS}
         text = " ".join(f"{k}={v}" for k, v in counters.items())
         logger.info(
             "route %r: counters %s",

@@ -28,6 +28,9 @@ Metrics (label ``route`` on each ``bridges_route_*``):
   running, retrying, stopped), else 0. ``bridges_route_stuck``: 1 when stuck.
 - ``bridges_embedded_queue_depth``: messages waiting in the embedded broker's
   queue the route reads, for routes that read from it.
+- ``bridges_embedded_held{destination=...}``: what each destination of the
+  embedded broker holds (queued + unacknowledged), read by a route or not:
+  what a stop now would keep or lose (see :class:`~bridges.service.Stopped`).
 - ``bridges_event_loop_lag_seconds``, ``bridges_healthy``.
 """
 
@@ -42,29 +45,33 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from trio_stomp.broker import Broker
+
 from .._config import Config
 from .._convert import ConfigError, Problem
 from .._endpoint import Context
 from .._engine import Route
+from .._flow import COUNTERS
 from .._shared import Shared
 from ..endpoints.http.listener import Receive, Scope, Send, listen, respond
+from ..endpoints.stomp import EMBEDDED_BROKER
 from ._health import route_state
 from ._process import volatile_backlog
 from ._service import Service
 
 log = logging.getLogger("bridges.service")
 
-#: RouteStats field -> (metric name, help).
-COUNTERS: Final = {
-    "received": ("received", "Messages taken from the source."),
-    "delivered": ("written", "Messages written to the sink (durable) and acked."),
-    "nacked": ("nacked", "Messages nacked to the source after the last attempt."),
-    "dead_lettered": ("dead_lettered", "Messages written to the dead-letter sink and acked."),
-    "filtered": ("filtered", "Messages a transform dropped (acked)."),
-    "released": ("handed_back", "In-flight messages handed back when the route stopped."),
-    "retries": ("retries", "Batch writes retried."),
-    "restarts": ("restarts", "Times the route reconnected after a failure."),
-    "batches": ("batches", "Batches written to the sink."),
+#: RouteStats counter (and metric ``bridges_route_<counter>_total``) -> help.
+HELP: Final = {
+    "received": "Messages taken from the source.",
+    "written": "Messages written to the sink (durable) and acked.",
+    "nacked": "Messages nacked to the source after the last attempt.",
+    "dead_lettered": "Messages written to the dead-letter sink and acked.",
+    "filtered": "Messages a transform dropped (acked).",
+    "handed_back": "In-flight messages handed back when the route stopped.",
+    "retries": "Batch writes retried.",
+    "restarts": "Times the route reconnected after a failure.",
+    "batches": "Batches written to the sink.",
 }
 STATES: Final = ("starting", "running", "retrying", "stopped")
 BATCH_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
@@ -74,8 +81,9 @@ SECONDS_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class RouteMetrics:
     """The process's metrics: a Prometheus registry over the service's (live) routes."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, broker: Broker | None = None) -> None:
         self.service = service
+        self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
         self._retired: dict[str, dict[str, int]] = {}
         labels = ["route"]
@@ -131,8 +139,8 @@ class RouteMetrics:
         """The counters and gauges, read from the routes now (prometheus-client's Collector)."""
         routes = list(self.service.health.routes)
         health = self.service.health
-        for field, (name, doc) in COUNTERS.items():
-            family = CounterMetricFamily(f"bridges_route_{name}", doc, labels=["route"])
+        for field in COUNTERS:
+            family = CounterMetricFamily(f"bridges_route_{field}", HELP[field], labels=["route"])
             for route in routes:
                 family.add_metric([route.name], self._count(route, field))
             yield family
@@ -140,7 +148,7 @@ class RouteMetrics:
             "bridges_route_acked", "Messages acked to the source.", labels=["route"]
         )
         for route in routes:
-            fields = ("delivered", "dead_lettered", "filtered")
+            fields = ("written", "dead_lettered", "filtered")
             acked.add_metric([route.name], sum(self._count(route, f) for f in fields))
         yield acked
         yield from self._gauges(routes)
@@ -184,6 +192,15 @@ class RouteMetrics:
             if backlog is not None:
                 depth.add_metric([route.name], backlog)
         yield from (in_flight, state, stuck, depth)
+        if self.broker is not None:
+            held = GaugeMetricFamily(
+                "bridges_embedded_held",
+                "Messages each destination of the embedded broker holds (queued + unacked).",
+                labels=["destination"],
+            )
+            for destination in self.broker.depths():
+                held.add_metric([destination.destination], destination.held)
+            yield held
 
     async def metrics_app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /metrics``: the Prometheus text format."""
@@ -224,7 +241,8 @@ async def serve_metrics(
       ConfigError: the address cannot be listened on (``bridge.http``).
     """
     assert config.bridge.http is not None
-    metrics = RouteMetrics(service)
+    broker = shared.get(EMBEDDED_BROKER) if shared is not None else None
+    metrics = RouteMetrics(service, broker if isinstance(broker, Broker) else None)
     context = Context(route="-", role="service", base_dir=config.base_dir, shared=shared)
     apps: list[tuple[str, Any]] = [
         ("/metrics", metrics.metrics_app),

@@ -42,7 +42,7 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -62,6 +62,9 @@ from ._notify import Notifier
 from ._reload import Reloader
 from ._routes import build_routes
 from ._service import Service, open_service
+
+if TYPE_CHECKING:
+    from ._status import StatusLine  # (rich, imported only when a status line shows)
 
 log = logging.getLogger("bridges")
 
@@ -273,6 +276,7 @@ async def run_bridge(
     say: Say = print,
     hard_stop: Callable[[Stopped], object] | None = None,
     notifier: Notifier | None = None,
+    status: StatusLine | None = None,
     task_status: trio.TaskStatus[list[Route]] = trio.TASK_STATUS_IGNORED,
 ) -> Stopped:
     """Run ``config`` until SIGTERM/SIGINT (then shut down gracefully) or every route ends.
@@ -286,6 +290,8 @@ async def run_bridge(
         :data:`STOP_NOW_WITHIN` s after its routes were aborted (or had
         stopped, after a signal); ``bridges run`` exits there. None (tests,
         embedding): wait for the bounded cleanups however long they take.
+      status: the status lines to draw on a terminal while the routes run
+        (``bridges run`` passes one when stdout is a terminal); None: none.
 
     Returns:
       what was handed back, kept or lost.
@@ -303,7 +309,7 @@ async def run_bridge(
                 if hard_stop is not None:
                     guard.start_soon(_stop_now_guard, stopping, say, hard_stop)
                 stopping.notifier = notifier
-                await _run(config, registry, say, signals, stopping, task_status)
+                await _run(config, registry, say, signals, stopping, task_status, status)
                 guard.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # A config problem found while building is one line for the user, not a group.
@@ -323,6 +329,7 @@ async def _run(
     signals: AsyncIterator[int],
     stopping: _Stopping,
     task_status: trio.TaskStatus[list[Route]],
+    status: StatusLine | None = None,
 ) -> None:
     # The embedded broker outside the shared resources: it stops last.
     async with open_embedded(config) as broker:
@@ -339,6 +346,8 @@ async def _run(
                 stopping.service = service
                 tasks.start_soon(_announce, routes, config, say)
                 tasks.start_soon(_watch_signals, signals, stopping, config, say, tasks)
+                if status is not None:
+                    tasks.start_soon(status.run, routes, broker)
                 task_status.started(routes)
                 async with trio.open_nursery() as running:
                     stopping.reloader = Reloader(

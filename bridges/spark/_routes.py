@@ -154,36 +154,71 @@ def start_routes(
 def run_on_spark(config: bridges.Config, config_path: str, say: Say) -> int:
     """``bridges run`` with ``engine = "spark"``: run until a signal or a failed query.
 
+    It stops as the local engine does: on SIGTERM or SIGINT (Ctrl-C) the
+    queries stop, the last line is :meth:`bridges.service.Stopped.summary`
+    and the exit status :attr:`~bridges.service.Stopped.exit_status`. Spark
+    keeps what a query had not committed in its checkpoint and its source
+    (a STOMP source's unacknowledged messages go back to the broker), and
+    this engine has no embedded broker, so a stop leaves nothing to count:
+    ``stopped``, status 0.
+
+    PySpark's SparkContext installs its own SIGINT handler (cancel the jobs,
+    raise KeyboardInterrupt), which would end ``bridges run`` with status
+    130 and no summary: ours is installed again once the session is open,
+    and a Ctrl-C while it opens counts as a stop too.
+
     Returns:
-      0 after SIGTERM/SIGINT (queries stopped; their checkpoints keep what
-      was not committed), 1 when a query failed (its error is said).
+      the exit status: that of the stop, or 1 when a query failed (its error
+      is said).
     """
-    stop = threading.Event()
-    # py4j says INFO "Closing down clientserver connection" as the process exits,
-    # after the stop's last line, which must stay last.
+    from bridges.service import Stopped  # (the layer below: run_bridge's summary and rules)
+
+    # py4j logs every connection it closes at info, the last ones at exit:
+    # after the summary, which must stay the last line.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = open_session(config.spark)
-    # After the session: SparkContext puts in a SIGINT handler of its own (cancel
-    # every job, raise KeyboardInterrupt), which would make Ctrl-C exit 130 at once.
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
-    }
+    stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     status = 0
+    spark: SparkSession | None = None
     try:
-        queries = start_routes(spark, config, config_path)
-        say(f"running {len(queries)} route(s) on Spark ({config.spark.master})")
-        while not stop.is_set() and all(q.isActive for q in queries):
-            stop.wait(0.5)
-        for query in queries:
-            error = query.exception()
-            if error is not None:
-                say(f"route {query.name.removeprefix('bridges_')} failed: {error}")
-                status = 1
-            query.stop()
+        try:
+            spark = open_session(config.spark)
+        except KeyboardInterrupt:  # pyspark's SIGINT handler, before ours is back
+            stop.set()
+        for sig in signals:
+            signal.signal(sig, on_signal)
+        if spark is not None and not stop.is_set():
+            status = _run_queries(spark, config, config_path, say, stop)
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if status == 0:
-        say("stopped")  # what no batch committed yet stays in the checkpoints
+    stopped = Stopped()
+    say(stopped.summary())
+    return status or stopped.exit_status
+
+
+def _run_queries(
+    spark: SparkSession, config: bridges.Config, config_path: str, say: Say, stop: threading.Event
+) -> int:
+    """Start the queries, wait for ``stop`` or a failed query, stop them; 1 if one failed."""
+    status = 0
+    queries = start_routes(spark, config, config_path)
+    say(f"running {len(queries)} route(s) on Spark ({config.spark.master})")
+    while not stop.is_set() and all(q.isActive for q in queries):
+        stop.wait(0.5)
+    if stop.is_set():
+        say("stopping (the queries' checkpoints keep what they had not committed)")
+    for query in queries:
+        error = query.exception()
+        if error is not None:
+            say(f"route {query.name.removeprefix('bridges_')} failed: {error}")
+            status = 1
+        query.stop()
     return status

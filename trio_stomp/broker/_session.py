@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
+from .._version import version as package_version
 from ..frame import (
     ACK_MODES,
     HEARTBEAT,
@@ -46,7 +47,8 @@ from ._negotiation import (
 )
 from ._transactions import ClientError, Transactions
 
-SERVER: Final = "trio-stomp/0.1.0"
+#: The product in CONNECTED's ``server`` header, followed by ``/VERSION``.
+SERVER: Final = "trio-stomp"
 
 
 class SessionEvents(Protocol):
@@ -258,7 +260,8 @@ class Session:
         self.heartbeat_send_ms = heartbeats.send_ms
         self.heartbeat_receive_ms = heartbeats.receive_ms
         sx, sy = heartbeats.header
-        connected = {"version": version, "server": SERVER, "session": self.session_id}
+        server = f"{SERVER}/{package_version()}"
+        connected = {"version": version, "server": server, "session": self.session_id}
         self._emit_frame(Frame("CONNECTED", {**connected, "heart-beat": f"{sx},{sy}"}))
 
     def _on_send(self, frame: Frame, committing: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import tomllib
@@ -11,6 +12,7 @@ from typing import Any
 
 import attrs
 import pytest
+from family_kit import bridges_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -353,6 +355,13 @@ def test_bridges_check_accepts_the_quickstart_and_reports_problems(
     bad.write_text(GOOD.replace("settle = 0", "settle = -1"))
     assert cli_main(["check", str(bad)]) == 2
     assert "bad.toml: route 'in': source.settle: must be >= 0.0: -1.0" in capsys.readouterr().err
+
+
+def test_bridges_version_prints_the_package_version() -> None:
+    """From the installed command, as a user runs it: trio-stomp's version (one package)."""
+    out = subprocess.run([*bridges_command(), "--version"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"bridges {importlib.metadata.version('trio-stomp')}\n"
 
 
 def test_every_example_config_passes_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

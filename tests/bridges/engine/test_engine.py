@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from itertools import pairwise
@@ -46,7 +47,20 @@ async def test_every_message_arrives_in_order_in_batches_and_is_acked_after_its_
     assert all(len(batch) <= 100 for batch in sink.batches)
     assert source.acked == sink.written
     assert sink.acked_before_write == []
-    assert (r.stats.received, r.stats.delivered, r.in_flight) == (250, 250, 0)
+    assert (r.stats.received, r.stats.written, r.in_flight) == (250, 250, 0)
+
+
+async def test_each_batch_written_is_one_debug_line(caplog: pytest.LogCaptureFixture) -> None:
+    """What ``bridges run -v`` shows: a line per batch, with its size."""
+    source = FakeSource(messages(250))
+    sink = FakeSink(source=source)
+    with caplog.at_level(logging.DEBUG, logger="bridges.route"):
+        await route(source, sink, batch_count=100, batch_time=0).run()
+    wrote = [r.getMessage() for r in caplog.records if "wrote" in r.getMessage()]
+    assert [line.split(" in ")[0] for line in wrote] == [
+        f"route 'r': wrote {len(batch)} message(s)" for batch in sink.batches
+    ]
+    assert all(line.endswith(" ms") for line in wrote)
 
 
 async def test_batches_wait_for_more_by_time(autojump_clock: trio.testing.MockClock) -> None:
@@ -110,7 +124,7 @@ async def test_transform_errors_in_batches_by_count_and_time_keep_everything_in_
         for start in range(0, 30, 5):  # in bursts, some more than a batch, some less
             source.push(*[Message(i.encode(), {}, i) for i in ids[start : start + 5]])
             await trio.sleep(0.3)
-        await wait_until(lambda: r.stats.delivered + r.stats.dead_lettered == 30)
+        await wait_until(lambda: r.stats.written + r.stats.dead_lettered == 30)
         r.stop()
     failing = [i for i in ids if int(i[1:]) % 3 == 1]
     assert sink.written == [i for i in ids if i not in failing]
@@ -231,7 +245,7 @@ async def test_after_the_last_attempt_messages_go_to_the_dead_letter_sink_with_w
     assert letters[0].body == b"m0"
     assert source.acked == ["m0", "m1", "m2"]
     assert r.stats.dead_lettered == 3
-    assert r.stats.delivered == 0
+    assert r.stats.written == 0
 
 
 async def test_without_a_dead_letter_sink_the_batch_is_nacked_and_the_route_pauses(
@@ -353,7 +367,7 @@ async def test_abort_hands_in_flight_messages_back_without_an_error(
     assert len(source.nacked) == 20
     assert all(error is None for _, error in source.nacked)
     assert source.acked == []
-    assert r.stats.released == 20
+    assert r.stats.handed_back == 20
 
 
 @each_source
@@ -405,7 +419,7 @@ async def test_what_a_source_could_not_read_is_dead_lettered_in_its_turn(
     assert dead.batches[0][0].headers["bridge-stage"] == "source"
     assert dead.batches[0][0].headers["bridge-error"] == "ValueError: line too long"
     assert sorted(source.acked) == [f"m{i}" for i in range(8)]
-    assert (r.stats.delivered, r.stats.dead_lettered, r.in_flight) == (6, 2, 0)
+    assert (r.stats.written, r.stats.dead_lettered, r.in_flight) == (6, 2, 0)
 
 
 @each_source
@@ -620,7 +634,7 @@ async def test_a_run_of_envelopes_with_one_settle_key_is_acked_in_one_call() -> 
     assert [m.id for batch in sink.batches for m in batch] == [f"m{i}" for i in range(9)]
     runs = [["m0", "m1", "m2"], ["m3"], ["m4"], ["m5", "m6"], ["m7", "m8"]]
     assert source.calls == runs  # (written in one batch)
-    assert (r.stats.delivered, r.in_flight) == (9, 0)
+    assert (r.stats.written, r.in_flight) == (9, 0)
 
 
 async def test_settle_leaves_what_a_cancelled_ack_all_never_tried_in_flight() -> None:

@@ -64,6 +64,43 @@ batch = { count = 10, time = 0.01 }
     assert process.returncode == 0
 
 
+@pytest.mark.deadline(30)
+async def test_metrics_name_what_each_embedded_destination_holds(tmp_path: Path) -> None:
+    """Also a queue no route reads: what a stop would lose is on /metrics beforehand."""
+    (tmp_path / "inbox").mkdir()
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        """
+[bridge]
+http = "127.0.0.1:0"
+
+[broker]
+embedded = true
+listen = "127.0.0.1:0"
+
+[routes.in]
+source = { type = "file", path = "inbox", settle = 0, poll_interval = 0.05 }
+sink = { type = "stomp", url = "embedded", destination = "/queue/unread" }
+"""
+    )
+    async with running_bridge(config) as (process, notify, output), httpx.AsyncClient() as http:
+        await notify.wait_for(lambda f: f.get("READY") == "1")
+        url = await http_url(output)
+        for i in range(3):
+            (tmp_path / "inbox" / f"m{i}").write_text(str(i))
+
+        async def held() -> str:
+            return (await http.get(f"{url}/metrics")).text
+
+        pattern = 'bridges_embedded_held{destination="/queue/unread"} 3.0'
+        while pattern not in await held():  # noqa: ASYNC110 (a gauge: nothing to wait on)
+            await trio.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await process.wait() == 4  # and the stop names the same queue
+    assert "3 message(s) lost in /queue/unread (3)" in output.decode()
+
+
 async def refuse(stream: trio.SocketStream, seen: list[bytes]) -> None:
     """An HTTP server that records each request's head and answers 401."""
     data = b""

@@ -84,15 +84,15 @@ async def test_sigterm_stops_taking_and_drains_the_embedded_broker_first(
             await route.ready.wait()
         for i in range(300):
             (tmp_path / "inbox" / f"f{i:03d}").write_text(str(i))
-        await wait_until(lambda: feeder.stats.delivered >= 100)
+        await wait_until(lambda: feeder.stats.written >= 100)
         os.kill(os.getpid(), signal.SIGTERM)
     assert any(line.startswith("SIGTERM: stopping") for line in said)
     done = sorted(p.name for p in (tmp_path / "inbox" / "done").iterdir())
     out = sorted(p.name for p in (tmp_path / "outbox").iterdir())
     assert out == done  # whatever left the inbox reached the outbox: the queue was drained
     assert len(done) >= 100
-    assert feeder.stats.released == 0
-    assert drainer.stats.released == 0
+    assert feeder.stats.handed_back == 0
+    assert drainer.stats.handed_back == 0
 
 
 async def test_a_port_in_use_is_a_config_error(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import trio
 import trio_stomp
 
 
-def _java_home() -> str:
+def java_home() -> str:
     java = shutil.which("java")
     if java is None:
         raise RuntimeError("java is not installed: scripts/test installs Debian's JRE 17")
@@ -41,7 +41,7 @@ def spark_session() -> Any:
     imported into several modules would be set up once per module, so the
     session itself is made once here and stopped at exit.
     """
-    os.environ.setdefault("JAVA_HOME", _java_home())
+    os.environ.setdefault("JAVA_HOME", java_home())
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

@@ -19,6 +19,7 @@ from spark_kit import (  # noqa: F401 (fixtures)
     BrokerProcess,
     broker_fixture,
     drain,
+    java_home,
     send,
     spark_fixture,
     wait_for,
@@ -85,6 +86,33 @@ def test_the_example_gives_the_same_ids_on_both_engines(
     kinds = {m.headers.get("bridge-id"): m.headers.get("kind") for m in on_spark}
     assert kinds == {m.headers.get("bridge-id"): m.headers.get("kind") for m in local}
     assert {m.headers.get("event-id") for m in on_spark} == _ids(local)
+
+
+def test_ctrl_c_stops_bridges_run_on_spark_with_the_summary_and_status_0(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """As a terminal's Ctrl-C does: SIGINT to the whole process group (the JVM
+    and Spark's Python workers too), once the example's events flow."""
+    queue = f"/queue/c-{uuid.uuid4().hex}"
+    config = _setup(tmp_path / "ctrl-c", broker, queue)
+    env = {**os.environ, "JAVA_HOME": java_home(), "PYSPARK_PYTHON": sys.executable}
+    script = Path(sys.executable).with_name("bridges")
+    process = subprocess.Popen(
+        [str(script), "run", "--quiet", str(config)],
+        cwd=config.parent, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert drain(broker.url, queue, 1, timeout=90)  # (flowing: the queries run)
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    lines = err.decode(errors="replace").strip().splitlines()
+    assert process.returncode == 0, lines[-20:]
+    assert "bridges: running 1 route(s) on Spark (local[2])" in lines
+    assert lines[-1] == "bridges: stopped", lines[-20:]
 
 
 def test_a_route_into_a_spark_parquet_sink(

@@ -502,5 +502,5 @@ async def test_a_webhook_not_stored_within_answer_timeout_gets_503_and_stays_in_
         assert response.status_code == 503
         assert route.in_flight == 1  # not dropped: the sink may still store it
         sink.gate.set()
-        await wait_until(lambda: route.stats.delivered == 1)
+        await wait_until(lambda: route.stats.written == 1)
     assert [m.body for b in sink.batches for m in b] == [b"slow"]

@@ -67,7 +67,7 @@ async def test_the_stomp_source_hands_out_messages_and_acks_them_once_written(
     route = Route("s", source, sink, batch_time=0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(route.run)
-        await wait_until(lambda: route.stats.delivered >= 16)
+        await wait_until(lambda: route.stats.written >= 16)
         route.stop()
     written = [m for batch in sink.batches for m in batch]
     assert [m.body for m in written[:15]] == [f"b{i}".encode() for i in range(15)]
@@ -156,7 +156,7 @@ async def test_the_stomp_source_acks_a_run_of_envelopes_in_one_write(
     route = Route("s", source, sink, batch_count=40, batch_time=0.5)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(route.run)
-        await wait_until(lambda: route.stats.delivered >= 40)
+        await wait_until(lambda: route.stats.written >= 40)
         route.stop()
     assert sum(acked) == 40
     assert len(acked) < 40  # runs, not one ACK write per message

@@ -92,7 +92,7 @@ async def test_a_file_too_big_for_the_broker_stays_in_the_inbox_and_stalls_nothi
         route = Route("r", source, sink, batch_time=0, retry=RetryPolicy(initial=0.01))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(route.run)
-            await wait_until(lambda: route.stats.delivered == 1 and route.stats.nacked == 1)
+            await wait_until(lambda: route.stats.written == 1 and route.stats.nacked == 1)
             await trio.sleep(0.3)  # many polls: the rejected file is not read again
             route.stop()
     assert route.stats.received == 2

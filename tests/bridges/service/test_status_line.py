@@ -1,0 +1,181 @@
+"""``bridges run``'s status line: on a terminal (a real pty), and nowhere else.
+
+Each test runs ``bridges run`` as a process on a small config (files into
+the embedded broker's /queue/q and out of it into ./outbox) with five files
+waiting, and reads what it printed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import re
+import signal
+import struct
+import subprocess
+import termios
+from pathlib import Path
+
+import pytest
+import trio
+from family_kit import bridges_command
+from rich.console import Console
+
+from bridges import Route
+from bridges.service._status import Rates, StatusLine, broker_line, route_line
+from bridges.testing import FakeSink, FakeSource, wait_until
+from trio_stomp.broker import DestinationDepth
+
+CONFIG = """
+[broker]
+embedded = true
+listen = "127.0.0.1:0"
+
+[routes.in]
+source = { type = "file", path = "inbox", settle = 0, poll_interval = 0.05 }
+sink = { type = "stomp", url = "embedded", destination = "/queue/q" }
+
+[routes.out]
+source = { type = "stomp", url = "embedded", destination = "/queue/q" }
+sink = { type = "file", path = "outbox", format = "files", name = "{header:file-name}" }
+"""
+FILES = 5
+SHOW_CURSOR = "\x1b[?25h"
+#: Terminal control sequences (rich's cursor moves and erasures): each ends a line here.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _pty() -> tuple[int, int]:
+    """A pty of 160 x 40 (a pty starts at 0 x 0, which rich would take for 80 columns)."""
+    main, child = os.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    return main, child
+
+
+async def _run(
+    tmp_path: Path, *, stdout_tty: bool, args: tuple[str, ...] = (), until: str = "running 2"
+) -> tuple[int, str]:
+    """Run the bridge until ``until`` appears in its output and every file is in
+    the outbox, plus a bit (the status line's refresh), then Ctrl-C; its exit status
+    and everything it wrote (stdout and stderr, both on the pty, or stderr on it
+    and stdout on a pipe), control sequences removed."""
+    (tmp_path / "bridge.toml").write_text(CONFIG)
+    (tmp_path / "inbox").mkdir()
+    for i in range(FILES):
+        (tmp_path / "inbox" / f"f{i}").write_text(str(i))
+    main, child = _pty()
+    out = child if stdout_tty else subprocess.PIPE
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"}
+    process = await trio.lowlevel.open_process(
+        [*bridges_command(), "run", *args, "bridge.toml"],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=out, stderr=child, env=env,
+    )  # fmt: skip
+    os.close(child)
+    seen = bytearray()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_pty, main, seen)
+            if process.stdout is not None:
+                nursery.start_soon(_read_pipe, process.stdout, seen)
+
+            def text() -> str:
+                return ANSI.sub("\n", seen.decode(errors="replace").replace("\r", ""))
+
+            outbox = tmp_path / "outbox"
+            with trio.fail_after(20):
+                while until not in text() or len(list(outbox.glob("f*"))) < FILES:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+                await trio.sleep(1.5)  # a refresh after the last file
+            process.send_signal(signal.SIGINT)
+            with trio.fail_after(15):
+                status = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(main)
+    return status, text()
+
+
+async def _read_pty(fd: int, seen: bytearray) -> None:
+    stream = trio.lowlevel.FdStream(os.dup(fd))
+    async with stream:
+        while True:
+            try:
+                chunk = await stream.receive_some(65536)
+            except (OSError, trio.BrokenResourceError):  # EIO: every writer closed the pty
+                return
+            if not chunk:
+                return
+            seen += chunk
+
+
+async def _read_pipe(pipe: trio.abc.ReceiveStream, seen: bytearray) -> None:
+    while chunk := await pipe.receive_some(65536):
+        seen += chunk
+
+
+@pytest.mark.deadline(40)
+async def test_on_a_terminal_the_status_line_shows_each_routes_counts(tmp_path: Path) -> None:
+    status, text = await _run(tmp_path, stdout_tty=True, until="written 5")
+    assert status == 0, text
+    route_in = re.search(
+        r"in \s+running\s+received 5\s+written 5\s+[\d.]+ msg/s\s+in flight 0", text
+    )
+    assert route_in, text
+    assert re.search(r"out\s+running\s+received 5\s+written 5 ", text), text
+    assert "retries 0  dead-lettered 0" in text
+    assert "embedded broker: /queue/q 0" in text
+    # Logs print above it, whole; the stop summary is the last line.
+    assert "bridges: running 2 route(s)" in text.splitlines()
+    assert text.strip().splitlines()[-1] == "bridges: stopped", text
+
+
+@pytest.mark.deadline(40)
+@pytest.mark.parametrize(("stdout_tty", "args"), [(False, ()), (True, ("--quiet",))])
+async def test_no_status_line_off_a_terminal_or_when_quiet(
+    tmp_path: Path, stdout_tty: bool, args: tuple[str, ...]
+) -> None:
+    status, text = await _run(tmp_path, stdout_tty=stdout_tty, args=args)
+    assert status == 0, text
+    assert "bridges: running 2 route(s)" in text  # the logs are there
+    assert "msg/s" not in text
+    assert "embedded broker:" not in text
+    assert text.strip().splitlines()[-1] == "bridges: stopped", text
+
+
+# -- the lines themselves ---------------------------------------------------------------------
+
+
+async def test_route_line_broker_line_and_the_rate() -> None:
+    route = Route("orders", FakeSource(), FakeSink())
+    route.stats.received, route.stats.written, route.stats.retries = 1204, 1200, 2
+    rates = Rates()
+    assert rates.update([route], 10.0) == [0.0]  # nothing to compare with yet
+    route.stats.written += 50
+    assert rates.update([route], 10.5) == [100.0]
+    line = route_line(route, 100.0, width=8)
+    assert line == (
+        "orders    starting  received 1,204  written 1,250  100.0 msg/s  in flight 0  "
+        "retries 2  dead-lettered 0"
+    )
+    depths = [DestinationDepth("/queue/a", 2, 1, 1), DestinationDepth("/topic/t", 0, 0, 1)]
+    assert broker_line(depths) == "embedded broker: /queue/a 3, /topic/t 0"
+    assert broker_line([]) == "embedded broker: no queues yet"
+
+
+async def test_stop_erases_the_lines_and_shows_the_cursor_at_once() -> None:
+    """What the hard stop relies on: os._exit follows, nothing unwinds."""
+    screen = io.StringIO()
+    status = StatusLine(Console(file=screen, force_terminal=True, width=120))
+    route = Route("orders", FakeSource(), FakeSink())
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(status.run, [route], None)
+            await wait_until(lambda: "orders" in screen.getvalue())
+            assert screen.getvalue().count(SHOW_CURSOR) == 0
+            status.stop()
+            # The cursor back, then the line erased (moved up to, cleared).
+            assert screen.getvalue().endswith(SHOW_CURSOR + "\r\x1b[1A\x1b[2K")
+            nursery.cancel_scope.cancel()
