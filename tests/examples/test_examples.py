@@ -181,7 +181,10 @@ async def test_the_rabbitmq_archive_example_writes_a_json_line(tmp_path: Path) -
         shown = await example.read(body)
         status, last = await bridge.stop()
     assert (status, last) == (0, "bridges: stopped"), bytes(bridge.output)
-    assert any(body in line and '"region"' not in line for line in shown.splitlines())
+    archived = [json.loads(line) for line in shown.splitlines()]
+    mine = [line for line in archived if body in line["body"]]
+    assert len(mine) == 1, archived
+    assert mine[0]["headers"]["order-id"] == "7"  # json_extract ran (the body's id)
 
 
 @pytest.mark.deadline(40)
