@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -274,6 +276,18 @@ def test_hello_with_a_url_nobody_answers_fails_at_once_with_one_line() -> None:
     assert result.stderr.startswith("hello: cannot connect to stomp://127.0.0.1:1: ")
     assert "Connection refused" in result.stderr
     assert len(result.stderr.splitlines()) == 1  # no traceback
+
+
+def test_hello_with_a_peer_that_never_answers_gives_up_after_its_connect_timeout() -> None:
+    with socket.socket() as silent:  # the kernel completes the handshake; nobody speaks
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"stomp://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        result = hello(url)
+    assert 5 <= time.monotonic() - started < 15  # CONNECT_TIMEOUT, then out at once
+    assert result.returncode == 1
+    assert result.stderr == f"hello: no CONNECTED from {url} within 5.0 s\n"
 
 
 @pytest.mark.deadline(120)
