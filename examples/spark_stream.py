@@ -1,29 +1,41 @@
 """STOMP in and out of a Spark Structured Streaming query (``trio-stomp[spark]``, Java 17).
 
-    trio-stomp broker &                      # a broker on 127.0.0.1:61613
-    python examples/spark_stream.py
+Run it from the repository's top folder, in its venv (``source .venv/bin/activate``),
+with the broker's URL as its argument::
+
+    trio-stomp broker --listen 127.0.0.1:61640 &           # or any STOMP broker
+    python examples/spark_stream.py stomp://127.0.0.1:61640
 
 Reads /queue/raw, upper-cases each body on the executors and sends it to
 /queue/upper; the source's write-ahead log and the query's progress live in
-./spark-checkpoint/upper. Stop with Ctrl-C; a restart resumes from there.
+./spark-checkpoint/upper. Send and read (while it runs)::
+
+    trio-stomp send -u stomp://127.0.0.1:61640 -b hello /queue/raw
+    trio-stomp listen -u stomp://127.0.0.1:61640 /queue/upper
+
+Stop with Ctrl-C; a restart resumes from the checkpoint. The Python workers
+run this interpreter unless ``PYSPARK_PYTHON`` names another one.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 from pyspark.sql import SparkSession
 
 import bridges.spark
 
-URL = "stomp://127.0.0.1:61613"
 CHECKPOINT = "spark-checkpoint/upper"
 
 
-def main() -> None:
+def main(url: str) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # not python3 from PATH
     spark = SparkSession.builder.master("local[2]").appName("stomp-upper").getOrCreate()
     bridges.spark.register(spark)  # format("stomp") for readStream and writeStream
     messages = (
         spark.readStream.format("stomp")
-        .option("url", URL)
+        .option("url", url)
         .option("destination", "/queue/raw")
         .option("checkpointLocation", CHECKPOINT)
         .load()
@@ -34,19 +46,23 @@ def main() -> None:
     )
     query = (
         upper.writeStream.format("stomp")
-        .option("url", URL)
+        .option("url", url)
         .option("destination", "/queue/upper")
         .option("checkpointLocation", CHECKPOINT)
         .trigger(processingTime="500 milliseconds")
         .start()
     )
+    print(f"spark_stream: /queue/raw -> upper case -> /queue/upper on {url}", flush=True)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
+        print("spark_stream: stopped", flush=True)
     finally:
         spark.stop()
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) != 2:
+        sys.exit("usage: python examples/spark_stream.py STOMP_URL (e.g. stomp://127.0.0.1:61640)")
+    main(sys.argv[1])

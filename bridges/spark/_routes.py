@@ -19,7 +19,9 @@ queries and waits until SIGTERM/SIGINT or until one fails.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +41,13 @@ Say = Callable[[str], None]
 
 
 def open_session(settings: bridges.SparkSettings, app_name: str = "bridges") -> SparkSession:
-    """A session for ``settings`` (master, ``spark.*`` conf) with both formats registered."""
+    """A session for ``settings`` (master, ``spark.*`` conf) with both formats registered.
+
+    Python workers run this process's own interpreter unless ``PYSPARK_PYTHON``
+    (or ``spark.pyspark.python``) says otherwise: Spark's default, ``python3``
+    from PATH, is rarely the one with pyspark, pyarrow and bridges installed.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     for key, value in settings.conf.items():
         builder = builder.config(key, value)
