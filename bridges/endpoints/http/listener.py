@@ -55,6 +55,12 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 HEALTH_PATH: Final = "/healthz"
 #: How long the server lets requests in progress finish when it stops, s.
 GRACEFUL_TIMEOUT: Final = 3.0
+#: How long a connection may take to send a whole request head, s, and stay idle between
+#: requests (hypercorn's ``keep_alive_timeout``): a head sent a byte at a time is cut off
+#: here, before any route sees it, so it never holds a place of ``max_pending``.
+HEAD_TIMEOUT: Final = 5.0
+#: The largest request head (line and headers), bytes (hypercorn's ``h11_max_incomplete_size``).
+MAX_HEAD: Final = 16 * 1024
 
 
 @attrs.frozen
@@ -221,6 +227,8 @@ def _hypercorn_config(address: ListenAddress) -> HypercornConfig:
         server_log.setLevel(logging.WARNING)
     config.errorlog = server_log
     config.graceful_timeout = GRACEFUL_TIMEOUT
+    config.keep_alive_timeout = HEAD_TIMEOUT
+    config.h11_max_incomplete_size = MAX_HEAD
     if address.certfile is not None:
         config.certfile = address.certfile
         config.keyfile = address.keyfile
