@@ -320,10 +320,7 @@ class _HttpReceiver:
                 status, body, extra = await self._process(scope, receive, place)
             finally:
                 self._places.release(place)
-        try:
-            await respond(send, status, body, extra)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the sender went away; it retries, and the id dedupes
+        await respond(send, status, body, extra)  # (the listener catches GONE)
 
     async def _process(
         self, scope: Scope, receive: Receive, place: Place
