@@ -397,9 +397,13 @@ class _HttpReceiver:
                     return None
                 chunks.append(chunk)
                 if not message.get("more_body", False):
-                    return b"".join(chunks)
+                    break
                 reason = allow()
-        raise _CutOff("evicted" if place.evicted else reason)
+        if place.evicted:  # (also when the last chunk came in the tick it was evicted)
+            raise _CutOff("evicted")
+        if scope.cancelled_caught:
+            raise _CutOff(reason)
+        return b"".join(chunks)
 
     async def _queue(self, message: Message) -> bool:
         """Hand the message to the route and wait until it is settled; True once durable."""
