@@ -31,6 +31,11 @@ Metrics (label ``route`` on each ``bridges_route_*``):
 - ``bridges_embedded_held{destination=...}``: what each destination of the
   embedded broker holds (queued + unacknowledged), read by a route or not:
   what a stop now would keep or lose (see :class:`~bridges.service.Stopped`).
+- ``bridges_http_refused_total{route=...,reason=...}``: webhook requests an
+  ``http`` source refused before queueing them, by reason (``max_pending``,
+  ``max_per_peer``, ``evicted``, ``min_body_rate``, ``body_timeout``,
+  ``max_body``, ``unauthorized``: :mod:`bridges.endpoints.http.admission`);
+  read from a source's ``refused`` counts, for routes whose source has them.
 - ``bridges_event_loop_lag_seconds``, ``bridges_healthy``.
 """
 
@@ -38,7 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import trio
@@ -86,6 +91,7 @@ class RouteMetrics:
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
         self._retired: dict[str, dict[str, int]] = {}
+        self._retired_refused: dict[str, dict[str, int]] = {}
         labels = ["route"]
         self.batch_size = Histogram(
             "bridges_route_batch_size",
@@ -134,6 +140,11 @@ class RouteMetrics:
         totals = self._retired.setdefault(route.name, dict.fromkeys(COUNTERS, 0))
         for field in COUNTERS:
             totals[field] += getattr(route.stats, field)
+        refused = _refused(route)
+        if refused is not None:
+            kept = self._retired_refused.setdefault(route.name, {})
+            for reason, count in refused.items():
+                kept[reason] = kept.get(reason, 0) + count
 
     def collect(self) -> Iterator[Metric]:
         """The counters and gauges, read from the routes now (prometheus-client's Collector)."""
@@ -151,6 +162,7 @@ class RouteMetrics:
             fields = ("written", "dead_lettered", "filtered")
             acked.add_metric([route.name], sum(self._count(route, f) for f in fields))
         yield acked
+        yield self._refusals(routes)
         yield from self._gauges(routes)
         yield GaugeMetricFamily(
             "bridges_event_loop_lag_seconds", "How late the last health tick was, s.", health.lag
@@ -165,6 +177,22 @@ class RouteMetrics:
         base = retired[field] if retired is not None else 0
         count: int = getattr(route.stats, field)
         return base + count
+
+    def _refusals(self, routes: list[Route]) -> Metric:
+        family = CounterMetricFamily(
+            "bridges_http_refused",
+            "Webhook requests refused before they were queued, by reason.",
+            labels=["route", "reason"],
+        )
+        for route in routes:
+            refused = _refused(route)
+            if refused is None:
+                continue
+            kept = self._retired_refused.get(route.name, {})
+            for reason in sorted(refused.keys() | kept.keys()):
+                count = refused.get(reason, 0) + kept.get(reason, 0)
+                family.add_metric([route.name, reason], count)
+        return family
 
     def _gauges(self, routes: list[Route]) -> Iterator[Metric]:
         in_flight = GaugeMetricFamily(
@@ -227,6 +255,12 @@ class RouteMetrics:
             await respond(send, 200, b"ready\n")
         else:
             await respond(send, 503, ("\n".join(waiting) + "\n").encode())
+
+
+def _refused(route: Route) -> Mapping[str, int] | None:
+    """A source's refusal counts by reason (the http source has them), or None."""
+    refused: Any = getattr(route.source, "refused", None)
+    return refused if isinstance(refused, Mapping) else None
 
 
 async def serve_metrics(

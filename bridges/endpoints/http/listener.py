@@ -53,8 +53,19 @@ Send = Callable[[ASGIMessage], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 HEALTH_PATH: Final = "/healthz"
+#: What sending an answer raises when the peer went away, or while hypercorn is closing
+#: the connection from another task (its ``send_eof`` then makes ``send_all`` busy): the
+#: answer is moot. Caught in the app, so hypercorn's own error path (which sends a 500 on the
+#: same busy stream, and whose error would stop the whole server) is not taken.
+GONE: Final = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
 #: How long the server lets requests in progress finish when it stops, s.
 GRACEFUL_TIMEOUT: Final = 3.0
+#: How long a connection may take to send a whole request head, s, and stay idle between
+#: requests (hypercorn's ``keep_alive_timeout``): a head sent a byte at a time is cut off
+#: here, before any route sees it, so it never holds a place of ``max_pending``.
+HEAD_TIMEOUT: Final = 5.0
+#: The largest request head (line and headers), bytes (hypercorn's ``h11_max_incomplete_size``).
+MAX_HEAD: Final = 16 * 1024
 
 
 @attrs.frozen
@@ -168,6 +179,12 @@ class HttpListener:
             return
         if kind != "http":  # websocket: not served
             return
+        try:
+            await self._dispatch(scope, receive, send)
+        except GONE:
+            pass  # the sender went away: it retries (a webhook's id dedupes)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         app = self._mounts.get(path)
         if app is not None:
@@ -221,6 +238,8 @@ def _hypercorn_config(address: ListenAddress) -> HypercornConfig:
         server_log.setLevel(logging.WARNING)
     config.errorlog = server_log
     config.graceful_timeout = GRACEFUL_TIMEOUT
+    config.keep_alive_timeout = HEAD_TIMEOUT
+    config.h11_max_incomplete_size = MAX_HEAD
     if address.certfile is not None:
         config.certfile = address.certfile
         config.keyfile = address.keyfile

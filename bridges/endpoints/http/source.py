@@ -22,11 +22,16 @@ duplicate. A 2xx therefore always means durable; a 5xx means the sender must
 retry (at worst a duplicate with the same id, never a loss).
 
 Checks run before anything is queued and before the body is read where
-they can: method (405), bearer token and signature headers (401),
+they can: a place among ``max_pending`` (at most ``max_per_peer`` per
+address; 503), method (405), bearer token and signature headers (401),
 ``Content-Length`` over ``max_body`` (413); then the body is read chunk by
 chunk (hypercorn's bounded queue stops reading the socket while we do not
-take chunks) and refused with 413 as soon as it passes ``max_body``; then
-the signature over the body (401).
+take chunks) and refused with 413 as soon as it passes ``max_body``, or
+with 408 when it arrives slower than ``min_body_rate`` (after
+``body_grace``) or not whole within ``body_timeout``; then the signature
+over the body (401). A body still arriving may lose its place to a newcomer
+when all are taken (503): see :mod:`.admission`, which also counts and logs
+the refusals at a bounded rate.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from attrs.validators import ge, gt, le
 
 from bridges import Context, Envelope, InvalidSetting, Message
 
+from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
 from .signatures import (
     Scheme,
@@ -84,8 +90,11 @@ class HttpSourceConfig:
     status: int = attrs.field(default=204, validator=[ge(200), le(299)])
     accept_timeout: float = attrs.field(default=5.0, validator=gt(0.0))
     body_timeout: float = attrs.field(default=30.0, validator=gt(0.0))
+    min_body_rate: float = attrs.field(default=1024.0, validator=ge(0.0))
+    body_grace: float = attrs.field(default=2.0, validator=ge(0.0))
     answer_timeout: float = attrs.field(default=25.0, validator=gt(0.0))
     max_pending: int = attrs.field(default=256, validator=ge(1))
+    max_per_peer: int = attrs.field(default=32, validator=ge(1))
     retry_after: int = attrs.field(default=5, validator=ge(0))
     certfile: str | None = None
     keyfile: str | None = None
@@ -161,6 +170,8 @@ class HttpSource:
         self._context = context
         #: The server it is mounted on, while open (its ``url`` has the real port).
         self.listener: HttpListener | None = None
+        #: Requests refused since it was created, by reason (``bridges_http_refused_total``).
+        self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
 
     @classmethod
     def build(cls, config: HttpSourceConfig, context: Context) -> HttpSource:
@@ -172,9 +183,10 @@ class HttpSource:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_HttpReceiver]:
-        async with listen(self._context, self.address) as listener:
+        async with listen(self._context, self.address) as listener, trio.open_nursery() as nursery:
             listener.retry_after = self.config.retry_after
             receiver = _HttpReceiver(self)
+            nursery.start_soon(receiver.refusals.run)
             try:
                 with listener.mount(self.config.path, receiver.handle):
                     self.listener = listener
@@ -182,6 +194,7 @@ class HttpSource:
             finally:
                 self.listener = None
                 receiver.close()
+                nursery.cancel_scope.cancel()
 
     def check(self, headers: Mapping[str, str], body: bytes | None) -> None:
         """Authenticate a request: token and the signature's headers, then (with the body) it.
@@ -256,15 +269,24 @@ class _Disconnected(Exception):
     pass
 
 
+class _CutOff(Exception):
+    """The body did not arrive in time, or its place was given to another request."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _HttpReceiver:
     def __init__(self, source: HttpSource) -> None:
         self._source = source
         self._config = source.config
         self._send, self._receive = trio.open_memory_channel[Envelope](0)
         self._pending: set[_Outcome] = set()
-        self._handling = 0
+        self._places = Places(source.config.max_pending, source.config.max_per_peer)
         self._retry_after = [(b"retry-after", str(source.config.retry_after).encode())]
         self._origin = f"http {source.config.path}"
+        self.refusals = Refusals(self._origin, source.refused)
 
     async def receive(self) -> Envelope:
         try:
@@ -282,27 +304,29 @@ class _HttpReceiver:
         """The ASGI app mounted on the path: check, queue, wait for the outcome, answer.
 
         At most ``max_pending`` requests are handled at once (so at most that
-        many bodies of ``max_body`` are held); more get 503 before their body
-        is read.
+        many bodies of ``max_body`` are held), at most ``max_per_peer`` of
+        them from one address; more get 503 before their body is read, unless
+        a body still arriving gives up its place (:mod:`.admission`).
         """
-        if self._handling >= self._config.max_pending:
+        peer = peer_key(scope.get("client"))
+        place = self._places.take(peer)
+        if isinstance(place, str):
+            self.refusals.note(place, peer, "too many requests in progress")
             status, body, extra = 503, b"too many requests in progress\n", self._retry_after
+            if place == "max_per_peer":
+                extra = [*extra, (b"connection", b"close")]
         else:
-            self._handling += 1
             try:
-                status, body, extra = await self._process(scope, receive)
+                status, body, extra = await self._process(scope, receive, place)
             finally:
-                self._handling -= 1
-        try:
-            await respond(send, status, body, extra)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the sender went away; it retries, and the id dedupes
+                self._places.release(place)
+        await respond(send, status, body, extra)  # (the listener catches GONE)
 
     async def _process(
-        self, scope: Scope, receive: Receive
+        self, scope: Scope, receive: Receive, place: Place
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         source = self._source
-        client = (scope.get("client") or ("?",))[0]
+        client = place.peer
         if scope["method"] not in source.methods:
             allow = ", ".join(sorted(source.methods)).encode()
             return 405, b"method not allowed\n", [(b"allow", allow)]
@@ -310,34 +334,76 @@ class _HttpReceiver:
         try:
             source.check(headers, None)
         except SignatureError as exc:
-            log.warning("%s: 401 for %s: %s", self._origin, client, exc)
+            self.refusals.note("unauthorized", client, str(exc))
             return 401, b"unauthorized\n", []
         limit = self._config.max_body
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
-            log.warning(
-                "%s: 413 for %s: %s bytes > max_body %d", self._origin, client, length, limit
-            )
+            self.refusals.note("max_body", client, f"{length} bytes > max_body {limit}")
             return 413, b"body too large\n", []
         try:
-            with trio.fail_after(self._config.body_timeout):
-                body = await _read_body(receive, limit)
+            body = await self._read_body(receive, place)
         except _Disconnected:
             return 400, b"", []
-        except trio.TooSlowError:
-            log.warning("%s: 408 for %s: body not received in body_timeout", self._origin, client)
-            return 408, b"body too slow\n", [(b"connection", b"close")]
+        except _CutOff as cut:
+            close = [(b"connection", b"close")]
+            if cut.reason == "evicted":
+                self.refusals.note("evicted", client, "its place went to a newer request")
+                return 503, b"too many requests in progress\n", [*self._retry_after, *close]
+            self.refusals.note(cut.reason, client, "body too slow")
+            return 408, b"body too slow\n", close
+        self._places.arrived(place)
         if body is None:
-            log.warning("%s: 413 for %s: body > max_body %d", self._origin, client, limit)
+            self.refusals.note("max_body", client, f"body > max_body {limit}")
             return 413, b"body too large\n", []
         try:
             source.check(headers, body)
         except SignatureError as exc:
-            log.warning("%s: 401 for %s: %s", self._origin, client, exc)
+            self.refusals.note("unauthorized", client, str(exc))
             return 401, b"unauthorized\n", []
         if await self._queue(source.message(scope, headers, body)):
             return self._config.status, b"", []
         return 503, b"not stored; try again later\n", self._retry_after
+
+    async def _read_body(self, receive: Receive, place: Place) -> bytes | None:
+        """The whole body, or None as soon as it is longer than ``max_body`` (nothing more is read).
+
+        Raises:
+          _CutOff: too slow for ``min_body_rate`` or ``body_timeout``, or evicted.
+          _Disconnected: the sender went away.
+        """
+        config = self._config
+        limit = config.max_body
+        chunks: list[bytes] = []
+        size = 0
+        scope = place.scope
+
+        def allow() -> str:
+            seconds, reason = body_limit(
+                size, config.min_body_rate, config.body_grace, config.body_timeout
+            )
+            scope.deadline = place.started + seconds
+            return reason
+
+        reason = allow()
+        with scope:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected
+                chunk: bytes = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return None
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+                reason = allow()
+        if place.evicted:  # (also when the last chunk came in the tick it was evicted)
+            raise _CutOff("evicted")
+        if scope.cancelled_caught:
+            raise _CutOff(reason)
+        return b"".join(chunks)
 
     async def _queue(self, message: Message) -> bool:
         """Hand the message to the route and wait until it is settled; True once durable."""
@@ -378,20 +444,3 @@ def _headers(scope: Scope) -> dict[str, str]:
     for name, value in scope["headers"]:
         headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
     return headers
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None as soon as it is longer than ``limit`` (nothing more is read)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 from pathlib import Path
 
 import httpx
@@ -204,3 +206,42 @@ async def test_an_http_address_in_use_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"bridge.http: cannot listen on 127.0.0.1:{port}"):
         await run_bridge(config, registry, say=lambda _: None)
     await listener.aclose()
+
+
+@pytest.mark.deadline(30)
+async def test_refused_webhooks_are_counted_by_reason_and_logged(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f"""
+[bridge]
+http = "127.0.0.1:{port}"
+
+[routes.hooks]
+source = {{ type = "http", listen = "127.0.0.1:{port}", path = "/hooks", bearer_token = "t" }}
+sink = {{ type = "file", path = "outbox", format = "files" }}
+"""
+    )
+    async with running_bridge(config) as (process, notify, output), httpx.AsyncClient() as http:
+        await notify.wait_for(lambda f: f.get("READY") == "1")
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(3):
+            assert (await http.post(f"{url}/hooks", content=b"x")).status_code == 401
+        ok = await http.post(f"{url}/hooks", content=b"x", headers={"authorization": "Bearer t"})
+        assert ok.status_code == 204
+        text = (await http.get(f"{url}/metrics")).text
+        pattern = r'^bridges_http_refused_total\{reason="(\w+)",route="hooks"\} (\S+)$'
+        refused = dict(re.findall(pattern, text, re.MULTILINE))
+        assert refused["unauthorized"] == "3.0"
+        assert refused["max_per_peer"] == refused["evicted"] == "0.0"
+        await wait_until(lambda: b"refused 1 request" in output, 0.05)
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            await process.wait()
+    lines = [line for line in output.decode().splitlines() if "bridges.http: http /hooks" in line]
+    # The first at once, the other two when the route stopped: one line per interval.
+    assert len(lines) == 2, lines
+    assert "refused 1 request(s): 1 x 401 unauthorized (last: 127.0.0.1: " in lines[0]
+    assert "refused 2 request(s): 2 x 401 unauthorized" in lines[1]
