@@ -128,6 +128,16 @@ class Example:
             nursery.cancel_scope.cancel()
         return shown
 
+    async def round_trip(self, token: str) -> str:
+        """Run it, Send TOKEN, Read until it shows, stop it: the stop must be clean
+        (exit 0, ``bridges: stopped``). What the Read line showed."""
+        async with self.running() as bridge:
+            await self.send(token)
+            shown = await self.read(token)
+            status, last = await bridge.stop()
+        assert (status, last) == (0, "bridges: stopped"), bytes(bridge.output)
+        return shown
+
     @asynccontextmanager
     async def running(
         self, ready: bytes = b"bridges: running ", *, venv_on_path: bool = True

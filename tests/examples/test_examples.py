@@ -177,12 +177,8 @@ async def test_the_jsonl_example_sends_each_line_to_its_topic(tmp_path: Path) ->
 async def test_the_rabbitmq_archive_example_writes_a_json_line(tmp_path: Path) -> None:
     require_real_broker("rabbitmq")
     example = Example("rabbitmq-to-jsonl.toml", tmp_path)
-    async with example.running() as bridge:
-        body = token()
-        await example.send(body)
-        shown = await example.read(body)
-        status, last = await bridge.stop()
-    assert (status, last) == (0, "bridges: stopped"), bytes(bridge.output)
+    body = token()
+    shown = await example.round_trip(body)
     archived = [json.loads(line) for line in shown.splitlines()]
     mine = [line for line in archived if body in line["body"]]
     assert len(mine) == 1, archived
@@ -196,12 +192,8 @@ async def test_the_rabbitmq_stomp_example_reaches_an_amqp_queue(tmp_path: Path) 
     async with rabbit(url) as (aio, channel):  # the AMQP owner's part (Needs:)
         queue = await aio.run(channel.declare_queue, "orders", durable=True)
         await aio.run(queue.bind, "amq.direct", "orders.new")
-    async with example.running() as bridge:
-        body = token()
-        await example.send(body)
-        shown = await example.read(body)
-        status, last = await bridge.stop()
-    assert (status, last) == (0, "bridges: stopped"), bytes(bridge.output)
+    body = token()
+    shown = await example.round_trip(body)
     lines = [json.loads(line) for line in shown.splitlines()]
     assert any(
         line["body"] == f"{body}\n" and line["headers"]["file-name"] == "hello.txt"
@@ -215,12 +207,8 @@ async def test_the_spark_jsonl_example_runs_on_the_local_engine(tmp_path: Path) 
     require_real_broker("rabbitmq")
     example = Example("spark-jsonl-to-stomp.toml", tmp_path)
     example.fields["Run"] = "bridges run --engine local examples/spark-jsonl-to-stomp.toml"
-    async with example.running() as bridge:
-        body = token()
-        await example.send(body)
-        shown = await example.read(body)
-        status, last = await bridge.stop()
-    assert (status, last) == (0, "bridges: stopped"), bytes(bridge.output)
+    body = token()
+    shown = await example.round_trip(body)
     assert f'"note": "{body}"' in shown
 
 
