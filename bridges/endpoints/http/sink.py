@@ -41,6 +41,7 @@ import trio
 from attrs.validators import ge, gt
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+from bridges._readfile import checked_cafile, open_verifying_context
 
 from .signatures import Scheme, sign_headers
 from .source import TRACE_HEADERS, signing_keys
@@ -122,11 +123,9 @@ class HttpSink:
         self._keys = signing_keys(config.signature, config.secret)
         if config.bearer_token is not None and not config.bearer_token:
             raise InvalidSetting("bearer_token", "is empty")
-        self._cafile = context.path(config.cafile) if config.cafile else None
-        if self._cafile is not None and config.insecure:
+        if config.cafile is not None and config.insecure:
             raise InvalidSetting("insecure", "give cafile or insecure, not both")
-        if self._cafile is not None and not self._cafile.is_file():
-            raise InvalidSetting("cafile", f"{self._cafile} is not a file")
+        self._cafile = checked_cafile("cafile", config.cafile, context)
         # Answers to messages of a batch that failed as a whole: id(message) ->
         # (message, None if delivered else why rejected). The message is kept so
         # that its id() is not reused while the entry lives.
@@ -148,7 +147,7 @@ class HttpSink:
             log.warning("%s: TLS certificates are not verified (insecure = true)", self.describe())
             verify = False
         elif self._cafile is not None:
-            verify = ssl.create_default_context(cafile=str(self._cafile))
+            verify = await open_verifying_context(self._cafile)
         limits = httpx.Limits(
             max_connections=config.concurrency, max_keepalive_connections=config.concurrency
         )
