@@ -17,6 +17,7 @@ embedded broker (volatile, or a topic's); see ``Stopped``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -39,7 +40,9 @@ PROG = "bridges"
 
 
 def _say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    from ._redact import redact
+
+    print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
 
 
 def _exit_now(status: StatusLine | None, stopped: Stopped) -> None:
@@ -128,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ._config import load_config
     from ._convert import ConfigError
+    from ._redact import redacting
     from ._registry import default_registry
     from .service import Notifier, build_routes, freeze_heap, run_bridge
     from .service._logs import configure_logging
@@ -148,8 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .service._unit import print_unit
 
         return print_unit(say)
+    # What the config resolved is redacted from everything said, errors included.
+    secrets = contextlib.ExitStack()
     try:
         config = load_config(args.config, registry, engine=args.engine)
+        secrets.enter_context(redacting(config.secrets))
         if args.command == "check":
             _check(args.config, build_routes(config, registry, checking=True), config)
             return 0
@@ -175,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        secrets.close()
     return 0
 
 

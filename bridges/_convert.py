@@ -91,7 +91,7 @@ class Where:
     base_dir: Path = attrs.field(factory=Path.cwd)
     problems: list[Problem] = attrs.field(factory=list)
     #: Every secret value resolved so far (shared, like problems): see :func:`note_secret`.
-    secrets: list[str] = attrs.field(factory=list)
+    secrets: list[str] = attrs.field(factory=list, repr=False)
     #: ``*_file`` secrets may be symbolic links (``[bridge] follow_secret_links``).
     follow_links: bool = False
 

@@ -42,14 +42,18 @@ from attrs.validators import ge, gt
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 from bridges._readfile import checked_cafile, open_verifying_context
+from bridges._redact import redact_cut
 
 from .signatures import Scheme, sign_headers
 from .source import TRACE_HEADERS, signing_keys
 
 log = logging.getLogger("bridges.http")
 
-#: How much of a rejecting answer goes into ``bridge-error``.
+#: How much of a rejecting answer goes into ``bridge-error``, characters.
 ERROR_BODY_BYTES: Final = 200
+#: How much more of it is read, so that a secret it echoes across the cut is
+#: found whole and masked (:mod:`bridges._redact`), bytes.
+_ERROR_BODY_MARGIN: Final = 1024
 #: How much of a 2xx answer is read (so the connection can be reused); more closes it.
 DRAIN_BYTES: Final = 64 * 1024
 #: Most answers remembered across failed writes (see :class:`HttpSink`).
@@ -335,8 +339,8 @@ class _HttpWriter:
             if 200 <= status < 300:
                 await _read_some(response, DRAIN_BYTES)
                 return None
-            text = await _read_some(response, ERROR_BODY_BYTES)
-            snippet = text[:ERROR_BODY_BYTES].decode("utf-8", "replace")
+            text = await _read_some(response, ERROR_BODY_BYTES + _ERROR_BODY_MARGIN)
+            snippet = redact_cut(text.decode("utf-8", "replace"), ERROR_BODY_BYTES)
             reason = f" {response.reason_phrase}" if response.reason_phrase else ""
             summary = f"{where}: HTTP {status}{reason}: {snippet!r}"
             if status in TRANSIENT or status >= 500:
