@@ -29,8 +29,8 @@ NATS = "pw-NATS-secret"  # nats ${NAME} in a secret field
 AMQP = 'pw-AMQP-"quoted\\secret'  # amqp literal; escaped in JSON and repr
 BASIC_B64 = base64.b64encode(f"{BASIC_USER}:{BASIC}".encode()).decode()
 #: What must appear nowhere: a distinctive piece of each.
-NEVER = ("BEARER-1234567890", "BASIC-9876", BASIC_B64, "STOMP-secret", "MQTT-secret")
-NEVER += ("REDIS-secret", "NATS-secret", "AMQP-")
+NEVER: tuple[str, ...] = ("BEARER-1234567890", "BASIC-9876", BASIC_B64, "STOMP-secret")
+NEVER += ("MQTT-secret", "REDIS-secret", "NATS-secret", "AMQP-")
 
 CONFIG = """
 [bridge]
