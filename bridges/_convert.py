@@ -20,7 +20,14 @@ Two conveniences for secrets, so they need not sit in the file:
   ``bearer_token``...), which nothing prints.
 - A field marked ``secret`` (``attrs.field(metadata={"secret": True})``) may
   be given as ``NAME_file = "path"`` instead: the file's content, without its
-  trailing newline, is the value.
+  trailing newline, is the value (a link only with ``[bridge]
+  follow_secret_links``).
+
+Both files are read by :func:`bridges._readfile.read_text` (a regular file,
+bounded in size and time). Every secret value resolved (a secret field's,
+however given; a credential's, wherever used; a URL's password) is kept in
+:attr:`Where.secrets`, and becomes the config's ``secrets``: what
+:mod:`bridges._redact` masks in everything the process says.
 """
 
 from __future__ import annotations
