@@ -277,3 +277,18 @@ def checked_cafile(key: str, value: str | None, context: Context) -> Path | None
         except FileRefused as exc:
             raise InvalidSetting(key, str(exc)) from None
     return path
+
+
+def check_file(key: str, path: Path, context: Context, limit: int = MAX_CA_BYTES) -> None:
+    """Read ``path`` (setting ``key``: a TLS certificate or key file that a library
+    loads itself) by :func:`read_file` when the config is being checked, so that
+    ``bridges check`` refuses what the library would hang on or drown in.
+
+    Raises:
+      InvalidSetting: the file cannot be used (at ``key``).
+    """
+    if context.checking:
+        try:
+            read_file(path, limit=limit, follow_links=True, what=f"cannot read {str(path)!r}")
+        except FileRefused as exc:
+            raise InvalidSetting(key, str(exc)) from None

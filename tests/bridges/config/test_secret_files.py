@@ -158,3 +158,25 @@ def test_a_read_that_hangs_is_abandoned_after_the_timeout_and_bounded_in_number(
         time.sleep(0.01)
     assert readfile._stuck == 0  # the abandoned threads ended once the file system answered
     assert read_file(tmp_path / "hung") == b"x"
+
+
+def test_a_webhook_listeners_key_file_gets_the_same_checks(tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_text("not checked here\n")
+    (tmp_path / "huge.key").write_bytes(b"x" * (readfile.MAX_CA_BYTES + 1))
+    registry = default_registry(plugins=False)
+    huge = str(tmp_path / "huge.key")
+    for keyfile, why in (
+        ("/dev/zero", "cannot read '/dev/zero': a character device, not a regular file"),
+        (huge, f"cannot read {huge!r}: larger than {readfile.MAX_CA_BYTES} bytes"),
+    ):
+        source = {
+            "type": "http",
+            "listen": "127.0.0.1:0",
+            "path": "/hook",
+            "certfile": str(tmp_path / "cert.pem"),
+            "keyfile": keyfile,
+        }
+        route = {"source": source, "sink": {"type": "file", "path": "out"}}
+        with pytest.raises(ConfigError) as caught:
+            parse_config({"routes": {"r": route}}, registry, base_dir=tmp_path)
+        assert f"route 'r': source.keyfile: {why}" in str(caught.value), str(caught.value)
