@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -118,6 +119,15 @@ def _check(path: str, routes: Sequence[Route], config: Config) -> None:
         _say(f"  engine spark: master {spark.master}, checkpoint {spark.checkpoint}")
 
 
+def _redacting(config: Config, say: Callable[[str], None]) -> AbstractContextManager[object]:
+    """Redact the config's secrets from everything said (see ``bridges._redact``)."""
+    from ._redact import redacting, too_short
+
+    if warning := too_short(config.secrets):
+        say(warning)
+    return redacting(config.secrets)
+
+
 def _plugins(registry: Registry) -> None:
     for plugin in registry.plugins():
         print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
@@ -131,7 +141,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ._config import load_config
     from ._convert import ConfigError
-    from ._redact import redacting
     from ._registry import default_registry
     from .service import Notifier, build_routes, freeze_heap, run_bridge
     from .service._logs import configure_logging
@@ -156,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     secrets = contextlib.ExitStack()
     try:
         config = load_config(args.config, registry, engine=args.engine)
-        secrets.enter_context(redacting(config.secrets))
+        secrets.enter_context(_redacting(config, say))
         if args.command == "check":
             _check(args.config, build_routes(config, registry, checking=True), config)
             return 0

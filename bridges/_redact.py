@@ -64,6 +64,17 @@ def forms(secret: str) -> set[str]:
     return {form for form in written if len(form) >= MIN_SECRET_CHARS}
 
 
+def too_short(secrets: Iterable[str]) -> str | None:
+    """A warning when some of ``secrets`` are too short to be redacted, else None."""
+    count = sum(1 for secret in secrets if 0 < len(secret) < MIN_SECRET_CHARS)
+    if not count:
+        return None
+    return (
+        f"warning: {count} secret value(s) shorter than {MIN_SECRET_CHARS} characters: "
+        "not redacted from logs and errors"
+    )
+
+
 class Redactor:
     """A set of secrets (counted: several scopes may hold the same) and their pattern."""
 

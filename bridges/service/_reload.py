@@ -47,7 +47,7 @@ from .._config import Config, load_config
 from .._convert import ConfigError
 from .._engine import Route
 from .._flow import one_line
-from .._redact import Secrets
+from .._redact import Secrets, too_short
 from .._registry import Registry
 from .._shared import Shared
 from ._health import route_state
@@ -187,6 +187,8 @@ class Reloader:
         new, fresh = loaded
         if self.secrets is not None:
             self.secrets.add(new.secrets)
+        if warning := too_short(new.secrets):
+            self.say(f"reload: {warning}")
         plan = plan_reload(self.config, new)
         for warning in plan.warnings:
             self.say(f"reload: {warning}")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridges import default_registry, parse_config
+from bridges._cli import main
 from bridges._flow import one_line
 from bridges._redact import MASK, MIN_SECRET_CHARS, Redactor, redact, redacting
 
@@ -94,3 +95,18 @@ def test_one_line_masks_the_process_secrets_before_it_cuts() -> None:
         assert "0123" not in one_line(error, limit=40)
         assert redact("0123456789abcdef") == MASK
     assert redact("0123456789abcdef") == "0123456789abcdef"  # (the block ended)
+
+
+def test_bridges_check_warns_of_a_secret_too_short_to_redact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bridge.toml"
+    route = '[routes.r]\nsource = { type = "file", path = "in" }\n'
+    sink = 'sink = { type = "stomp", destination = "/q", passcode = "%s" }\n'
+    config.write_text(route + sink % "abc")
+    assert main(["check", str(config)]) == 0
+    warning = "warning: 1 secret value(s) shorter than 4 characters: not redacted"
+    assert warning in capsys.readouterr().err
+    config.write_text(route + sink % "abcd")
+    assert main(["check", str(config)]) == 0
+    assert "warning" not in capsys.readouterr().err
