@@ -45,7 +45,7 @@ from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin
 import attrs
 
 from ._readfile import MAX_SECRET_BYTES, FileMissing, FileRefused, read_text
-from ._redact import basic_credentials
+from ._redact import Redactor, basic_credentials
 
 T = TypeVar("T")
 
@@ -129,9 +129,14 @@ class Where:
         self.problems.append(Problem(self.file, self.route, self.key, message))
 
     def check(self) -> None:
-        """Raise :class:`ConfigError` if any problem was found."""
+        """Raise :class:`ConfigError` if any problem was found; a secret resolved so
+        far that a problem quotes (an endpoint's error about a value built with
+        ``${credential:NAME}``) is masked in it."""
         if self.problems:
-            raise ConfigError(self.problems)
+            redactor = Redactor()
+            redactor.add(self.secrets)
+            masked = [attrs.evolve(p, message=redactor.redact(p.message)) for p in self.problems]
+            raise ConfigError(masked)
 
 
 class _Invalid:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridges import default_registry, parse_config
+from bridges import ConfigError, default_registry, parse_config
 from bridges._cli import main
 from bridges._flow import one_line
 from bridges._redact import MASK, MIN_SECRET_CHARS, Redactor, redact, redacting
@@ -110,3 +110,19 @@ def test_bridges_check_warns_of_a_secret_too_short_to_redact(
     config.write_text(route + sink % "abcd")
     assert main(["check", str(config)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_config_problem_never_quotes_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A header template built from a credential, which is not a valid template:
+    # the endpoint's error quotes the value.
+    (tmp_path / "token").write_text("Bearer {not-a-template")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    sink = {"type": "http", "url": "http://host/", "headers": {"a": "${credential:token}"}}
+    route = {"source": {"type": "file", "path": "in"}, "sink": sink}
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"routes": {"r": route}}, default_registry(plugins=False))
+    assert "route 'r': sink.headers.a: stray '{' in template '***'" in str(caught.value)
+    assert "not-a-template" not in str(caught.value)
+    assert all("not-a-template" not in problem.message for problem in caught.value.problems)
