@@ -108,7 +108,8 @@ class Reloader:
     is_stopping: Callable[[], bool] = lambda: False
     #: Where a new config's secrets go, to be redacted (see :mod:`bridges._redact`).
     secrets: Secrets | None = None
-    timeout: float = RELOAD_TIMEOUT
+    #: The deadline of a load, s (None: :data:`RELOAD_TIMEOUT`, as it is at the load).
+    timeout: float | None = None
     _lock: trio.Lock = attrs.field(factory=trio.Lock)
     _loading: trio.CancelScope | None = None
 
@@ -167,7 +168,8 @@ class Reloader:
             fresh = build_routes(attrs.evolve(new, routes=wanted), registry, shared=self.shared)
             return new, fresh
 
-        with trio.move_on_after(self.timeout) as scope:
+        timeout = self.timeout if self.timeout is not None else RELOAD_TIMEOUT
+        with trio.move_on_after(timeout) as scope:
             self._loading = scope
             try:
                 loaded = await trio.to_thread.run_sync(load, abandon_on_cancel=True)
@@ -178,7 +180,7 @@ class Reloader:
             return loaded
         if self.is_stopping():
             return None
-        raise TimeoutError(f"{file}: not read and checked within {self.timeout:g} s")
+        raise TimeoutError(f"{file}: not read and checked within {timeout:g} s")
 
     async def _apply(self) -> bool:
         loaded = await self._load()

@@ -15,6 +15,7 @@ import trio
 from notify_kit import http_url, running_bridge
 
 from bridges import default_registry, load_config, run_bridge
+from bridges.service import _reload
 from bridges.testing import wait_until
 
 CONFIG = """
@@ -119,7 +120,14 @@ async def test_a_load_that_hangs_is_abandoned_and_sigterm_stops_at_once(
             (tmp_path / "inbox" / "a").write_text("a")
             await wait_until(lambda: files.stats.written == 1, 0.02)
             await wait_until(lambda: any("reload failed" in line for line in said), 0.02)
-            # The second: SIGTERM while its read hangs.
+            # The second: the whole load's deadline passes first.
+            monkeypatch.setattr(_reload, "RELOAD_TIMEOUT", 0.3)
+            os.kill(os.getpid(), signal.SIGHUP)
+            await wait_until(lambda: sum("reload failed" in line for line in said) == 2, 0.02)
+            monkeypatch.setattr(_reload, "RELOAD_TIMEOUT", 10.0)
+            (tmp_path / "inbox" / "b").write_text("b")
+            await wait_until(lambda: files.stats.written == 2, 0.02)
+            # The third: SIGTERM while its read hangs.
             hanging.clear()
             os.kill(os.getpid(), signal.SIGHUP)
             await trio.to_thread.run_sync(hanging.wait)
@@ -133,4 +141,6 @@ async def test_a_load_that_hangs_is_abandoned_and_sigterm_stops_at_once(
     text = "\n".join(said)
     hung = str(tmp_path / "hung")
     assert f"sink.passcode_file: cannot read {hung!r}: not read within 1 s" in text, text
-    assert files.stats.written == 1
+    assert "reload failed (TimeoutError: " in text, text
+    assert f"{path}: not read and checked within 0.3 s; still running the previous" in text
+    assert files.stats.written == 2
