@@ -17,10 +17,12 @@ embedded broker (volatile, or a topic's); see ``Stopped``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -39,7 +41,9 @@ PROG = "bridges"
 
 
 def _say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    from ._redact import redact
+
+    print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
 
 
 def _exit_now(status: StatusLine | None, stopped: Stopped) -> None:
@@ -115,6 +119,15 @@ def _check(path: str, routes: Sequence[Route], config: Config) -> None:
         _say(f"  engine spark: master {spark.master}, checkpoint {spark.checkpoint}")
 
 
+def _redacting(config: Config, say: Callable[[str], None]) -> AbstractContextManager[object]:
+    """Redact the config's secrets from everything said (see ``bridges._redact``)."""
+    from ._redact import redacting, too_short
+
+    if warning := too_short(config.secrets):
+        say(warning)
+    return redacting(config.secrets)
+
+
 def _plugins(registry: Registry) -> None:
     for plugin in registry.plugins():
         print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
@@ -148,8 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .service._unit import print_unit
 
         return print_unit(say)
+    # What the config resolved is redacted from everything said, errors included.
+    secrets = contextlib.ExitStack()
     try:
         config = load_config(args.config, registry, engine=args.engine)
+        secrets.enter_context(_redacting(config, say))
         if args.command == "check":
             _check(args.config, build_routes(config, registry, checking=True), config)
             return 0
@@ -175,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        secrets.close()
     return 0
 
 

@@ -30,6 +30,7 @@ from attrs.validators import ge, gt
 
 from ._convert import INVALID, ConfigError, Problem, Where, describe, structure
 from ._endpoint import Context, InvalidSetting
+from ._readfile import MAX_CONFIG_BYTES, FileRefused, read_file
 from ._registry import Kind, Registry
 from ._retry import RetryPolicy
 
@@ -73,6 +74,8 @@ class BridgeSettings:
         None for no such server.
       engine: "local" runs the routes in this process; "spark" runs each
         as a Spark Structured Streaming query (see ``[spark]``).
+      follow_secret_links: a ``*_file`` secret may be a symbolic link (as
+        Kubernetes mounts them); by default a link is refused.
     """
 
     shutdown_timeout: float = attrs.field(default=10.0, validator=ge(0.0))
@@ -81,6 +84,7 @@ class BridgeSettings:
     stall_timeout: float = attrs.field(default=60.0, validator=gt(0.0))
     http: str | None = attrs.field(default=None, validator=attrs.validators.optional(_listen))
     engine: Literal["local", "spark"] = "local"
+    follow_secret_links: bool = False
 
 
 @attrs.frozen
@@ -181,6 +185,9 @@ class Config:
     file: str | None = None
     base_dir: Path = attrs.field(factory=Path.cwd)
     spark: SparkSettings = SparkSettings()
+    #: Every secret value the config resolved (see :mod:`bridges._redact`): redacted
+    #: from what the process says while it runs this config.
+    secrets: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
 
 
 def load_config(
@@ -197,18 +204,23 @@ def load_config(
       base_dir: what relative paths are relative to (default: the cwd).
       engine: overrides ``[bridge] engine`` (``bridges run --engine``).
 
+    The file is read as :func:`~bridges._readfile.read_file` reads one: a
+    regular file (a link is followed) of at most
+    :data:`~bridges._readfile.MAX_CONFIG_BYTES`, within
+    :data:`~bridges._readfile.READ_TIMEOUT` s.
+
     Raises:
       ConfigError: the file cannot be read, is not TOML, or has problems;
         each names the file, the route and the key.
     """
     name = str(path)
     try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
-    except OSError as exc:
-        raise ConfigError(
-            [Problem(name, None, "", f"cannot read: {exc.strerror or exc}")]
-        ) from None
+        text = read_file(path, limit=MAX_CONFIG_BYTES, follow_links=True, what="cannot read")
+        data = tomllib.loads(text.decode("utf-8"))
+    except FileRefused as exc:
+        raise ConfigError([Problem(name, None, "", str(exc))]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([Problem(name, None, "", "not UTF-8 text")]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([Problem(name, None, "", f"not valid TOML: {exc}")]) from None
     return parse_config(data, registry, file=name, base_dir=base_dir, engine=engine)
@@ -236,6 +248,7 @@ def parse_config(
     bridge = structure(BridgeSettings, data.get("bridge", {}), where.at("bridge"))
     if engine is not None and bridge is not INVALID:
         bridge = attrs.evolve(bridge, engine=engine)
+    where.follow_links = bridge is not INVALID and bridge.follow_secret_links
     spark = _parse_spark(data.get("spark", {}), where.at("spark"))
     broker = structure(BrokerSettings, data.get("broker", {}), where.at("broker"))
     if broker is not INVALID and broker.data_dir is not None and not broker.embedded:
@@ -252,7 +265,7 @@ def parse_config(
     routes = []
     embedded = broker is INVALID or broker.embedded  # (unknown: do not also complain)
     for name, table in tables.items():
-        route_where = Where(file=file, route=name, base_dir=base, problems=where.problems)
+        route_where = Where(file, name, (), base, where.problems, where.secrets, where.follow_links)
         route = _parse_route(name, table, registry, route_where)
         if route is not None:
             _check_build(route, registry, Context(name, "-", base, embedded, checking=True), where)
@@ -260,7 +273,7 @@ def parse_config(
     if bridge is not INVALID and broker is not INVALID and spark is not INVALID:
         _check_engine(bridge, broker, spark, routes, where)
     where.check()
-    return Config(tuple(routes), bridge, broker, file, base, spark)
+    return Config(tuple(routes), bridge, broker, file, base, spark, frozenset(where.secrets))
 
 
 def _parse_spark(table: object, where: Where) -> SparkSettings | Any:

@@ -20,23 +20,32 @@ Two conveniences for secrets, so they need not sit in the file:
   ``bearer_token``...), which nothing prints.
 - A field marked ``secret`` (``attrs.field(metadata={"secret": True})``) may
   be given as ``NAME_file = "path"`` instead: the file's content, without its
-  trailing newline, is the value.
+  trailing newline, is the value (a link only with ``[bridge]
+  follow_secret_links``).
+
+Both files are read by :func:`bridges._readfile.read_text` (a regular file,
+bounded in size and time). Every secret value resolved (a secret field's,
+however given; a credential's, wherever used; a URL's password) is kept in
+:attr:`Where.secrets`, and becomes the config's ``secrets``: what
+:mod:`bridges._redact` masks in everything the process says.
 """
 
 from __future__ import annotations
 
 import difflib
-import errno
 import os
 import re
-import stat
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin
 
 import attrs
+
+from ._readfile import MAX_SECRET_BYTES, FileMissing, FileRefused, read_text
+from ._redact import Redactor, basic_credentials
 
 T = TypeVar("T")
 
@@ -51,8 +60,8 @@ _CREDENTIAL: Final = re.compile(r"[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,254}")
 CREDENTIAL_DIRECTORY_ID: Final = "bridges"
 #: The longest file name a credential can have (NAME_MAX).
 _MAX_CREDENTIAL_NAME: Final = 255
-#: The largest credential file read, bytes.
-MAX_CREDENTIAL_BYTES: Final = 64 * 1024
+#: The largest credential file read, bytes (as any secret file).
+MAX_CREDENTIAL_BYTES: Final = MAX_SECRET_BYTES
 
 
 @attrs.frozen
@@ -88,11 +97,29 @@ class Where:
     keys: tuple[str, ...] = ()
     base_dir: Path = attrs.field(factory=Path.cwd)
     problems: list[Problem] = attrs.field(factory=list)
+    #: Every secret value resolved so far (shared, like problems): see :func:`note_secret`.
+    secrets: list[str] = attrs.field(factory=list, repr=False)
+    #: ``*_file`` secrets may be symbolic links (``[bridge] follow_secret_links``).
+    follow_links: bool = False
 
     def at(self, key: str | int) -> Where:
-        """The same place, one key deeper; problems are shared."""
+        """The same place, one key deeper; problems and secrets are shared."""
         step = f"[{key}]" if isinstance(key, int) else str(key)
-        return Where(self.file, self.route, (*self.keys, step), self.base_dir, self.problems)
+        return Where(
+            self.file,
+            self.route,
+            (*self.keys, step),
+            self.base_dir,
+            self.problems,
+            self.secrets,
+            self.follow_links,
+        )
+
+    def trial(self) -> Where:
+        """The same place with problems of its own (to try a conversion); secrets shared."""
+        return Where(
+            self.file, self.route, self.keys, self.base_dir, [], self.secrets, self.follow_links
+        )
 
     @property
     def key(self) -> str:
@@ -102,9 +129,14 @@ class Where:
         self.problems.append(Problem(self.file, self.route, self.key, message))
 
     def check(self) -> None:
-        """Raise :class:`ConfigError` if any problem was found."""
+        """Raise :class:`ConfigError` if any problem was found; a secret resolved so
+        far that a problem quotes (an endpoint's error about a value built with
+        ``${credential:NAME}``) is masked in it."""
         if self.problems:
-            raise ConfigError(self.problems)
+            redactor = Redactor()
+            redactor.add(self.secrets)
+            masked = [attrs.evolve(p, message=redactor.redact(p.message)) for p in self.problems]
+            raise ConfigError(masked)
 
 
 class _Invalid:
@@ -159,10 +191,12 @@ def expand_env(text: str, where: Where) -> str | _Invalid:
         name = match.group(1)
         if name.startswith("credential:"):
             try:
-                return read_credential(name.removeprefix("credential:"))
+                credential = read_credential(name.removeprefix("credential:"))
             except ValueError as exc:
                 missing.append(str(exc))
                 return ""
+            where.secrets.append(credential)
+            return credential
         if not _NAME.fullmatch(name):
             missing.append(f"${{{name}}} is not a valid environment variable reference")
             return ""
@@ -184,9 +218,11 @@ def read_credential(name: str, directory: str | None = None) -> str:
     The file ``name`` is read, or if there is none ``bridges_name``: systemd
     names the files of a credentials directory ``ID_FILENAME``, and the unit
     template loads its directory with the ID :data:`CREDENTIAL_DIRECTORY_ID`.
-    Either is opened relative to the directory without following a link,
-    must be a regular file of at most :data:`MAX_CREDENTIAL_BYTES`, and is
-    UTF-8 text; one trailing newline is removed.
+    Either is read by :func:`~bridges._readfile.read_text`, relative to the
+    directory and without following a link: a regular file of at most
+    :data:`MAX_CREDENTIAL_BYTES`, read within
+    :data:`~bridges._readfile.READ_TIMEOUT` s, and UTF-8 text; one trailing
+    newline is removed.
 
     Raises:
       ValueError: naming the credential (never its value) and what is wrong.
@@ -199,48 +235,31 @@ def read_credential(name: str, directory: str | None = None) -> str:
         raise ValueError(
             f"{where}: $CREDENTIALS_DIRECTORY is not set (give the unit LoadCredential={name}:...)"
         )
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot open $CREDENTIALS_DIRECTORY: {exc.strerror}") from None
     in_directory = f"{CREDENTIAL_DIRECTORY_ID}_{name}"
-    try:
-        for candidate in (name, in_directory):
-            if len(candidate) <= _MAX_CREDENTIAL_NAME:
-                text = _read_credential_at(dir_fd, candidate, where)
-                if text is not None:
-                    return text
-    finally:
-        os.close(dir_fd)
+    for candidate in (name, in_directory):
+        if len(candidate) <= _MAX_CREDENTIAL_NAME:
+            try:
+                return read_text(
+                    candidate, dir_fd=_credentials_directory(directory, where), what=where
+                )
+            except FileMissing:
+                continue
     raise ValueError(
         f"{where}: not in $CREDENTIALS_DIRECTORY (as {name} or {in_directory}: a file {name} "
         f"in the unit's LoadCredential={CREDENTIAL_DIRECTORY_ID}:DIR, or LoadCredential={name}:...)"
     )
 
 
-def _read_credential_at(dir_fd: int, name: str, where: str) -> str | None:
-    """The credential file ``name`` in ``dir_fd`` as text, or None if there is none."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(name, flags, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        reason = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-        raise ValueError(f"{where}: cannot read: {reason}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{where}: not a regular file")
-        data = os.read(fd, MAX_CREDENTIAL_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CREDENTIAL_BYTES:
-        raise ValueError(f"{where}: larger than {MAX_CREDENTIAL_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{where}: not UTF-8 text") from None
-    return text.removesuffix("\n").removesuffix("\r")
+def _credentials_directory(directory: str, where: str) -> Callable[[], int]:
+    def open_it() -> int:
+        try:
+            return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise FileRefused(
+                f"{where}: cannot open $CREDENTIALS_DIRECTORY: {exc.strerror}"
+            ) from None
+
+    return open_it
 
 
 #: The scalar types a config class may use: whether a TOML value is one.
@@ -267,7 +286,10 @@ def convert(tp: Any, value: object, where: Where) -> Any:
     elif tp in _SCALARS:
         if _SCALARS[tp](value):
             if tp is str:
-                return expand_env(value, where)  # type: ignore[arg-type]
+                text = expand_env(value, where)  # type: ignore[arg-type]
+                if isinstance(text, str) and "@" in text:
+                    _note_url_password(text, where)
+                return text
             return float(value) if tp is float else value  # type: ignore[arg-type]
     elif origin in (list, tuple, Sequence, dict, Mapping):
         if _accepts_shape(tp, value):
@@ -296,7 +318,7 @@ def _convert_union(tp: Any, args: tuple[Any, ...], value: object, where: Where) 
     if len(options) == 1:
         return convert(options[0], value, where)
     for option in options:
-        trial = Where(where.file, where.route, where.keys, where.base_dir)
+        trial = where.trial()
         result = convert(option, value, trial)
         if result is not INVALID:
             return result
@@ -389,13 +411,14 @@ def _read_secret_files(
         if text is INVALID:
             ok = False
         else:
+            where.secrets.append(text)  # type: ignore[arg-type]
             kwargs[secret] = text
     return ok
 
 
 def _convert_secret(tp: Any, value: object, where: Where) -> Any:
     """:func:`convert` for a secret: a problem names the key and the type, never the value."""
-    trial = Where(where.file, where.route, where.keys, where.base_dir)
+    trial = where.trial()
     result = convert(tp, value, trial)
     if result is INVALID:
         kind = describe(value).rpartition(" ")[2].strip("()")  # the type only
@@ -403,6 +426,8 @@ def _convert_secret(tp: Any, value: object, where: Where) -> Any:
             where.problems.extend(trial.problems)
         else:
             where.problem(f"expected {_type_name(tp)}, got a TOML {kind} (a secret: not shown)")
+    else:
+        where.secrets.extend(result if isinstance(result, list | tuple) else [result])
     return result
 
 
@@ -426,8 +451,22 @@ def _read_secret(value: object, where: Where) -> str | _Invalid:
         return INVALID
     path = where.base_dir / Path(path_text).expanduser()
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        where.problem(f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}")
+        return read_text(path, follow_links=where.follow_links, what=f"cannot read {str(path)!r}")
+    except FileRefused as exc:
+        where.problem(str(exc))
         return INVALID
-    return text.removesuffix("\n").removesuffix("\r")
+
+
+def _note_url_password(text: str, where: Where) -> None:
+    """The password of a URL (``scheme://user:password@host``) is a secret wherever it is:
+    its decoded and written forms, and ``user:password`` for HTTP Basic auth."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        password = parts.password
+    except ValueError:
+        return
+    if not password:
+        return
+    user = urllib.parse.unquote(parts.username or "")
+    where.secrets.extend((password, urllib.parse.unquote(password)))
+    where.secrets.append(basic_credentials(user, urllib.parse.unquote(password)))

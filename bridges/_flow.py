@@ -19,6 +19,7 @@ import trio
 
 from ._endpoint import MessageRejected
 from ._message import OPEN, Envelope
+from ._redact import redact_cut
 
 T = TypeVar("T")
 
@@ -295,9 +296,10 @@ def sole(exc: BaseException) -> BaseException:
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:
-    """An error as one line for logs and the ``bridge-error`` header."""
+    """An error as one line for logs and the ``bridge-error`` header, at most
+    ``limit`` characters, every secret of the process masked (:mod:`bridges._redact`)."""
     exc = sole(exc)
     text = " ".join(str(exc).split()) or type(exc).__name__
     if not isinstance(exc, MessageRejected | TransformFailed | DeadLetterFailed):
         text = f"{type(exc).__name__}: {text}"
-    return text[:limit]
+    return redact_cut(text, limit)

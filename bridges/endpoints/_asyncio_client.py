@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, TypeVar
 import trio
 
 from bridges import Context, InvalidSetting
+from bridges._redact import redact as redact_all
 
 from ._asyncio import AsyncioLoop, asyncio_loop
 
@@ -59,10 +60,11 @@ def split_url(url: str, schemes: Sequence[str]) -> tuple[urllib.parse.SplitResul
 
 
 def redact(text: str, secret: str | None) -> str:
-    """TEXT on one line (white space folded), with SECRET written ``***``."""
+    """TEXT on one line (white space folded), with SECRET and every secret of the
+    process (:mod:`bridges._redact`) written ``***``."""
     if secret:
         text = text.replace(secret, "***")
-    return " ".join(text.split())
+    return " ".join(redact_all(text).split())
 
 
 class AsyncioConnector:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from .._flow import COUNTERS
+from .._redact import redact
 
 if TYPE_CHECKING:
     from .._engine import Route
@@ -101,6 +102,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, ensure_ascii=False, default=str)
 
 
+class RedactingFormatter(logging.Formatter):
+    """Another formatter's lines with every secret of the process masked
+    (:mod:`bridges._redact`): the message, its arguments and its traceback alike."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self.inner.format(record))
+
+
 class JournalFormatter(logging.Formatter):
     """Another formatter's lines, each prefixed with the record's syslog priority."""
 
@@ -143,6 +156,7 @@ def configure_logging(
         formatter = logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
         )
+    formatter = RedactingFormatter(formatter)
     if journal:
         formatter = JournalFormatter(formatter)
     handler = logging.StreamHandler(out)
@@ -153,6 +167,7 @@ def configure_logging(
     prefix = f"<{STATUS_PRIORITY}>" if journal else ""
 
     def say(message: str) -> None:
+        message = redact(message)
         if log_format == "json":
             line = json.dumps(
                 {"time": _now(), "level": "notice", "logger": prog, "event": "status",

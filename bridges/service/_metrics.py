@@ -57,6 +57,7 @@ from .._convert import ConfigError, Problem
 from .._endpoint import Context
 from .._engine import Route
 from .._flow import COUNTERS
+from .._redact import redact
 from .._shared import Shared
 from ..endpoints.http.listener import Receive, Scope, Send, listen, respond
 from ..endpoints.stomp import EMBEDDED_BROKER
@@ -232,7 +233,7 @@ class RouteMetrics:
 
     async def metrics_app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /metrics``: the Prometheus text format."""
-        body = generate_latest(self.registry)
+        body = redact(generate_latest(self.registry).decode()).encode()
         headers = [(b"content-type", CONTENT_TYPE_LATEST.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -246,7 +247,7 @@ class RouteMetrics:
         why = [f"stuck: {name}" for name in health.stuck]
         if not health.responsive:
             why.append(f"event loop lag {health.lag:.1f} s")
-        await respond(send, 503, ("\n".join(why) + "\n").encode())
+        await respond(send, 503, redact("\n".join(why) + "\n").encode())
 
     async def readyz_app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /readyz``: 200 when every route runs, else 503 listing those that do not."""
@@ -254,7 +255,7 @@ class RouteMetrics:
         if not waiting:
             await respond(send, 200, b"ready\n")
         else:
-            await respond(send, 503, ("\n".join(waiting) + "\n").encode())
+            await respond(send, 503, redact("\n".join(waiting) + "\n").encode())
 
 
 def _refused(route: Route) -> Mapping[str, int] | None:

@@ -27,6 +27,8 @@ import socket
 import time
 from collections.abc import Mapping
 
+from .._redact import redact
+
 log = logging.getLogger("bridges.service")
 
 
@@ -52,10 +54,13 @@ class Notifier:
         return self._address is not None
 
     def send(self, **fields: str | int) -> None:
-        """Send one message: ``send(READY=1, STATUS="...")``; newlines in values become spaces."""
+        """Send one message: ``send(READY=1, STATUS="...")``; newlines in values become
+        spaces, and secrets ``***`` (:mod:`bridges._redact`)."""
         if self._address is None:
             return
-        lines = [f"{key}={' '.join(str(value).splitlines())}" for key, value in fields.items()]
+        lines = [
+            f"{key}={' '.join(redact(str(value)).splitlines())}" for key, value in fields.items()
+        ]
         data = ("\n".join(lines) + "\n").encode("utf-8", "replace")
         try:
             if self._socket is None:

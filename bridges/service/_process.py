@@ -53,6 +53,7 @@ from .._config import Config
 from .._convert import ConfigError
 from .._engine import Route
 from .._flow import sole
+from .._redact import Secrets, redacting
 from .._registry import Registry
 from .._shared import open_shared
 from ..endpoints.stomp import EMBEDDED_BROKER
@@ -169,6 +170,8 @@ class _Stopping:
     data_dir: str | None = None
     #: What the embedded broker held once every route had stopped (None: not counted yet).
     held: tuple[Held, Held] | None = None
+    #: The secrets redacted while the process runs (a reload adds its config's).
+    secrets: Secrets | None = None
 
     def abort(self) -> None:
         if self.handed_back is None:
@@ -303,12 +306,16 @@ async def run_bridge(
     """
     data_dir = config.broker.data_dir
     stopping = _Stopping(data_dir=None if data_dir is None else str(config.base_dir / data_dir))
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+    with (
+        redacting(config.secrets) as secrets,
+        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals,
+    ):
         try:
             async with trio.open_nursery() as guard:
                 if hard_stop is not None:
                     guard.start_soon(_stop_now_guard, stopping, say, hard_stop)
                 stopping.notifier = notifier
+                stopping.secrets = secrets
                 await _run(config, registry, say, signals, stopping, task_status, status)
                 guard.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -352,7 +359,7 @@ async def _run(
                 async with trio.open_nursery() as running:
                     stopping.reloader = Reloader(
                         config, registry, routes, running, service, say, shared,
-                        is_stopping=lambda: stopping.signalled,
+                        is_stopping=lambda: stopping.signalled, secrets=stopping.secrets,
                     )  # fmt: skip
                     for route in routes:
                         running.start_soon(route.run, name=f"route {route.name}")
@@ -394,6 +401,8 @@ async def _watch_signals(
             continue
         if not stopping.signalled:
             stopping.signalled = True
+            if stopping.reloader is not None:
+                stopping.reloader.cancel()  # a load under way is abandoned
             if stopping.service is not None:
                 stopping.service.stopping()
             timeout = config.bridge.shutdown_timeout

@@ -19,12 +19,26 @@ takes anything, it acks nothing twice.
 
 ``[bridge]`` and ``[broker]`` are read once, at start: a reload that changes
 them says that they need a restart, and applies the routes only.
+
+The new config is read, checked and built off the event loop, in a worker
+thread, within :data:`RELOAD_TIMEOUT` s: the running routes, ``/healthz``
+and the signals never wait on it, whatever its files are (a FIFO, a
+device, a file system that hangs). Each file is read by
+:func:`bridges._readfile.read_file` (a regular file, at most its size cap,
+within :data:`~bridges._readfile.READ_TIMEOUT` s). A load that overruns the
+deadline, or is still running when the process is told to stop, is
+abandoned (``abandon_on_cancel``): its thread is a daemon thread that holds
+no lock and no resource of the process, cannot hold up its exit, and its
+result is thrown away. Any failure (a config problem, an unreadable file,
+the deadline, any exception an endpoint raised while being built) keeps the
+routes that run, says why, and marks ``STATUS=`` until the next good reload.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Final
 
 import attrs
 import trio
@@ -32,6 +46,8 @@ import trio
 from .._config import Config, load_config
 from .._convert import ConfigError
 from .._engine import Route
+from .._flow import one_line
+from .._redact import Secrets, too_short
 from .._registry import Registry
 from .._shared import Shared
 from ._health import route_state
@@ -42,6 +58,9 @@ from ._service import Service
 Say = Callable[[str], None]
 
 log = logging.getLogger("bridges.service")
+
+#: The longest a reload may take to read, check and build the new config, s.
+RELOAD_TIMEOUT: Final = 10.0
 
 
 @attrs.frozen
@@ -87,7 +106,17 @@ class Reloader:
     say: Say
     shared: Shared | None = None
     is_stopping: Callable[[], bool] = lambda: False
+    #: Where a new config's secrets go, to be redacted (see :mod:`bridges._redact`).
+    secrets: Secrets | None = None
+    #: The deadline of a load, s (None: :data:`RELOAD_TIMEOUT`, as it is at the load).
+    timeout: float | None = None
     _lock: trio.Lock = attrs.field(factory=trio.Lock)
+    _loading: trio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        """Abandon a load under way (the process is stopping)."""
+        if self._loading is not None:
+            self._loading.cancel()
 
     def request(self) -> None:
         """Reload now, in the background (one reload at a time, in order)."""
@@ -97,7 +126,10 @@ class Reloader:
             self.say("not reloading: no route is running")
 
     async def reload(self) -> bool:
-        """Read the config file again and apply it; True when it was applied."""
+        """Read the config file again and apply it; True when it was applied.
+
+        Never raises (but Cancelled): whatever fails keeps the running routes.
+        """
         async with self._lock:
             if self.is_stopping():
                 return False
@@ -107,22 +139,61 @@ class Reloader:
             except ConfigError as exc:
                 for problem in exc.problems:
                     self.say(f"reload: {problem}")
-                note = f"reload failed ({_problems(exc)}; still running the previous config)"
-                self.say(note)
-                self.service.reloaded(note)
+                self._failed(_problems(exc))
+                return False
+            except Exception as exc:  # any failure at all keeps the running routes
+                log.error("reload of %s failed: %s", self.config.file, one_line(exc))
+                self._failed(one_line(exc, limit=200))
                 return False
             self.service.reloaded(None)
             return applied
 
-    async def _apply(self) -> bool:
-        if self.config.file is None:
+    def _failed(self, why: str) -> None:
+        note = f"reload failed ({why}; still running the previous config)"
+        self.say(note)
+        self.service.reloaded(note)
+
+    async def _load(self) -> tuple[Config, list[Route]] | None:
+        """The new config and its new routes, read and built in a worker thread,
+        or None when the process started stopping meanwhile."""
+        file = self.config.file
+        if file is None:
             raise ConfigError([])
-        new = load_config(self.config.file, self.registry, base_dir=self.config.base_dir)
+        base_dir, registry, old = self.config.base_dir, self.registry, self.config
+
+        def load() -> tuple[Config, list[Route]]:
+            new = load_config(file, registry, base_dir=base_dir)
+            starting = set(plan_reload(old, new).start)
+            wanted = tuple(spec for spec in new.routes if spec.name in starting)
+            fresh = build_routes(attrs.evolve(new, routes=wanted), registry, shared=self.shared)
+            return new, fresh
+
+        timeout = self.timeout if self.timeout is not None else RELOAD_TIMEOUT
+        with trio.move_on_after(timeout) as scope:
+            self._loading = scope
+            try:
+                loaded = await trio.to_thread.run_sync(load, abandon_on_cancel=True)
+            finally:
+                self._loading = None
+            if self.is_stopping():
+                return None
+            return loaded
+        if self.is_stopping():
+            return None
+        raise TimeoutError(f"{file}: not read and checked within {timeout:g} s")
+
+    async def _apply(self) -> bool:
+        loaded = await self._load()
+        if loaded is None:
+            return False
+        new, fresh = loaded
+        if self.secrets is not None:
+            self.secrets.add(new.secrets)
+        if warning := too_short(new.secrets):
+            self.say(f"reload: {warning}")
         plan = plan_reload(self.config, new)
         for warning in plan.warnings:
             self.say(f"reload: {warning}")
-        wanted = tuple(spec for spec in new.routes if spec.name in plan.start)
-        fresh = build_routes(attrs.evolve(new, routes=wanted), self.registry, shared=self.shared)
         self.say(
             f"reloading {self.config.file}: {len(plan.keep)} route(s) unchanged, "
             f"{len(plan.stop)} stopping, {len(plan.start)} starting"

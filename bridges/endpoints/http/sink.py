@@ -41,14 +41,19 @@ import trio
 from attrs.validators import ge, gt
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+from bridges._readfile import checked_cafile, open_verifying_context
+from bridges._redact import redact_cut
 
 from .signatures import Scheme, sign_headers
 from .source import TRACE_HEADERS, signing_keys
 
 log = logging.getLogger("bridges.http")
 
-#: How much of a rejecting answer goes into ``bridge-error``.
+#: How much of a rejecting answer goes into ``bridge-error``, characters.
 ERROR_BODY_BYTES: Final = 200
+#: How much more of it is read, so that a secret it echoes across the cut is
+#: found whole and masked (:mod:`bridges._redact`), bytes.
+_ERROR_BODY_MARGIN: Final = 1024
 #: How much of a 2xx answer is read (so the connection can be reused); more closes it.
 DRAIN_BYTES: Final = 64 * 1024
 #: Most answers remembered across failed writes (see :class:`HttpSink`).
@@ -122,11 +127,9 @@ class HttpSink:
         self._keys = signing_keys(config.signature, config.secret)
         if config.bearer_token is not None and not config.bearer_token:
             raise InvalidSetting("bearer_token", "is empty")
-        self._cafile = context.path(config.cafile) if config.cafile else None
-        if self._cafile is not None and config.insecure:
+        if config.cafile is not None and config.insecure:
             raise InvalidSetting("insecure", "give cafile or insecure, not both")
-        if self._cafile is not None and not self._cafile.is_file():
-            raise InvalidSetting("cafile", f"{self._cafile} is not a file")
+        self._cafile = checked_cafile("cafile", config.cafile, context)
         # Answers to messages of a batch that failed as a whole: id(message) ->
         # (message, None if delivered else why rejected). The message is kept so
         # that its id() is not reused while the entry lives.
@@ -148,7 +151,7 @@ class HttpSink:
             log.warning("%s: TLS certificates are not verified (insecure = true)", self.describe())
             verify = False
         elif self._cafile is not None:
-            verify = ssl.create_default_context(cafile=str(self._cafile))
+            verify = await open_verifying_context(self._cafile)
         limits = httpx.Limits(
             max_connections=config.concurrency, max_keepalive_connections=config.concurrency
         )
@@ -336,8 +339,8 @@ class _HttpWriter:
             if 200 <= status < 300:
                 await _read_some(response, DRAIN_BYTES)
                 return None
-            text = await _read_some(response, ERROR_BODY_BYTES)
-            snippet = text[:ERROR_BODY_BYTES].decode("utf-8", "replace")
+            text = await _read_some(response, ERROR_BODY_BYTES + _ERROR_BODY_MARGIN)
+            snippet = redact_cut(text.decode("utf-8", "replace"), ERROR_BODY_BYTES)
             reason = f" {response.reason_phrase}" if response.reason_phrase else ""
             summary = f"{where}: HTTP {status}{reason}: {snippet!r}"
             if status in TRANSIENT or status >= 500:

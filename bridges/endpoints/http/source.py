@@ -49,6 +49,7 @@ import trio
 from attrs.validators import ge, gt, le
 
 from bridges import Context, Envelope, InvalidSetting, Message
+from bridges._readfile import check_file
 
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
@@ -141,8 +142,10 @@ class HttpSource:
             key = "listen" if "certfile" not in str(exc) else "certfile"
             raise InvalidSetting(key, str(exc)) from None
         for key, name in (("certfile", tls[0]), ("keyfile", tls[1])):
-            if name is not None and not Path(name).is_file():
-                raise InvalidSetting(key, f"{name} is not a file")
+            if name is not None:
+                check_file(key, Path(name), context)
+                if not Path(name).is_file():
+                    raise InvalidSetting(key, f"{name} is not a file")
         if not config.path.startswith("/") or "?" in config.path or "#" in config.path:
             raise InvalidSetting(
                 "path", f"must start with '/' and have no query, got {config.path!r}"

@@ -17,6 +17,7 @@ import attrs
 from attrs.validators import ge, le
 
 from bridges import Context, InvalidSetting
+from bridges._readfile import checked_cafile, open_verifying_context
 
 
 class MqttError(Exception):
@@ -79,12 +80,12 @@ class Broker:
             raise InvalidSetting("password", "a password needs a username")
         return cls(parts.hostname, port, tls, username, password)
 
-    def ssl_context(self, config: MqttConnection, context: Context) -> ssl.SSLContext | None:
-        """A verifying TLS context for ``mqtts://`` (system CAs, or ``ca_file``)."""
+    async def ssl_context(self, config: MqttConnection, context: Context) -> ssl.SSLContext | None:
+        """A verifying TLS context for ``mqtts://`` (system CAs, or ``ca_file``),
+        made off the event loop."""
         if not self.tls:
             return None
-        cafile = str(context.path(config.ca_file)) if config.ca_file else None
-        return ssl.create_default_context(cafile=cafile)
+        return await open_verifying_context(checked_cafile("ca_file", config.ca_file, context))
 
 
 #: What MQTT strings should not hold and Mosquitto refuses by dropping the connection:

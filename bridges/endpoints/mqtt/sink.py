@@ -31,6 +31,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+from bridges._readfile import checked_cafile
 
 from ._connection import Broker, MqttConnection, check_string, check_topic
 from ._driver import PahoDriver, open_paho
@@ -67,6 +68,7 @@ class MqttSink:
         self._config = config
         self._context = context
         self._broker = Broker.from_config(config)
+        checked_cafile("ca_file", config.ca_file, context)
 
     def check_warnings(self) -> list[str]:
         """What ``bridges check`` should say about this sink: QoS 0 is at most once."""
@@ -96,7 +98,7 @@ class MqttSink:
             self._broker,
             client_id,
             clean_start=True,
-            ssl_context=self._broker.ssl_context(config, self._context),
+            ssl_context=await self._broker.ssl_context(config, self._context),
         ) as driver:
             yield _MqttWriter(self, driver)
 

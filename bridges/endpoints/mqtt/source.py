@@ -37,6 +37,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from bridges import Context, Envelope, InvalidSetting, Message
+from bridges._readfile import checked_cafile
 
 from ._connection import Broker, MqttConnection, MqttError, check_topic
 from ._driver import PahoDriver, open_paho
@@ -79,6 +80,7 @@ class MqttSource:
         self._config = config
         self._context = context
         self._broker = Broker.from_config(config)
+        checked_cafile("ca_file", config.ca_file, context)
         self._client_id = config.client_id or f"bridge-{context.route}"
         if config.qos == 0 and not context.checking:
             log.warning("route %r: %s", context.route, _AT_MOST_ONCE)
@@ -122,7 +124,7 @@ class MqttSource:
             self._broker,
             self._client_id,
             clean_start=config.clean_start,
-            ssl_context=self._broker.ssl_context(config, self._context),
+            ssl_context=await self._broker.ssl_context(config, self._context),
             properties=properties,
             on_message=receiver.arrived,
         ) as driver:

@@ -21,6 +21,7 @@ import trio
 from attrs.validators import ge
 
 from bridges import Context, InvalidSetting
+from bridges._readfile import checked_cafile, open_verifying_context
 
 #: Fields a source adds that describe one delivery, not the message: a sink never writes them.
 DELIVERY_HEADERS: Final = frozenset({"redis-id", "redis-stream"})
@@ -84,12 +85,14 @@ class Server:
         return cls(parts.hostname, port, int(path), parts.scheme == "rediss", username, password)
 
 
-def tls_context(config: RedisConnection, server: Server, context: Context) -> ssl.SSLContext | None:
-    """A verifying TLS context for ``rediss://`` (the system CAs, or ``ca_file``)."""
+async def tls_context(
+    config: RedisConnection, server: Server, context: Context
+) -> ssl.SSLContext | None:
+    """A verifying TLS context for ``rediss://`` (the system CAs, or ``ca_file``),
+    made off the event loop."""
     if not server.tls:
         return None
-    cafile = str(context.path(config.ca_file)) if config.ca_file else None
-    return ssl.create_default_context(cafile=cafile)
+    return await open_verifying_context(checked_cafile("ca_file", config.ca_file, context))
 
 
 def sole(exc: BaseException) -> BaseException:

@@ -42,6 +42,7 @@ from attrs.validators import ge, optional
 from coredis.tokens import PureToken
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+from bridges._readfile import checked_cafile
 
 from ._connection import (
     DELIVERY_HEADERS,
@@ -88,6 +89,7 @@ class RedisSink:
         self._config = config
         self._context = context
         self._server = Server.from_config(config)
+        checked_cafile("ca_file", config.ca_file, context)
         self._body_field = config.body_field.encode()
 
     @classmethod
@@ -102,7 +104,7 @@ class RedisSink:
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_RedisWriter]:
         """Connect (PING answered); leaving the block disconnects."""
-        ssl_context = tls_context(self._config, self._server, self._context)
+        ssl_context = await tls_context(self._config, self._server, self._context)
         async with open_client(self._config, self._server, ssl_context) as client:
             yield _RedisWriter(self, client)
 

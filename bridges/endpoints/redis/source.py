@@ -36,6 +36,7 @@ from attrs.validators import ge
 from coredis.response.types import StreamEntry
 
 from bridges import Context, Envelope, InvalidSetting, Message
+from bridges._readfile import checked_cafile
 
 from ._connection import ID_FIELD, RedisConnection, Server, open_client, tls_context
 
@@ -81,6 +82,7 @@ class RedisSource:
         self._config = config
         self._context = context
         self._server = Server.from_config(config)
+        checked_cafile("ca_file", config.ca_file, context)
         self._consumer = config.consumer or f"bridge-{context.route}"
         self._window = context.in_flight
         self._count = min(config.count or context.in_flight, context.in_flight)
@@ -98,7 +100,7 @@ class RedisSource:
     async def open(self) -> AsyncIterator[_RedisReceiver]:
         """Connect, create the group when missing, and read in the receiver's own tasks."""
         config = self._config
-        ssl_context = tls_context(config, self._server, self._context)
+        ssl_context = await tls_context(config, self._server, self._context)
         receiver: _RedisReceiver | None = None
         try:
             async with open_client(config, self._server, ssl_context) as client:

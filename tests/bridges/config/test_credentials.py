@@ -77,9 +77,9 @@ def test_a_credential_never_leaves_its_directory_or_is_too_big(
     (creds / "dir").mkdir()
     (creds / "binary").write_bytes(b"\xff\xfe")
     for name, why in (
-        ("link", "cannot read: a symbolic link"),
+        ("link", "a symbolic link (not followed)"),
         ("big", f"larger than {MAX_CREDENTIAL_BYTES} bytes"),
-        ("dir", "not a regular file"),
+        ("dir", "a directory, not a regular file"),
         ("binary", "not UTF-8 text"),
         ("../outside", "not a valid credential name"),
         ("..", "not a valid credential name"),
@@ -99,9 +99,9 @@ def test_the_directory_name_gets_the_same_checks(
     (creds / "bridges_big").write_bytes(b"x" * (MAX_CREDENTIAL_BYTES + 1))
     os.mkfifo(creds / "bridges_fifo")
     for name, why in (
-        ("link", "cannot read: a symbolic link"),
+        ("link", "a symbolic link (not followed)"),
         ("big", f"larger than {MAX_CREDENTIAL_BYTES} bytes"),
-        ("fifo", "not a regular file"),
+        ("fifo", "a FIFO, not a regular file"),
         ("x" * 250, "not in $CREDENTIALS_DIRECTORY"),  # bridges_xxx... is too long to exist
     ):
         text = problem_for(creds, monkeypatch, name)
