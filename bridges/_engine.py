@@ -10,7 +10,11 @@ Three tasks per route, in one nursery inside the source's ``async with``:
   time) and writes each batch to the sink. A failed write is retried on a
   freshly opened sink by the route's :class:`RetryPolicy`; after the last
   attempt the batch goes to the dead-letter sink with headers saying why, or,
-  without one, is nacked and the route pauses (backs off);
+  without one, is nacked and the route pauses (backs off). Messages a sink
+  rejects (:class:`~bridges.MessageRejected`) are given up alone, each with
+  its reason, and the rest written at once; a batch the sink says was
+  refused for one message it cannot name (:class:`~bridges.BatchRefused`)
+  is written again in halves until that message is alone;
 - the *settler* acks (or nacks) the envelopes of each batch once the
   deliverer is done with it: only after the write returned, so only once
   the data is durable. It is a task of its own so that the next write need
@@ -42,7 +46,15 @@ from typing import Final
 import trio
 
 from ._batch import Batch, Gathering, dead_letter_message
-from ._endpoint import BulkReceiver, MessageRejected, Receiver, Sink, Source, Writer
+from ._endpoint import (
+    BatchRefused,
+    BulkReceiver,
+    MessageRejected,
+    Receiver,
+    Sink,
+    Source,
+    Writer,
+)
 from ._flow import (
     DeadLetterFailed,
     Queue,
@@ -324,6 +336,7 @@ class Route:
 
     async def _write_batches(self, dead_letter: Writer | None) -> None:
         batch: Batch | None = None
+        later: list[Batch] = []  # halves of a refused batch still to write, the next last
         attempt = 0
         open_failures = 0
         while True:
@@ -336,7 +349,7 @@ class Route:
                     open_failures = 0
                     while True:
                         if batch is None:
-                            batch = await self._gather(dead_letter)
+                            batch = later.pop() if later else await self._gather(dead_letter)
                             if batch is None:
                                 return
                             attempt = 0
@@ -361,8 +374,17 @@ class Route:
                 if isinstance(sole(exc), DeadLetterFailed):
                     raise
                 self.stats.trouble(one_line(exc))
-                if batch is None:
-                    if self._taken.finished and self._gathering is None:
+                if batch is not None and len(batch) > 1 and isinstance(sole(exc), BatchRefused):
+                    # Which message? Write each half on a fresh sink until it is alone.
+                    batch, second = batch.halves()
+                    later.append(second)
+                    attempt = 0
+                    log.info(
+                        "route %r: %s refused %d message(s) (%s); writing them in halves",
+                        self.name, self.sink.describe(), len(batch) + len(second), one_line(exc),
+                    )  # fmt: skip
+                elif batch is None:
+                    if self._taken.finished and self._gathering is None and not later:
                         return
                     open_failures += 1
                     delay = self._retry.delay(open_failures, self._rand)
@@ -465,8 +487,9 @@ class Route:
     async def _rejected(
         self, batch: Batch, exc: MessageRejected, dead_letter: Writer | None
     ) -> Batch | None:
-        bad, rest = batch.split_rejected(exc)
-        await self._give_up(bad, exc, 1, "sink", dead_letter)
+        groups, rest = batch.split_rejected(exc)
+        for reason, bad in groups:  # each with its own reason
+            await self._give_up(bad, MessageRejected(reason), 1, "sink", dead_letter)
         return rest if rest.envelopes else None
 
     async def _give_up(

@@ -17,7 +17,7 @@ from typing import Final, Generic, TypeVar
 import attrs
 import trio
 
-from ._endpoint import MessageRejected
+from ._endpoint import BatchRefused, MessageRejected
 from ._message import OPEN, Envelope
 
 T = TypeVar("T")
@@ -298,6 +298,6 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     """An error as one line for logs and the ``bridge-error`` header."""
     exc = sole(exc)
     text = " ".join(str(exc).split()) or type(exc).__name__
-    if not isinstance(exc, MessageRejected | TransformFailed | DeadLetterFailed):
+    if not isinstance(exc, MessageRejected | BatchRefused | TransformFailed | DeadLetterFailed):
         text = f"{type(exc).__name__}: {text}"
     return text[:limit]
