@@ -3,15 +3,16 @@
 A batch mixes good messages with hostile ones: a header that is not UTF-8
 text (what a ``redis`` source hands out for a field that was not), more than
 1,000 headers, a header over 64 KiB, 200 KiB of headers in all, NUL or a line
-break in a header, an empty header name, and the sink's own
-:attr:`SinkCase.poison` (a body over its limit, say). It goes through a real
+break in a header, an empty header name, and the sink's own poison: its
+:attr:`SinkCase.reject` and :attr:`SinkCase.poison` (a body over its limit,
+say). It goes through a real
 :class:`~bridges.Route` (a :class:`~bridges.testing.FakeBulkSource` in front,
 a :class:`~bridges.testing.FakeSink` as the dead-letter sink), in one batch,
 and then:
 
 - every good message is on the server (``read_back``), and none is
   dead-lettered;
-- every message of :attr:`SinkCase.poison` is dead-lettered, with a reason
+- every message of the sink's own poison is dead-lettered, with a reason
   (``bridge-error``), and is not on the server;
 - every other hostile message is either on the server or dead-lettered with
   a reason: the sink decides whether its target can carry it, but it never
@@ -73,10 +74,15 @@ class PoisonOutcome:
     batch: list[Message]
 
 
+def own_poison(case: SinkCase) -> list[Message]:
+    """What the sink itself cannot take: its :attr:`SinkCase.reject`, then its poison."""
+    return [*([case.reject] if case.reject is not None else []), *case.poison]
+
+
 def default_mix(case: SinkCase) -> list[int | None]:
     """Every candidate once (the sink's poison, then :data:`HOSTILE`), each after a good one."""
     mix: list[int | None] = []
-    for index in range(len(case.poison) + len(HOSTILE)):
+    for index in range(len(own_poison(case)) + len(HOSTILE)):
         mix += [None, index]
     return [*mix, None]
 
@@ -96,8 +102,8 @@ async def check_poison(
     Args:
       factory: opens a fresh :class:`SinkCase` against the real server.
       mix: the batch, in order: None for a good message, N for candidate N
-        (modulo their number) of the sink's :attr:`SinkCase.poison` followed
-        by :data:`HOSTILE`; default: :func:`default_mix`.
+        (modulo their number) of the sink's own poison (:func:`own_poison`)
+        followed by :data:`HOSTILE`; default: :func:`default_mix`.
       rule_seconds: bound on the whole rule.
 
     Returns:
@@ -135,7 +141,8 @@ async def check_poison(
 def _batch(case: SinkCase, mix: list[int | None]) -> tuple[list[Message], set[bytes], set[bytes]]:
     """The messages of ``mix``, each with a body and id of its own; the good and poison bodies."""
     run = uuid.uuid4().hex[:10]
-    candidates = [(message, "poison", "") for message in case.poison]
+    own = own_poison(case)
+    candidates = [(message, "poison", "") for message in own]
     candidates += [
         (Message(label.encode(), headers), label, suffix) for label, headers, suffix in HOSTILE
     ]
@@ -151,8 +158,10 @@ def _batch(case: SinkCase, mix: list[int | None]) -> tuple[list[Message], set[by
             index = item % len(candidates)
             original, label, suffix = candidates[index]
             body = f"{tag}-{label}-".encode() + original.body
-            message = Message(body, original.headers, tag + suffix, original.destination)
-            if index < len(case.poison):
+            # (the sink's own poison may be poison by its id: a file name too long)
+            ident = original.id if index < len(own) and original.id else tag + suffix
+            message = Message(body, original.headers, ident, original.destination)
+            if index < len(own):
                 poison.add(body)
         batch.append(message)
     return batch, good, poison
