@@ -40,6 +40,16 @@ class Gathering:
         #: Envelopes whose transforms failed, given up in their turn.
         self.failed: list[tuple[Envelope, BaseException]] = []
 
+    def set_aside_unreadable(self, chunk: list[Envelope]) -> list[Envelope]:
+        """The envelopes of ``chunk`` their source could read; the others go to :attr:`failed`."""
+        readable = []
+        for envelope in chunk:
+            if envelope.error is None:
+                readable.append(envelope)
+            else:
+                self.failed.append((envelope, envelope.error))
+        return readable
+
 
 class Batch:
     """Envelopes and the messages to write for them (transformed), side by side."""

@@ -38,30 +38,23 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import operator
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 import trio
 
 from ._batch import Batch, Gathering, dead_letter_message
-from ._endpoint import (
-    BatchRefused,
-    BulkReceiver,
-    MessageRejected,
-    Receiver,
-    Sink,
-    Source,
-    Writer,
-)
+from ._endpoint import BatchRefused, MessageRejected, Receiver, Sink, Source, Writer
 from ._flow import (
     DeadLetterFailed,
     Queue,
     RouteStats,
     TransformFailed,
     Window,
+    error_of,
     one_line,
+    receive_some_of,
     settle,
     sole,
 )
@@ -251,7 +244,7 @@ class Route:
     # -- taking -----------------------------------------------------------------
 
     async def _take(self, receiver: Receiver, scope: trio.CancelScope) -> None:
-        receive_some = _receive_some(receiver)
+        receive_some = receive_some_of(receiver)
         slots = self._slots
         inflight = self._inflight
         stats = self.stats
@@ -274,7 +267,7 @@ class Route:
                     stats.received += len(envelopes)
                     if results is None:
                         # Unreadable ones are set aside (dead letters) when gathered.
-                        readable = list(map(_error, envelopes)).count(None)
+                        readable = list(map(error_of, envelopes)).count(None)
                         self._unreadable += len(envelopes) - readable
                         taken.put_all(envelopes)
                     else:
@@ -459,7 +452,9 @@ class Route:
         results = self._results
         if results is None:
             if self._unreadable:  # (rare: a source handed out what it could not read)
-                chunk = self._set_aside_unreadable(chunk, gathering.failed)
+                readable = gathering.set_aside_unreadable(chunk)
+                self._unreadable -= len(chunk) - len(readable)
+                chunk = readable
             gathering.envelopes += chunk
             gathering.messages += [envelope.message for envelope in chunk]
             return
@@ -470,19 +465,6 @@ class Route:
                 gathering.messages.append(result)
             else:
                 gathering.failed.append((envelope, result))
-
-    def _set_aside_unreadable(
-        self, chunk: list[Envelope], failed: list[tuple[Envelope, BaseException]]
-    ) -> list[Envelope]:
-        """The envelopes of ``chunk`` a source could read; the others go to ``failed``."""
-        readable = []
-        for envelope in chunk:
-            if envelope.error is None:
-                readable.append(envelope)
-            else:
-                failed.append((envelope, envelope.error))
-                self._unreadable -= 1
-        return readable
 
     async def _rejected(
         self, batch: Batch, exc: MessageRejected, dead_letter: Writer | None
@@ -608,21 +590,6 @@ class Route:
         except KeyError:  # already handed back
             return
         self._slots.release()
-
-
-_error = operator.attrgetter("error")
-
-
-def _receive_some(receiver: Receiver) -> Callable[[int], Awaitable[Sequence[Envelope]]]:
-    """How the taker receives: ``receive_some`` of a :class:`BulkReceiver`, else
-    one envelope at a time from ``receive``."""
-    if isinstance(receiver, BulkReceiver):
-        return receiver.receive_some
-
-    async def receive_one(most: int) -> tuple[Envelope]:
-        return (await receiver.receive(),)
-
-    return receive_one
 
 
 async def run_routes(routes: Sequence[Route]) -> None:

@@ -21,7 +21,8 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 from family_kit import POISON_MIXES, POISON_SETTINGS
-from hypothesis import given
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 import trio_stomp
 from bridges import Context, Message
@@ -60,7 +61,7 @@ async def drain(url: str, destination: str, held: list[Message]) -> list[Message
                 return list(held)
 
 
-def stomp_sinks(url: str, limits: dict[str, int]) -> SinkFactory:
+def stomp_sinks(url: str, limits: dict[str, int], confirm: str = "receipt") -> SinkFactory:
     @asynccontextmanager
     async def factory() -> AsyncIterator[SinkCase]:
         destination = f"/queue/trio-stomp-poison-{uuid.uuid4().hex[:10]}"
@@ -68,6 +69,7 @@ def stomp_sinks(url: str, limits: dict[str, int]) -> SinkFactory:
             url=url,
             destination=destination,
             heartbeat=(0, 0),
+            confirm="transaction" if confirm == "transaction" else "receipt",
             max_header_count=limits.get("max_header_count"),
             max_header_length=limits.get("max_header_length"),
             max_message_bytes=limits.get("max_message_bytes"),
@@ -113,14 +115,17 @@ def test_the_sink_checks_set_each_poison_message_aside_alone_with_the_limit(
 
 @pytest.mark.parametrize("broker", ["embedded", "activemq"])
 @POISON_SETTINGS
-@given(mix=POISON_MIXES)
+@given(mix=POISON_MIXES, confirm=st.sampled_from(["receipt", "transaction"]))
+@example(mix=[None, 3, None, None, None, 4, None], confirm="receipt")  # many-headers, long-header
+@example(mix=[None, None, 4, None, 3], confirm="transaction")
 def test_a_send_the_broker_refuses_is_found_by_halves_and_set_aside_alone(
-    broker: str, mix: list[int | None]
+    broker: str, mix: list[int | None], confirm: str
 ) -> None:
     async def run(url: str) -> PoisonOutcome:
-        return await check_poison(stomp_sinks(url, ABOVE), mix)
+        return await check_poison(stomp_sinks(url, ABOVE, confirm), mix)
 
     outcome = trio.run(on_broker, broker, run)
+    assert [name for name, _, _ in HOSTILE][3:5] == ["many-headers", "long-header"]
     refused = {label(body): reason for body, reason in outcome.dead.items()}
     for name in ("many-headers", "long-header"):
         if any(f"-{name}-".encode() in m.body for m in outcome.batch):
