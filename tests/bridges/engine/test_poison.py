@@ -119,3 +119,22 @@ def test_prepare_each_names_every_message_that_cannot_go() -> None:
     assert caught.value.indices == (2,)
     assert caught.value.reason_for(2) == "no"
     assert prepare_each(messages(2), lambda m: m.id) == ["m0", "m1"]
+
+
+async def test_spark_write_all_keeps_each_rejected_messages_own_reason() -> None:
+    from bridges.spark._bridged import write_all
+
+    def prepare(message: Message) -> bytes:
+        if message.id in ("m1", "m2"):
+            raise ValueError(f"{message.id} refused")
+        return message.body
+
+    class CheckingSink(FakeSink):
+        async def write(self, batch: Sequence[Message]) -> None:
+            prepare_each(batch, prepare)
+            await super().write(batch)
+
+    sink = CheckingSink()
+    rejected = await write_all(sink, messages(4), 10, RETRY)
+    assert [(m.id, reason) for m, reason in rejected] == [("m1", "m1 refused"), ("m2", "m2 refused")]
+    assert sink.written == ["m0", "m3"]
