@@ -136,5 +136,6 @@ async def test_spark_write_all_keeps_each_rejected_messages_own_reason() -> None
 
     sink = CheckingSink()
     rejected = await write_all(sink, messages(4), 10, RETRY)
-    assert [(m.id, reason) for m, reason in rejected] == [("m1", "m1 refused"), ("m2", "m2 refused")]
+    reasons = [(m.id, reason) for m, reason in rejected]
+    assert reasons == [("m1", "m1 refused"), ("m2", "m2 refused")]
     assert sink.written == ["m0", "m3"]
