@@ -25,9 +25,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import trio_stomp
-from bridges import Context, Message
+from bridges import Context, Message, RetryPolicy, Route
 from bridges.endpoints.stomp import StompSink, StompSinkConfig
-from bridges.testing import HOSTILE, PoisonOutcome, SinkCase, SinkFactory, check_poison
+from bridges.testing import (
+    HOSTILE,
+    FakeSource,
+    PoisonOutcome,
+    SinkCase,
+    SinkFactory,
+    check_poison,
+)
 from trio_stomp.broker import open_broker
 
 from conftest import REAL_BROKERS, require_real_broker
@@ -135,3 +142,28 @@ def test_a_send_the_broker_refuses_is_found_by_halves_and_set_aside_alone(
 def test_hostile_labels_this_module_names_exist() -> None:
     labels = {name for name, _, _ in HOSTILE}
     assert set(CHECKED) <= labels
+
+
+async def test_without_a_dead_letter_sink_the_poison_is_nacked_alone_and_the_rest_arrives() -> None:
+    """The issue's second case: no dead-letter sink used to nack the whole batch forever."""
+    good = [Message(f"good-{n}".encode(), {}, f"g{n}") for n in range(30)]
+    poison = Message(b"poison", {"field": "caf\udce9"}, "p")
+    source = FakeSource([*good[:10], poison, *good[10:]])
+    async with open_broker() as broker:
+        destination = "/queue/no-dead-letters"
+        sink = StompSink(
+            StompSinkConfig(url=broker.url, destination=destination, heartbeat=(0, 0)),
+            Context(route="poison", role="sink"),
+        )
+        retry = RetryPolicy(attempts=2, initial=0.01, jitter=0.0)
+        route = Route("poison", source, sink, batch_count=100, batch_time=0.1, retry=retry)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(route.run)
+            held: list[Message] = []
+            while len(held) < 30:
+                held = await drain(broker.url, destination, held)
+            route.stop()
+    assert sorted(m.body for m in held) == sorted(m.body for m in good)
+    assert {message_id for message_id, _ in source.nacked} == {"p"}
+    assert "not UTF-8 text" in str(source.nacked[0][1])
+    assert route.stats.written == 30
