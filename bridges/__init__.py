@@ -24,6 +24,7 @@ from ._config import load_config as load_config
 from ._config import parse_config as parse_config
 from ._convert import ConfigError as ConfigError
 from ._convert import Problem as Problem
+from ._endpoint import BatchRefused as BatchRefused
 from ._endpoint import BulkReceiver as BulkReceiver
 from ._endpoint import Context as Context
 from ._endpoint import InvalidSetting as InvalidSetting
@@ -32,6 +33,7 @@ from ._endpoint import Receiver as Receiver
 from ._endpoint import Sink as Sink
 from ._endpoint import Source as Source
 from ._endpoint import Writer as Writer
+from ._endpoint import prepare_each as prepare_each
 from ._engine import Route as Route
 from ._engine import run_routes as run_routes
 from ._flow import RouteStats as RouteStats

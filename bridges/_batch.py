@@ -40,6 +40,16 @@ class Gathering:
         #: Envelopes whose transforms failed, given up in their turn.
         self.failed: list[tuple[Envelope, BaseException]] = []
 
+    def set_aside_unreadable(self, chunk: list[Envelope]) -> list[Envelope]:
+        """The envelopes of ``chunk`` their source could read; the others go to :attr:`failed`."""
+        readable = []
+        for envelope in chunk:
+            if envelope.error is None:
+                readable.append(envelope)
+            else:
+                self.failed.append((envelope, envelope.error))
+        return readable
+
 
 class Batch:
     """Envelopes and the messages to write for them (transformed), side by side."""
@@ -63,13 +73,25 @@ class Batch:
         envelopes = [self.envelopes[i] for i in chosen]
         return Batch(envelopes, [self.messages[i] for i in chosen], self.since)
 
-    def split_rejected(self, exc: MessageRejected) -> tuple[Batch, Batch]:
-        """(the items ``exc`` names, the rest); a rejection naming none names them all."""
+    def split_rejected(self, exc: MessageRejected) -> tuple[list[tuple[str, Batch]], Batch]:
+        """(the items ``exc`` names, grouped by their reason, in batch order; the rest).
+
+        A rejection naming none names them all.
+        """
         everything = range(len(self))
         indices = set(everything if exc.indices is None else exc.indices) & set(everything)
         if not indices:  # a sink bug: nothing named; treat it as all
             indices = set(everything)
-        return self.pick(indices), self.pick(set(everything) - indices)
+        groups: dict[str, set[int]] = {}
+        for index in sorted(indices):
+            groups.setdefault(exc.reason_for(index), set()).add(index)
+        bad = [(reason, self.pick(chosen)) for reason, chosen in groups.items()]
+        return bad, self.pick(set(everything) - indices)
+
+    def halves(self) -> tuple[Batch, Batch]:
+        """The first half and the rest (a batch of at least two)."""
+        middle = len(self) // 2
+        return self.pick(range(middle)), self.pick(range(middle, len(self)))
 
 
 def dead_letter_message(

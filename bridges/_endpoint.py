@@ -10,10 +10,10 @@ and a whole route again after its source failed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -21,6 +21,8 @@ from ._message import Envelope, Message
 
 if TYPE_CHECKING:
     from ._shared import Shared
+
+T = TypeVar("T")
 
 
 class Receiver(Protocol):
@@ -86,6 +88,8 @@ class Writer(Protocol):
 
         Raises:
           MessageRejected: some messages can never be written (no retry).
+          BatchRefused: the target refused the batch for a message it does
+            not name; the engine writes it again in halves to find that one.
           Exception: anything else is transient: the engine closes this
             writer, opens the sink again and retries by its policy. A failed
             write may have written part of the batch (a duplicate later, never
@@ -109,18 +113,84 @@ class Sink(Protocol):
 class MessageRejected(Exception):
     """A sink cannot ever write some messages of a batch (bad header, no destination).
 
-    Those go to the dead-letter sink (or are nacked) at once; the rest of the
-    batch is written again without waiting.
+    Those go to the dead-letter sink (or are nacked) at once, each with its
+    own reason when :attr:`reasons` has one; the rest of the batch is written
+    again without waiting.
 
     Args:
       reason: why, for the ``bridge-error`` header and the log.
       indices: positions in the batch of the rejected messages; None: all.
+      reasons: position -> why, for rejected messages whose reason is not
+        ``reason`` (see :meth:`each`).
     """
 
-    def __init__(self, reason: str, indices: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        indices: Sequence[int] | None = None,
+        *,
+        reasons: Mapping[int, str] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.indices = None if indices is None else tuple(indices)
+        self.reasons: dict[int, str] = dict(reasons or {})
+
+    @classmethod
+    def each(cls, reasons: Mapping[int, str]) -> MessageRejected:
+        """A rejection of every position in ``reasons`` (not empty), each for its own reason."""
+        indices = sorted(reasons)
+        return cls(reasons[indices[0]], indices, reasons=reasons)
+
+    def reason_for(self, index: int) -> str:
+        """Why the message at ``index`` was rejected."""
+        return self.reasons.get(index, self.reason)
+
+
+class BatchRefused(Exception):
+    """The target refused a batch because of a message in it, and cannot say which.
+
+    STOMP is the case: a broker answers a frame it will not take (too many
+    headers, a header line too long, a destination it forbids) with an ERROR
+    frame and closes the connection, and nothing in the ERROR names the
+    SEND. The engine then writes the batch again in halves, each on a freshly
+    opened sink, until the message is alone: that one is retried and given
+    up (dead-lettered) by the retry policy like any failed batch, and every
+    other message is written. A batch of n with one such message costs about
+    2 log2(n) more writes (and connections), and messages the target took
+    before it refused may be written twice (the usual at-least-once duplicate).
+
+    Raise it from :meth:`Writer.write` (or from leaving the writer's ``async
+    with``, after one); ``from`` the target's own error.
+    """
+
+
+def prepare_each(
+    batch: Sequence[Message],
+    prepare: Callable[[Message], T],
+    errors: type[Exception] | tuple[type[Exception], ...] = ValueError,
+) -> list[T]:
+    """``prepare(message)`` for every message of ``batch``, in order: what a sink sends.
+
+    A sink checks each message against what its target accepts here, before
+    anything of the batch goes out; a message that cannot go must not take
+    the others down with it.
+
+    Raises:
+      MessageRejected: ``prepare`` raised one of ``errors`` for some
+        messages; it names every one of them, each with its own reason (the
+        error's text), and the engine writes the rest again at once.
+    """
+    prepared: list[T] = []
+    bad: dict[int, str] = {}
+    for index, message in enumerate(batch):
+        try:
+            prepared.append(prepare(message))
+        except errors as exc:
+            bad[index] = str(exc) or type(exc).__name__
+    if bad:
+        raise MessageRejected.each(bad)
+    return prepared
 
 
 class InvalidSetting(ValueError):

@@ -10,7 +10,11 @@ Three tasks per route, in one nursery inside the source's ``async with``:
   time) and writes each batch to the sink. A failed write is retried on a
   freshly opened sink by the route's :class:`RetryPolicy`; after the last
   attempt the batch goes to the dead-letter sink with headers saying why, or,
-  without one, is nacked and the route pauses (backs off);
+  without one, is nacked and the route pauses (backs off). Messages a sink
+  rejects (:class:`~bridges.MessageRejected`) are given up alone, each with
+  its reason, and the rest written at once; a batch the sink says was
+  refused for one message it cannot name (:class:`~bridges.BatchRefused`)
+  is written again in halves until that message is alone;
 - the *settler* acks (or nacks) the envelopes of each batch once the
   deliverer is done with it: only after the write returned, so only once
   the data is durable. It is a task of its own so that the next write need
@@ -34,22 +38,23 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import operator
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 import trio
 
 from ._batch import Batch, Gathering, dead_letter_message
-from ._endpoint import BulkReceiver, MessageRejected, Receiver, Sink, Source, Writer
+from ._endpoint import BatchRefused, MessageRejected, Receiver, Sink, Source, Writer
 from ._flow import (
     DeadLetterFailed,
     Queue,
     RouteStats,
     TransformFailed,
     Window,
+    error_of,
     one_line,
+    receive_some_of,
     settle,
     sole,
 )
@@ -239,7 +244,7 @@ class Route:
     # -- taking -----------------------------------------------------------------
 
     async def _take(self, receiver: Receiver, scope: trio.CancelScope) -> None:
-        receive_some = _receive_some(receiver)
+        receive_some = receive_some_of(receiver)
         slots = self._slots
         inflight = self._inflight
         stats = self.stats
@@ -262,7 +267,7 @@ class Route:
                     stats.received += len(envelopes)
                     if results is None:
                         # Unreadable ones are set aside (dead letters) when gathered.
-                        readable = list(map(_error, envelopes)).count(None)
+                        readable = list(map(error_of, envelopes)).count(None)
                         self._unreadable += len(envelopes) - readable
                         taken.put_all(envelopes)
                     else:
@@ -324,6 +329,7 @@ class Route:
 
     async def _write_batches(self, dead_letter: Writer | None) -> None:
         batch: Batch | None = None
+        later: list[Batch] = []  # halves of a refused batch still to write, the next last
         attempt = 0
         open_failures = 0
         while True:
@@ -336,7 +342,7 @@ class Route:
                     open_failures = 0
                     while True:
                         if batch is None:
-                            batch = await self._gather(dead_letter)
+                            batch = later.pop() if later else await self._gather(dead_letter)
                             if batch is None:
                                 return
                             attempt = 0
@@ -361,8 +367,17 @@ class Route:
                 if isinstance(sole(exc), DeadLetterFailed):
                     raise
                 self.stats.trouble(one_line(exc))
-                if batch is None:
-                    if self._taken.finished and self._gathering is None:
+                if batch is not None and len(batch) > 1 and isinstance(sole(exc), BatchRefused):
+                    # Which message? Write each half on a fresh sink until it is alone.
+                    batch, second = batch.halves()
+                    later.append(second)
+                    attempt = 0
+                    log.info(
+                        "route %r: %s refused %d message(s) (%s); writing them in halves",
+                        self.name, self.sink.describe(), len(batch) + len(second), one_line(exc),
+                    )  # fmt: skip
+                elif batch is None:
+                    if self._taken.finished and self._gathering is None and not later:
                         return
                     open_failures += 1
                     delay = self._retry.delay(open_failures, self._rand)
@@ -437,7 +452,9 @@ class Route:
         results = self._results
         if results is None:
             if self._unreadable:  # (rare: a source handed out what it could not read)
-                chunk = self._set_aside_unreadable(chunk, gathering.failed)
+                readable = gathering.set_aside_unreadable(chunk)
+                self._unreadable -= len(chunk) - len(readable)
+                chunk = readable
             gathering.envelopes += chunk
             gathering.messages += [envelope.message for envelope in chunk]
             return
@@ -449,24 +466,12 @@ class Route:
             else:
                 gathering.failed.append((envelope, result))
 
-    def _set_aside_unreadable(
-        self, chunk: list[Envelope], failed: list[tuple[Envelope, BaseException]]
-    ) -> list[Envelope]:
-        """The envelopes of ``chunk`` a source could read; the others go to ``failed``."""
-        readable = []
-        for envelope in chunk:
-            if envelope.error is None:
-                readable.append(envelope)
-            else:
-                failed.append((envelope, envelope.error))
-                self._unreadable -= 1
-        return readable
-
     async def _rejected(
         self, batch: Batch, exc: MessageRejected, dead_letter: Writer | None
     ) -> Batch | None:
-        bad, rest = batch.split_rejected(exc)
-        await self._give_up(bad, exc, 1, "sink", dead_letter)
+        groups, rest = batch.split_rejected(exc)
+        for reason, bad in groups:  # each with its own reason
+            await self._give_up(bad, MessageRejected(reason), 1, "sink", dead_letter)
         return rest if rest.envelopes else None
 
     async def _give_up(
@@ -585,21 +590,6 @@ class Route:
         except KeyError:  # already handed back
             return
         self._slots.release()
-
-
-_error = operator.attrgetter("error")
-
-
-def _receive_some(receiver: Receiver) -> Callable[[int], Awaitable[Sequence[Envelope]]]:
-    """How the taker receives: ``receive_some`` of a :class:`BulkReceiver`, else
-    one envelope at a time from ``receive``."""
-    if isinstance(receiver, BulkReceiver):
-        return receiver.receive_some
-
-    async def receive_one(most: int) -> tuple[Envelope]:
-        return (await receiver.receive(),)
-
-    return receive_one
 
 
 async def run_routes(routes: Sequence[Route]) -> None:

@@ -9,7 +9,7 @@ checkpoint on their own, at least once per batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import repeat
 from operator import attrgetter, is_
 from typing import Final, Generic, TypeVar
@@ -17,13 +17,27 @@ from typing import Final, Generic, TypeVar
 import attrs
 import trio
 
-from ._endpoint import MessageRejected
+from ._endpoint import BatchRefused, BulkReceiver, MessageRejected, Receiver
 from ._message import OPEN, Envelope
 from ._redact import redact_cut
 
 T = TypeVar("T")
 
 _settle_key = attrgetter("settle_key")
+#: Why an envelope's source could not read it, or None.
+error_of = attrgetter("error")
+
+
+def receive_some_of(receiver: Receiver) -> Callable[[int], Awaitable[Sequence[Envelope]]]:
+    """How the taker receives: ``receive_some`` of a :class:`BulkReceiver`, else
+    one envelope at a time from ``receive``."""
+    if isinstance(receiver, BulkReceiver):
+        return receiver.receive_some
+
+    async def receive_one(most: int) -> tuple[Envelope]:
+        return (await receiver.receive(),)
+
+    return receive_one
 
 
 class Window:
@@ -300,6 +314,6 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     ``limit`` characters, every secret of the process masked (:mod:`bridges._redact`)."""
     exc = sole(exc)
     text = " ".join(str(exc).split()) or type(exc).__name__
-    if not isinstance(exc, MessageRejected | TransformFailed | DeadLetterFailed):
+    if not isinstance(exc, MessageRejected | BatchRefused | TransformFailed | DeadLetterFailed):
         text = f"{type(exc).__name__}: {text}"
     return redact_cut(text, limit)

@@ -14,6 +14,8 @@ to start a private one. The rest is here, once:
   through ``bridges run``.
 - :func:`crash_run`: a small run of a ``bench/`` crash script, with the
   assertions every crash test makes.
+- :data:`POISON_MIXES`, :data:`POISON_SETTINGS` and :func:`poison_run`: the
+  Sink contract's poison rule over batches Hypothesis draws, for every sink.
 
 It lives beside ``tests/conftest.py`` so that every test folder imports it as
 ``family_kit``.
@@ -34,11 +36,13 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 import trio
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 import trio_stomp
 from bridges import Message
 from bridges._cli import main as cli_main
-from bridges.testing import FakeSink
+from bridges.testing import FakeSink, PoisonOutcome, SinkFactory, check_poison
 
 REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -331,3 +335,21 @@ def crash_run(script: str, scenarios: Sequence[str], count: int, seed: int) -> l
         assert result["exit_status"] == 0, result
     assert done.returncode == 0
     return results
+
+
+# --- the poison rule over drawn batches ------------------------------------------------------
+
+#: A batch for :func:`bridges.testing.check_poison`: None a good message, N the Nth
+#: hostile one (the sink's own poison, then ``bridges.testing.HOSTILE``, modulo).
+POISON_MIXES = st.lists(st.none() | st.integers(0, 99), min_size=1, max_size=16)
+#: Few examples: each is a batch through a real route against a real server.
+POISON_SETTINGS = settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def poison_run(factory: SinkFactory, mix: Sequence[int | None]) -> PoisonOutcome:
+    """The poison rule for MIX, in a Trio run of its own (bounded by the rule itself)."""
+    return trio.run(check_poison, factory, mix)

@@ -227,7 +227,8 @@ async def write_all(
                         await writer.write(batch)
                     except bridges.MessageRejected as exc:
                         out = set(range(len(batch)) if exc.indices is None else exc.indices)
-                        rejected += [(m, exc.reason) for i, m in enumerate(batch) if i in out]
+                        reason = exc.reason_for
+                        rejected += [(m, reason(i)) for i, m in enumerate(batch) if i in out]
                         pending = [m for i, m in enumerate(batch) if i not in out] + pending[size:]
                         continue
                     pending = pending[size:]

@@ -8,6 +8,9 @@
 - :class:`FakeSource` / :class:`FakeSink`: in-memory endpoints that record
   everything, for testing routes, transforms and the engine;
   :class:`FakeBulkSource` hands out many envelopes per call (``receive_some``).
+- :func:`check_poison`: the Sink contract's poison rule on its own, for a
+  mix of good and hostile messages that a test chooses (Hypothesis draws
+  them); :func:`check_sink` runs it with every hostile message once.
 - :func:`messages`, :func:`wait_until`: small helpers those tests need.
 """
 
@@ -24,3 +27,6 @@ from ._fakes import FakeSink as FakeSink
 from ._fakes import FakeSource as FakeSource
 from ._fakes import messages as messages
 from ._fakes import wait_until as wait_until
+from ._poison import HOSTILE as HOSTILE
+from ._poison import PoisonOutcome as PoisonOutcome
+from ._poison import check_poison as check_poison

@@ -25,6 +25,10 @@ Sink (:func:`check_sink`):
   (``read_back``) before the writer closes, in order;
 - a message the sink can never write raises :class:`bridges.MessageRejected`
   naming its index in the batch, and the rest can still be written;
+- a message the target cannot take (not UTF-8, too many or too long headers,
+  the sink's own :attr:`SinkCase.poison`) never takes its batch down: through a
+  real route, every good message is written and every poison one is
+  dead-lettered alone, with a reason (:mod:`bridges.testing._poison`);
 - a write or a whole ``async with`` cancelled half-way loses nothing once the
   batch is written again (duplicates are allowed, losses are not), and no task
   outlives the ``async with``.
@@ -100,12 +104,16 @@ class SinkCase:
       reject: a message this sink can never write (e.g. one without a
         destination); None when the sink accepts every message.
       ordered: False when the server does not keep the order of a batch.
+      poison: messages the target cannot take (a body over the sink's
+        limit, say): the poison rule requires each to be dead-lettered,
+        never written, and the rest of its batch written.
     """
 
     sink: Sink
     read_back: ReadBack
     reject: Message | None = None
     ordered: bool = True
+    poison: Sequence[Message] = ()
 
 
 SourceFactory = Callable[[], AbstractAsyncContextManager[SourceCase]]
@@ -356,6 +364,9 @@ async def check_sink(factory: SinkFactory, *, count: int = 10, rule_seconds: flo
             with _bounded(rule, rule_seconds):
                 async with _one_error(), trio.open_nursery() as unused:
                     await rule(case, unused, max(count, 3))
+    from ._poison import check_poison  # (it builds on this module)
+
+    await check_poison(factory, rule_seconds=rule_seconds)
 
 
 async def _bodies(case: SinkCase) -> list[bytes]:

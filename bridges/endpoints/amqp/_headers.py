@@ -87,26 +87,62 @@ def to_headers(incoming: aiormq.abc.DeliveredMessage) -> tuple[dict[str, str], s
     return headers, stable
 
 
-def to_amqp(message: Message, *, persistent: bool) -> aio_pika.Message:
+def max_head(frame_max: int) -> int:
+    """The most bytes a message's headers table may take in a content header frame.
+
+    AMQP 0-9-1 sends the properties in one frame, never split: ``frame_max``
+    less the frame's own 8 bytes, the header's fixed 14, and room for every
+    other property (short strings of at most 256 bytes).
+    """
+    return frame_max - 8 - 14 - 16 * (SHORTSTR + 1)
+
+
+def _utf8(name: str, text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"header {name[:40]!r}: not UTF-8 text ({exc.reason} at position {exc.start}), "
+            "which AMQP cannot carry"
+        ) from None
+
+
+def to_amqp(message: Message, *, persistent: bool, max_head: int | None = None) -> aio_pika.Message:
     """An aio-pika message for ``message``.
+
+    Args:
+      max_head: the most bytes its properties may take (see :func:`max_head`).
 
     Raises:
       ValueError: a header AMQP cannot carry (a table key over 255 bytes, a
-        priority that is not 0..255).
+        priority that is not 0..255, not UTF-8 text), or more of them than
+        ``max_head``.
     """
     headers = message.headers
     table: dict[str, Any] = {}
+    size = 0
     for name, value in headers.items():
         if name in NOT_IN_TABLE:
             continue
-        if not name or len(name.encode()) > SHORTSTR:
+        key = len(_utf8(name, name))
+        if not key or key > SHORTSTR:
             raise ValueError(f"header {name[:40]!r}... is not a valid AMQP table key (1-255 bytes)")
+        # key (a short string), then the value as a long string: type, length, bytes
+        size += key + 6 + (len(value) if value.isascii() else len(_utf8(name, value)))
         table[name] = value
+    if max_head is not None and size > max_head:
+        raise ValueError(
+            f"headers of {size} bytes: over the {max_head} that one AMQP frame leaves for "
+            "them (the connection's frame_max)"
+        )
     if message.id:
         table[ID_HEADER] = message.id
     properties: dict[str, Any] = {
         attribute: headers[name] for attribute, name in PROPERTIES if headers.get(name)
     }
+    for name, value in (("message-id", message.id), *properties.items()):
+        if len(_utf8(name, value)) > SHORTSTR:  # (the id goes as a short string too)
+            raise ValueError(f"{name} {value[:40]!r}... is longer than 255 bytes")
     priority = headers.get(PRIORITY)
     if priority:
         if not (priority.isdigit() and int(priority) <= 255):

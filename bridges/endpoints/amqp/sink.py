@@ -40,8 +40,10 @@ from bridges import Context, InvalidSetting, Message, MessageRejected, Template,
 from .._asyncio import AsyncioLoop
 from ._confirms import Publish, publish_confirmed
 from ._connection import AmqpConnection, Connector, one_line
-from ._headers import SHORTSTR, to_amqp
+from ._headers import SHORTSTR, max_head, to_amqp
 
+#: RabbitMQ's default ``frame_max`` (128 KiB), used until a connection says its own.
+DEFAULT_FRAME_MAX: Final = 131072
 #: RabbitMQ 4's default ``max_message_size`` (16 MiB); a bigger publish closes the channel.
 DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024
 
@@ -94,8 +96,11 @@ class AmqpSink:
                 raise TypeError(f"aio-pika's channel is {type(underlay).__name__}, not aiormq's")
             yield _AmqpWriter(aio, underlay, self, self._config.confirm_timeout)
 
-    def prepare(self, message: Message) -> Publish:
+    def prepare(self, message: Message, frame_max: int = DEFAULT_FRAME_MAX) -> Publish:
         """The ``basic.publish`` for ``message``.
+
+        Args:
+          frame_max: the connection's largest frame (the headers must fit one).
 
         Raises:
           ValueError: it can never be published (too big, a bad header, no key).
@@ -108,7 +113,9 @@ class AmqpSink:
         key = message.destination or self._routing_key.render(message)
         if len(key.encode()) > SHORTSTR:
             raise ValueError(f"routing key {key[:40]!r}... is longer than 255 bytes")
-        outgoing = to_amqp(message, persistent=self._config.persistent)
+        outgoing = to_amqp(
+            message, persistent=self._config.persistent, max_head=max_head(frame_max)
+        )
         return Publish(self._config.exchange, key, outgoing.body, outgoing.properties)
 
 
@@ -122,16 +129,19 @@ class _AmqpWriter:
         self._timeout = timeout
         #: Messages the broker confirmed in a write that ended in MessageRejected.
         self._confirmed: dict[int, Message] = {}
+        tune = getattr(channel.connection, "connection_tune", None)
+        self._frame_max: int = getattr(tune, "frame_max", 0) or DEFAULT_FRAME_MAX
 
     async def write(self, batch: Sequence[Message]) -> None:
         already, self._confirmed = self._confirmed, {}
         todo: list[tuple[int, Publish]] = []
         bad: dict[int, str] = {}
+        frame_max = self._frame_max
         for index, message in enumerate(batch):
             if already.get(id(message)) is message:
                 continue
             try:
-                todo.append((index, self._sink.prepare(message)))
+                todo.append((index, self._sink.prepare(message, frame_max)))
             except (ValueError, TemplateError) as exc:
                 bad[index] = str(exc)
         confirmed: list[int] = []
@@ -151,8 +161,7 @@ class _AmqpWriter:
                     bad[index] = _unroutable(result, publish)
         if bad:
             self._confirmed = {id(batch[i]): batch[i] for i in confirmed}
-            indices = sorted(bad)
-            raise MessageRejected(bad[indices[0]], indices)
+            raise MessageRejected.each(bad)
 
 
 def _acked(result: object) -> bool:

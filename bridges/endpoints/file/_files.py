@@ -89,8 +89,7 @@ class FilesWriter:
             bad.append(index)
             reasons.append(reason)
         if bad:
-            order = sorted(range(len(bad)), key=bad.__getitem__)
-            raise MessageRejected(reasons[order[0]], [bad[i] for i in order])
+            raise MessageRejected.each(dict(zip(bad, reasons, strict=True)))
 
     def _write(self, files: list[tuple[int, str, bytes]]) -> list[tuple[int, str]]:
         """Write every file; return the (index, reason) of those rejected."""

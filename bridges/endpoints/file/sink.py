@@ -35,7 +35,7 @@ import attrs
 import trio
 from attrs.validators import ge
 
-from ..._endpoint import Context, InvalidSetting, MessageRejected
+from ..._endpoint import Context, InvalidSetting, prepare_each
 from ..._message import Message
 from ..._template import Template, TemplateError
 from ._files import FilesWriter
@@ -132,16 +132,8 @@ class _JsonlWriter:
         body = self._config.body
         try:
             lines = record_lines(batch, body)
-        except ValueError:  # name every message that cannot be written
-            bad: list[int] = []
-            reason = ""
-            for index, message in enumerate(batch):
-                try:
-                    record_text(message, body)
-                except ValueError as exc:
-                    bad.append(index)
-                    reason = str(exc)
-            raise MessageRejected(reason, bad) from None
+        except ValueError:  # name every message that cannot be written, each with its reason
+            lines = prepare_each(batch, lambda message: record_text(message, body))
         try:
             data = "".join(lines).encode("utf-8")
         except UnicodeEncodeError:

@@ -289,14 +289,11 @@ class _HttpWriter:
             raise HttpTransient(
                 f"{len(failed)} of {len(batch)} request(s) failed; the first: {failed[0]}"
             ) from failed[0]
-        rejected = [i for i, r in enumerate(results) if isinstance(r, str)]
+        rejected = {i: r for i, r in enumerate(results) if isinstance(r, str)}
         if rejected:
-            reason = results[rejected[0]]
-            assert isinstance(reason, str)
-            same = [i for i in rejected if results[i] == reason]
-            for i in same:  # once dead-lettered, forgotten
+            for i in rejected:  # once dead-lettered, forgotten
                 answered.pop(id(batch[i]), None)
-            raise MessageRejected(reason, same)
+            raise MessageRejected.each(rejected)
         answered.clear()
 
     async def _send_all(

@@ -30,7 +30,15 @@ import trio
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+from bridges import (
+    Context,
+    InvalidSetting,
+    Message,
+    MessageRejected,
+    Template,
+    TemplateError,
+    prepare_each,
+)
 from bridges._readfile import checked_cafile
 
 from ._connection import Broker, MqttConnection, check_string, check_topic
@@ -150,25 +158,18 @@ class _MqttWriter:
         self._retain = config.retain
 
     async def write(self, batch: Sequence[Message]) -> None:
-        prepared = []
-        bad: list[int] = []
-        reasons: list[str] = []
         limit = self._driver.max_packet
-        for index, message in enumerate(batch):
-            try:
-                topic, properties = self._sink.prepare(message)
-                if limit is not None and len(message.body) + len(topic) + 64 > limit:
-                    raise ValueError(
-                        f"body of {len(message.body)} bytes is over the broker's "
-                        f"Maximum Packet Size ({limit})"
-                    )
-            except (ValueError, TemplateError) as exc:
-                bad.append(index)
-                reasons.append(str(exc))
-                continue
-            prepared.append((topic, message.body, properties))
-        if bad:
-            raise MessageRejected(reasons[0], bad)
+
+        def prepare(message: Message) -> tuple[str, bytes, Properties | None]:
+            topic, properties = self._sink.prepare(message)
+            if limit is not None and len(message.body) + len(topic) + 64 > limit:
+                raise ValueError(
+                    f"body of {len(message.body)} bytes is over the broker's "
+                    f"Maximum Packet Size ({limit})"
+                )
+            return topic, message.body, properties
+
+        prepared = prepare_each(batch, prepare)  # (TemplateError is a ValueError)
         driver = self._driver
         step = driver.receive_maximum if self._qos else len(prepared)
         codes = []
@@ -185,6 +186,6 @@ class _MqttWriter:
         refused = [i for i, code in enumerate(codes) if code.value in _REFUSED]
         failed = [code for code in codes if code.is_failure and code.value not in _REFUSED]
         if refused:
-            raise MessageRejected(f"the broker refused it: {codes[refused[0]]}", refused)
+            raise MessageRejected.each({i: f"the broker refused it: {codes[i]}" for i in refused})
         if failed:
             raise trio.BrokenResourceError(f"the broker did not take a message: {failed[0]}")

@@ -17,9 +17,10 @@ at most once, and ``bridges check`` says so.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import nats.errors
@@ -32,6 +33,35 @@ from bridges import Context, InvalidSetting, Message, MessageRejected, Template,
 
 from .._asyncio import AsyncioLoop
 from ._connection import MSG_ID, SUBJECT_HEADER, Connector, NatsConnection, check_subject, one_line
+
+#: What a NATS header name may hold (nats-py's own check, before anything is sent).
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: The largest header block JetStream stores (nats-server's JSStreamHeaderExceedsMaximumErr).
+MAX_JETSTREAM_HEADERS: Final = 65535
+#: JetStream's answers that storing the same message again cannot fix: over the
+#: stream's max_msg_size (10054), a header block over 64 KiB (10097).
+_TOO_BIG: Final = frozenset({10054, 10097})
+#: Bytes of a header block besides its lines: ``NATS/1.0`` CR LF ... CR LF.
+_HEAD_FRAMING: Final = 12
+
+
+def _head_size(headers: dict[str, str]) -> int:
+    """Bytes of the HPUB header block of ``headers``.
+
+    Raises:
+      ValueError: a value (or the id) is not UTF-8 text.
+    """
+    size = _HEAD_FRAMING
+    for name, value in headers.items():
+        try:
+            size += len(name) + len(value.encode()) + 4  # ": " and CR LF
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"header {name[:40]!r}: not UTF-8 text ({exc.reason} at position {exc.start}), "
+                "which NATS cannot carry"
+            ) from None
+    return size
+
 
 #: Headers a sink never sends on (delivery details of a nats source; the id goes as Nats-Msg-Id).
 _NOT_SENT = frozenset({SUBJECT_HEADER, MSG_ID.lower(), "bridge-id"})
@@ -115,11 +145,23 @@ class NatsSink:
         for name, value in message.headers.items():
             if name.lower() in _NOT_SENT:
                 continue
-            if not name or any(c in name for c in ": \r\n") or "\r" in value or "\n" in value:
+            if not _TOKEN.fullmatch(name) or "\r" in value or "\n" in value:
                 raise ValueError(f"header {name[:40]!r} cannot be sent over NATS")
             headers[name] = value
         if message.id:
             headers[MSG_ID] = message.id
+        # The server counts the headers into max_payload (and closes the connection
+        # for a message over it): the body alone is not the whole check.
+        head = _head_size(headers)
+        if self._config.jetstream and head > MAX_JETSTREAM_HEADERS:
+            raise ValueError(
+                f"a header block of {head} bytes, over JetStream's {MAX_JETSTREAM_HEADERS}"
+            )
+        size = len(message.body) + head
+        if size > max_payload:
+            raise ValueError(
+                f"{size} bytes with its headers is over the server's max_payload ({max_payload})"
+            )
         return subject, headers
 
     def saw_duplicates(self, count: int) -> None:
@@ -233,8 +275,7 @@ class _NatsWriter:
         if acks is not None:
             self._check(todo, acks.results, bad)
         if bad:
-            indices = sorted(bad)
-            raise MessageRejected(bad[indices[0]], indices)
+            raise MessageRejected.each(bad)
 
     def _check(
         self,
@@ -246,8 +287,8 @@ class _NatsWriter:
         for (index, subject, _, _), result in zip(todo, results, strict=True):
             if isinstance(result, nats.js.errors.NoStreamResponseError):
                 bad[index] = f"no JetStream stream stores subject {subject!r}"
-            elif isinstance(result, nats.js.errors.APIError) and result.err_code == 10054:
-                bad[index] = f"over the stream's max_msg_size: {one_line(result)}"
+            elif isinstance(result, nats.js.errors.APIError) and result.err_code in _TOO_BIG:
+                bad[index] = f"the stream refused it: {one_line(result)}"
             elif isinstance(result, nats.errors.MaxPayloadError | nats.errors.BadHeaderError):
                 bad[index] = f"cannot be published: {one_line(result)}"
             elif isinstance(result, BaseException):

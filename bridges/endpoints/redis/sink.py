@@ -41,7 +41,15 @@ import coredis.exceptions
 from attrs.validators import ge, optional
 from coredis.tokens import PureToken
 
-from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
+from bridges import (
+    Context,
+    InvalidSetting,
+    Message,
+    MessageRejected,
+    Template,
+    TemplateError,
+    prepare_each,
+)
 from bridges._readfile import checked_cafile
 
 from ._connection import (
@@ -167,32 +175,19 @@ class _RedisWriter:
         self._check(entries, results)
 
     def _entries(self, batch: Sequence[Message]) -> list[tuple[str, dict[bytes, bytes]]]:
-        entries = []
-        bad: list[int] = []
-        reasons: list[str] = []
-        for index, message in enumerate(batch):
-            try:
-                entries.append(self._sink.entry(message))
-            except (ValueError, TemplateError) as exc:
-                bad.append(index)
-                reasons.append(str(exc))
-        if bad:
-            raise MessageRejected(reasons[0], bad)
-        return entries
+        return prepare_each(batch, self._sink.entry)  # (TemplateError is a ValueError)
 
     def _check(
         self, entries: list[tuple[str, dict[bytes, bytes]]], results: tuple[object, ...]
     ) -> None:
-        refused: list[int] = []
-        reasons: list[str] = []
+        refused: dict[int, str] = {}
         for index, result in enumerate(results[: len(entries)]):
             if isinstance(result, _REFUSALS):
-                refused.append(index)
-                reasons.append(f"redis {entries[index][0]!r}: {result}")
+                refused[index] = f"redis {entries[index][0]!r}: {result}"
             elif isinstance(result, BaseException):
                 raise RedisEndpointError(f"redis {self._where}: XADD failed: {result}") from result
         if refused:
-            raise MessageRejected(reasons[0], refused)
+            raise MessageRejected.each(refused)
         if self._replicas:
             count = results[-1]
             if isinstance(count, BaseException):

@@ -9,14 +9,23 @@ several, one after the other). Each SEND carries ``bridge-id: <message id>``
 so that the id survives the broker and a ``stomp`` source downstream hands
 out the same one.
 
-A message whose frame would be larger than ``max_message_bytes`` (its body
-plus its headers) is rejected alone, before anything is sent: it goes to the
-dead-letter sink with a reason naming its size and the limit, and the rest
-of its batch goes through. Without the check, the broker would answer the
-oversized frame with an ERROR and close the connection, and the whole batch
-would be retried until the route gave up on all of it. The limit defaults
-to the embedded broker's frame limit for ``url = "embedded"`` (or a URL that
-reaches it), else to :data:`DEFAULT_MAX_MESSAGE_BYTES`.
+Each message is checked against what the broker takes before anything of
+its batch is sent: a header that is not UTF-8 text (a Redis field that was
+not, say) or holds NUL, more headers than ``max_header_count``, a header
+line (escaped, in bytes) longer than ``max_header_length``, a frame larger
+than ``max_message_bytes``. A message that fails is rejected alone: it goes
+to the dead-letter sink with a reason naming the limit, and the rest of its
+batch goes through. Without the checks the broker would answer the frame
+with an ERROR and close the connection, and the whole batch would be
+retried until the route gave up on all of it. A broker does not state these
+limits, so they are settings: for ``url = "embedded"`` (or a URL that
+reaches it) they default to the embedded broker's :class:`Limits`, else to
+the smallest that the brokers tested here enforce (see the constants).
+
+A broker may still refuse a SEND the checks passed (its limits set lower, a
+destination it forbids): its ERROR names no frame, so the write raises
+:class:`bridges.BatchRefused`, and the engine writes the batch again in
+halves until the refused message is alone.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import attrs
 import trio_stomp
 from trio_stomp.broker import Limits
 
-from ..._endpoint import Context, InvalidSetting, MessageRejected
+from ..._endpoint import BatchRefused, Context, InvalidSetting, MessageRejected, prepare_each
 from ..._message import Message
 from ..._template import Template, TemplateError
 from ._connection import ID_HEADER, Connector, StompConnection
@@ -39,6 +48,19 @@ from ._connection import ID_HEADER, Connector, StompConnection
 #: embedded broker's frame limit and RabbitMQ 4's default ``max_message_size``
 #: (ActiveMQ's STOMP frames may be larger). Raise it with ``max_message_bytes``.
 DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
+#: The most headers a SEND may carry, for a broker other than the embedded one:
+#: ActiveMQ Classic's fixed STOMP limit (``StompWireFormat.MAX_HEADERS``), also
+#: the embedded broker's default; RabbitMQ's STOMP plugin takes more.
+DEFAULT_MAX_HEADER_COUNT: Final = 1000
+#: The longest header line (``name:value`` escaped, in UTF-8 bytes) for a broker
+#: other than the embedded one: ActiveMQ Classic's ``MAX_HEADER_LENGTH`` (10 KiB),
+#: the smallest of the brokers tested (the embedded one takes 64 KiB, RabbitMQ more).
+DEFAULT_MAX_HEADER_LENGTH: Final = 10 * 1024
+#: Header lines a SEND carries besides the message's own: destination,
+#: content-length, and receipt or transaction.
+_SEND_HEADERS: Final = 3
+#: What STOMP 1.1 and 1.2 escape in a header (each becomes two bytes).
+_ESCAPED: Final = ("\\", ":", "\r", "\n")
 #: Bytes of a SEND frame besides the body and the message's own headers
 #: (command, destination, content-length, receipt, bridge-id names, separators).
 _FRAME_OVERHEAD: Final = 160
@@ -68,6 +90,12 @@ class StompSinkConfig(StompConnection):
     persistent: bool = False
     headers: dict[str, str] = attrs.field(factory=dict)
     max_message_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    max_header_count: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    max_header_length: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
     )
 
@@ -112,6 +140,32 @@ class StompSink:
         return DEFAULT_MAX_MESSAGE_BYTES
 
     @property
+    def max_header_count(self) -> int:
+        """The most headers a SEND carries (the message's own and the sink's)."""
+        if self._config.max_header_count is not None:
+            return self._config.max_header_count
+        if self._connector.embedded:
+            return self._limits().max_header_count
+        return DEFAULT_MAX_HEADER_COUNT
+
+    @property
+    def max_header_length(self) -> int:
+        """The longest header line a SEND carries (escaped, UTF-8), bytes."""
+        if self._config.max_header_length is not None:
+            return self._config.max_header_length
+        if self._connector.embedded:
+            return self._limits().max_header_length
+        return DEFAULT_MAX_HEADER_LENGTH
+
+    def _limits(self) -> Limits:
+        broker = self._connector.broker
+        return broker.limits if broker is not None else Limits()
+
+    def send_limits(self) -> SendLimits:
+        """The limits each message is checked against (a writer looks them up once)."""
+        return SendLimits(self.max_message_bytes, self.max_header_count, self.max_header_length)
+
+    @property
     def max_transaction_bytes(self) -> int | None:
         """The most one transaction may hold (the embedded broker's limit), or None: unknown."""
         if self._connector.embedded:
@@ -125,18 +179,29 @@ class StompSink:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_StompWriter]:
-        async with self._connector.connect() as client:
-            yield _StompWriter(client, self)
+        writer: _StompWriter | None = None
+        try:
+            async with self._connector.connect() as client:
+                writer = _StompWriter(client, self)
+                yield writer
+        except trio_stomp.StompError as exc:
+            # The client raises the broker's ERROR again as it closes: the refusal stands.
+            refused = writer.refused if writer is not None else None
+            if refused is None:
+                raise
+            raise refused from exc
 
-    def prepare(self, message: Message, limit: int | None = None) -> tuple[str, dict[str, str]]:
-        """The destination and SEND headers of ``message``.
+    def prepare(
+        self, message: Message, limits: SendLimits | None = None
+    ) -> tuple[str, dict[str, str]]:
+        """The destination and SEND headers of ``message``, checked against the limits.
 
         Args:
-          limit: the largest frame, bytes (default: :attr:`max_message_bytes`;
-            a writer looks it up once, not per message).
+          limits: what to check against (default: :meth:`send_limits`).
 
         Raises:
-          ValueError: no destination, a header STOMP cannot carry, or too big.
+          ValueError: no destination, a header STOMP cannot carry (NUL, not
+            UTF-8), too many headers, a header line too long, or too big.
         """
         if message.destination:
             destination = message.destination
@@ -153,10 +218,51 @@ class StompSink:
             headers[name] = value
         headers.update(self._extra)
         headers[ID_HEADER] = message.id
-        _check_size(
-            message.body, destination, headers, self.max_message_bytes if limit is None else limit
-        )
+        if limits is None:
+            limits = self.send_limits()
+        _check_headers(destination, headers, limits.header_count, limits.header_length)
+        _check_size(message.body, destination, headers, limits.message_bytes)
         return destination, headers
+
+
+@attrs.frozen
+class SendLimits:
+    """What one SEND may be: see :class:`StompSinkConfig`'s settings of the same names."""
+
+    message_bytes: int
+    header_count: int
+    header_length: int
+
+
+def _check_headers(destination: str, headers: dict[str, str], most: int, longest: int) -> None:
+    """Raise ValueError if the SEND's headers are not UTF-8 text, too many or too long."""
+    if len(headers) + _SEND_HEADERS > most:
+        raise ValueError(
+            f"{len(headers) + _SEND_HEADERS} headers (with destination, content-length and "
+            f"receipt), more than max_header_count = {most}"
+        )
+    short = longest // 2  # (an ASCII line this short fits even with every byte escaped)
+    if len(destination) >= short or not destination.isascii():
+        _check_line("destination", destination, longest)
+    for name, value in headers.items():
+        if len(name) + len(value) >= short or not (name.isascii() and value.isascii()):
+            _check_line(name, value, longest)
+
+
+def _check_line(name: str, value: str, longest: int) -> None:
+    try:
+        size = len(name.encode()) + len(value.encode()) + 1
+    except UnicodeEncodeError as exc:
+        where = "name" if exc.object is name else "value"
+        raise ValueError(
+            f"header {name[:40]!r}: its {where} is not UTF-8 text ({exc.reason} at "
+            f"position {exc.start}), which STOMP cannot carry"
+        ) from None
+    size += sum(text.count(char) for text in (name, value) for char in _ESCAPED)
+    if size > longest:
+        raise ValueError(
+            f"header {name[:40]!r}: a line of {size} bytes, more than max_header_length = {longest}"
+        )
 
 
 def _check_size(body: bytes, destination: str, headers: dict[str, str], limit: int) -> None:
@@ -179,35 +285,51 @@ class _StompWriter:
         self._client = client
         self._sink = sink
         self._transaction = sink.confirm == "transaction"
-        self._limit = sink.max_message_bytes
+        self._limits = sink.send_limits()
         self._transaction_limit = sink.max_transaction_bytes
+        #: Set when the broker refused a write (its ERROR ends the connection).
+        self.refused: BatchRefused | None = None
 
     async def write(self, batch: Sequence[Message]) -> None:
-        frames = []
-        bad: list[int] = []
-        reasons: list[str] = []
-        for index, message in enumerate(batch):
-            try:
-                destination, headers = self._sink.prepare(message, self._limit)
-            except ValueError as exc:
-                bad.append(index)
-                reasons.append(str(exc))
-                continue
-            frames.append((destination, message.body, headers))
-        if bad:
-            raise MessageRejected(reasons[0], bad)
+        frames = prepare_each(batch, self._frame)
+        try:
+            await self._send(frames)
+        except trio_stomp.ServerError as exc:
+            # The ERROR names no SEND (none carries a receipt but the last): the
+            # engine finds the message by writing the batch again in halves.
+            self.refused = BatchRefused(f"the broker refused it: {_error_text(exc)}")
+            raise self.refused from exc
+
+    def _frame(self, message: Message) -> _Frame:
+        destination, headers = self._sink.prepare(message, self._limits)
+        return destination, message.body, headers
+
+    async def _send(self, frames: list[_Frame]) -> None:
         client = self._client
-        if self._transaction:
-            # A batch larger than the broker lets one transaction hold goes in several,
-            # each committed (and durable) before the next; the batch is acked after all.
-            for group in _transactions(frames, self._transaction_limit):
-                async with client.transaction(receipt=True) as transaction:
-                    for destination, body, headers in group:
-                        await transaction.send(destination, body, headers=headers)
-            return
-        last = len(frames) - 1
-        for index, (destination, body, headers) in enumerate(frames):
-            await client.send(destination, body, headers=headers, receipt=index == last)
+        index = 0
+        try:
+            if self._transaction:
+                # A batch larger than the broker lets one transaction hold goes in several,
+                # each committed (and durable) before the next; the batch is acked after all.
+                for group in _transactions(frames, self._transaction_limit):
+                    async with client.transaction(receipt=True) as transaction:
+                        for destination, body, headers in group:
+                            await transaction.send(destination, body, headers=headers)
+                            index += 1
+                return
+            last = len(frames) - 1
+            for index, (destination, body, headers) in enumerate(frames):
+                await client.send(destination, body, headers=headers, receipt=index == last)
+        except trio_stomp.LocalProtocolError as exc:
+            # The client found what the checks did not (nothing of that frame was sent).
+            raise MessageRejected.each({index: f"cannot be sent over STOMP: {exc}"}) from None
+
+
+def _error_text(exc: trio_stomp.ServerError) -> str:
+    """The broker's ERROR in one line: its message, and the first line of its body."""
+    body = getattr(exc.frame, "body", b"")
+    detail = bytes(body[:300]).decode("utf-8", "replace").strip().split("\n", 1)[0]
+    return f"{exc.message} ({detail})" if detail and detail != exc.message else exc.message
 
 
 _Frame = tuple[str, bytes, dict[str, str]]

@@ -387,13 +387,13 @@ def test_the_public_surface_is_pinned() -> None:
         and not isinstance(getattr(bridges, n), types.ModuleType)
     )
     assert public == [
-        "BridgeSettings", "BrokerSettings", "BulkReceiver", "Config", "ConfigError", "Context",
-        "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting", "Message", "MessageRejected",
-        "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route", "RouteConfig",
-        "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template", "TemplateError",
-        "Transform", "Unavailable", "UnreadableEnvelope", "Writer", "build_routes",
-        "default_registry", "load_config", "open_shared", "parse_config", "run_bridge",
-        "run_routes", "shared_resource",
+        "BatchRefused", "BridgeSettings", "BrokerSettings", "BulkReceiver", "Config",
+        "ConfigError", "Context", "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting", "Message",
+        "MessageRejected", "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route",
+        "RouteConfig", "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template",
+        "TemplateError", "Transform", "Unavailable", "UnreadableEnvelope", "Writer",
+        "build_routes", "default_registry", "load_config", "open_shared", "parse_config",
+        "prepare_each", "run_bridge", "run_routes", "shared_resource",
     ]  # fmt: skip
 
 

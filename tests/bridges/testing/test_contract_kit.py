@@ -17,6 +17,7 @@ from bridges.testing import (
     FakeSource,
     SinkCase,
     SourceCase,
+    check_poison,
     check_sink,
     check_source,
 )
@@ -40,7 +41,10 @@ def sources(
 
 
 def sinks(
-    make: Callable[[], FakeSink], *, reject: Message | None = None
+    make: Callable[[], FakeSink],
+    *,
+    reject: Message | None = None,
+    poison: Sequence[Message] = (),
 ) -> Callable[[], AbstractAsyncContextManager[SinkCase]]:
     @asynccontextmanager
     async def factory() -> AsyncIterator[SinkCase]:
@@ -49,7 +53,7 @@ def sinks(
         async def read_back() -> list[Message]:
             return [message for batch in sink.batches for message in batch]
 
-        yield SinkCase(sink, read_back, reject=reject)
+        yield SinkCase(sink, read_back, reject=reject, poison=poison)
 
     return factory
 
@@ -183,7 +187,65 @@ async def test_a_rejection_without_indices_is_caught() -> None:
 def test_the_testing_surface_is_pinned() -> None:
     public = sorted(n for n in dir(bridges.testing) if n.isidentifier() and not n.startswith("_"))
     assert public == [
-        "ContractViolation", "FakeBulkSource", "FakeSink", "FakeSource", "SinkCase",
-        "SinkFactory", "SourceCase", "SourceFactory", "check_sink", "check_source",
-        "contract_messages", "messages", "wait_until",
+        "ContractViolation", "FakeBulkSource", "FakeSink", "FakeSource", "HOSTILE",
+        "PoisonOutcome", "SinkCase", "SinkFactory", "SourceCase", "SourceFactory",
+        "check_poison", "check_sink", "check_source", "contract_messages", "messages",
+        "wait_until",
     ]  # fmt: skip
+
+
+class StrictSink(FakeSink):
+    """Refuses a header that is not UTF-8 text, as a STOMP client does: in one of three ways."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        bad = [i for i, m in enumerate(batch) if not _utf8(m)]
+        if bad and self.how == "fails the batch":  # today's stomp sink
+            raise OSError("a header cannot be encoded as UTF-8")
+        if bad and self.how == "rejects the batch":  # names every message
+            raise MessageRejected("not UTF-8", range(len(batch)))
+        if bad and self.how == "drops it":  # writes the rest, says nothing
+            batch = [m for i, m in enumerate(batch) if i not in bad]
+        if bad and self.how == "rejects it":
+            raise MessageRejected.each({i: f"message {i} is not UTF-8" for i in bad})
+        await super().write(batch)
+
+
+def _utf8(message: Message) -> bool:
+    try:
+        "".join([*message.headers, *message.headers.values(), message.id]).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [
+        ("fails the batch", r"good message\(s\) dead-lettered"),
+        ("rejects the batch", r"good message\(s\) dead-lettered"),
+        ("drops it", "neither written nor dead-lettered"),
+    ],
+)
+async def test_a_poison_message_that_takes_its_batch_down_is_caught(how: str, says: str) -> None:
+    with pytest.raises(ContractViolation, match=says):
+        await check_poison(sinks(lambda: StrictSink(how)))
+
+
+async def test_a_sink_that_rejects_the_poison_alone_passes_and_each_has_its_reason() -> None:
+    outcome = await check_poison(sinks(lambda: StrictSink("rejects it")))
+    assert len(outcome.dead) == 3  # the three HOSTILE messages that are not UTF-8
+    assert all(reason.startswith("message ") for reason in outcome.dead.values())
+    assert len(set(outcome.dead.values())) == 3  # each dead letter with its own reason
+    assert len(outcome.held) == len(outcome.batch) - 3
+
+
+async def test_declared_poison_must_be_dead_lettered_not_written() -> None:
+    poison = [Message(b"too big for this target", {}, "")]
+    with pytest.raises(ContractViolation, match=r"poison message .* was written"):
+        await check_poison(sinks(FakeSink, poison=poison))
+    bad = [Message(b"bad", {"bad": "yes"}, "")]
+    await check_poison(sinks(RejectingSink, poison=bad), mix=[None, 0, None, 0, 0])

@@ -10,7 +10,8 @@ import aio_pika
 import pytest
 import trio
 from amqp_servers import get_all, publish, queue, require_amqp, unique
-from family_kit import written
+from family_kit import POISON_MIXES, POISON_SETTINGS, poison_run, written
+from hypothesis import given
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, RetryPolicy, Route
 from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig, AmqpSource, AmqpSourceConfig
@@ -301,3 +302,9 @@ async def test_the_amqp_source_keeps_the_source_contract() -> None:
 @pytest.mark.deadline(90)
 async def test_the_amqp_sink_keeps_the_sink_contract() -> None:
     await check_sink(amqp_sink_case)
+
+
+@POISON_SETTINGS
+@given(mix=POISON_MIXES)
+def test_the_amqp_sink_sets_each_poison_message_aside_alone(mix: list[int | None]) -> None:
+    poison_run(amqp_sink_case, mix)

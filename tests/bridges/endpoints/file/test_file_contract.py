@@ -9,6 +9,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from family_kit import POISON_MIXES, POISON_SETTINGS, poison_run
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridges import Context, Message
 from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
@@ -103,3 +106,11 @@ async def test_the_jsonl_source_keeps_the_source_contract(tmp_path: Path) -> Non
 @pytest.mark.deadline(60)
 async def test_the_file_sink_keeps_the_sink_contract(tmp_path: Path, file_format: str) -> None:
     await check_sink(file_sinks(tmp_path, file_format))
+
+
+@POISON_SETTINGS
+@given(mix=POISON_MIXES, file_format=st.sampled_from(["jsonl", "files"]))
+def test_the_file_sink_sets_each_poison_message_aside_alone(
+    tmp_path: Path, mix: list[int | None], file_format: str
+) -> None:
+    poison_run(file_sinks(tmp_path, file_format), mix)

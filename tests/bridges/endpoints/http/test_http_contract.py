@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 import trio
+from family_kit import POISON_MIXES, POISON_SETTINGS, poison_run
 from http_helpers import Recorder
+from hypothesis import given
 
 from bridges import Context, Message
 from bridges.endpoints.http import (
@@ -123,3 +125,9 @@ async def webhook_sink() -> AsyncIterator[SinkCase]:
 @pytest.mark.deadline(60)
 async def test_the_http_sink_keeps_the_sink_contract() -> None:
     await check_sink(webhook_sink)
+
+
+@POISON_SETTINGS
+@given(mix=POISON_MIXES)
+def test_the_http_sink_sets_each_poison_message_aside_alone(mix: list[int | None]) -> None:
+    poison_run(webhook_sink, mix)

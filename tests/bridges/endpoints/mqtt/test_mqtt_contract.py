@@ -16,6 +16,8 @@ from typing import Any
 import paho.mqtt.client as paho
 import pytest
 import trio
+from family_kit import POISON_MIXES, POISON_SETTINGS, poison_run
+from hypothesis import given
 from mqtt_servers import HOSTPORT, PASSWORD, USER, require_mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
@@ -101,3 +103,9 @@ async def test_the_mqtt_source_keeps_the_source_contract() -> None:
 @pytest.mark.deadline(60)
 async def test_the_mqtt_sink_keeps_the_sink_contract() -> None:
     await check_sink(topic_sink)
+
+
+@POISON_SETTINGS
+@given(mix=POISON_MIXES)
+def test_the_mqtt_sink_sets_each_poison_message_aside_alone(mix: list[int | None]) -> None:
+    poison_run(topic_sink, mix)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import trio
-from family_kit import written
+from family_kit import POISON_MIXES, POISON_SETTINGS, poison_run, written
+from hypothesis import given
 from nats_servers import (
     PRIVATE_MAX_PAYLOAD,
     jetstream,
@@ -303,3 +304,9 @@ async def test_the_nats_source_keeps_the_source_contract() -> None:
 @pytest.mark.deadline(90)
 async def test_the_nats_sink_keeps_the_sink_contract() -> None:
     await check_sink(nats_sink_case)
+
+
+@POISON_SETTINGS
+@given(mix=POISON_MIXES)
+def test_the_nats_sink_sets_each_poison_message_aside_alone(mix: list[int | None]) -> None:
+    poison_run(nats_sink_case, mix)

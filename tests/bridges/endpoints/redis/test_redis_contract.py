@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 
 import coredis
 import pytest
+from family_kit import POISON_MIXES, POISON_SETTINGS, poison_run
+from hypothesis import given
 from redis_servers import require_redis
 
 from bridges import Context, Message
@@ -61,3 +63,9 @@ async def test_the_redis_source_keeps_the_source_contract() -> None:
 @pytest.mark.deadline(60)
 async def test_the_redis_sink_keeps_the_sink_contract() -> None:
     await check_sink(stream_sink)
+
+
+@POISON_SETTINGS
+@given(mix=POISON_MIXES)
+def test_the_redis_sink_sets_each_poison_message_aside_alone(mix: list[int | None]) -> None:
+    poison_run(stream_sink, mix)

@@ -115,3 +115,30 @@ async def test_a_batch_too_big_for_one_transaction_is_sent_in_several() -> None:
             await writer.write(batch)  # 200 KiB: one transaction would be refused
         bodies = await received(broker.url, "/queue/t")
     assert [body[:1] for body in bodies] == [b"A", b"B", b"C", b"D", b"E"]
+
+
+async def test_the_header_limits_follow_the_embedded_broker_and_else_activemqs() -> None:
+    """Issue 23 §6: a broker's smaller header limits are the sink's, so nothing meets an ERROR."""
+    limits = Limits(max_header_count=20, max_header_length=500)
+    async with open_broker(limits=limits) as broker, open_shared() as shared:
+        shared.provide(EMBEDDED_BROKER, broker)
+        context = Context(route="r", role="sink", embedded=True, shared=shared)
+        sink = StompSink(StompSinkConfig(url="embedded", destination="/queue/h"), context)
+        assert (sink.max_header_count, sink.max_header_length) == (20, 500)
+        many = Message(b"many", {f"h{i}": "v" for i in range(18)}, "many")  # 18 + 4 > 20
+        long = Message(b"long", {"h": "v:" * 200}, "long")  # escaped: 2 + 600 bytes
+        fine = Message(b"fine", {f"h{i}": "v" for i in range(16)}, "fine")
+        async with sink.open() as writer:
+            with pytest.raises(MessageRejected) as caught:
+                await writer.write([many, fine, long])
+            assert caught.value.indices == (0, 2)
+            assert "more than max_header_count = 20" in caught.value.reason_for(0)
+            assert "a line of 602 bytes, more than max_header_length = 500" in (
+                caught.value.reason_for(2)
+            )
+            await writer.write([fine])
+        assert await received(broker.url, "/queue/h") == [b"fine"]
+    other = StompSink(StompSinkConfig(url="stomp://127.0.0.1:61623"), Context(role="sink"))
+    assert (other.max_header_count, other.max_header_length) == (1000, 10 * 1024)
+    with pytest.raises(ValueError, match="max_header_length"):
+        StompSinkConfig(max_header_length=0)
