@@ -79,12 +79,14 @@ from ._destinations import DestinationDepth as DestinationDepth
 from ._server import Broker as Broker
 from ._server import open_broker as open_broker
 from ._server import serve_broker as serve_broker
+from ._store import StoreDamaged as StoreDamaged
 from ._store import StoreError as StoreError
 
 __all__ = [
     "Broker",
     "DestinationDepth",
     "Limits",
+    "StoreDamaged",
     "StoreError",
     "UsersFileError",
     "load_users",
