@@ -68,7 +68,10 @@ Policies:
   a message is deleted once acknowledged (or delivered to an ``auto``
   subscription), and at the next start what was left is queued again, in
   order, with ``redelivered:true``. Topic messages are never stored. A data
-  dir that cannot be opened or written is a :class:`StoreError`.
+  dir that cannot be opened or written is a :class:`StoreError`. A store
+  that lost messages since the broker last wrote it (a damaged WAL, an
+  emptied or recreated file, a damaged row) is a :class:`StoreDamaged`
+  saying how many and from which store key on, unless ``accept_damage``.
 """
 
 from ._config import Limits as Limits

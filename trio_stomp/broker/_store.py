@@ -29,10 +29,18 @@ been delivered before the stop: the broker does not write deliveries).
 A store that cannot be opened or written (missing permission, full disk, a
 file that is not a database, another broker holding it) is a
 :class:`StoreError` naming the file: the broker never falls back to memory.
+
+A damaged store is never silent: each row carries a checksum, the database
+keeps a tally of its commits, and ``DATA_DIR/broker.mark`` repeats it where a
+truncated WAL cannot reach (:mod:`._store_mark` says why and how). A store
+that lost or damaged messages since the broker last wrote it is refused with
+:class:`StoreDamaged`, saying how many and from which key, unless the damage
+is accepted (``accept_damage``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -67,8 +75,10 @@ class StoreDamaged(StoreError):
     """The store is not what the broker last wrote: messages were lost or damaged.
 
     Raised when the store opens, unless the damage is accepted
-    (``accept_damage=True``); nothing on disk was changed then, so the files
-    can still be kept or restored from a copy. See :mod:`._store_mark`.
+    (``accept_damage=True``). The broker wrote nothing then: started again,
+    it finds the same. The write-ahead log as it was found (its frames after
+    the damaged one hold what was lost) is kept beside the store as
+    ``broker.sqlite3-wal.refused``. See :mod:`._store_mark`.
 
     Attributes:
       path: the store's file.
@@ -120,16 +130,35 @@ class _Database:
 
         Raises:
           StoreDamaged: the store is damaged (see :mod:`._store_mark`) and
-            ``accept_damage`` is False; nothing was changed on disk.
+            ``accept_damage`` is False. The broker wrote nothing, so the next
+            start finds the same; the write-ahead log as it was found is kept
+            as ``broker.sqlite3-wal.refused`` (SQLite folds its whole part into
+            the database and removes it when the refused store is closed).
         """
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        wal = path.with_name(f"{path.name}-wal")
+        found = path.with_name(f"{path.name}-wal.found")
+        with contextlib.suppress(FileNotFoundError):
+            found.unlink()  # (left by a start that was killed)
+        try:
+            os.link(wal, found, follow_symlinks=False)
+        except OSError:  # (no WAL: a clean stop; or no hard links here)
+            pass
         database = cls(path)
         try:
-            messages = database.prepare(accept_damage)
-            database._mark = MarkFile.create(path.with_name(MARK_FILE), database.tally)
-        except BaseException:
-            database.close()
+            try:
+                messages = database.prepare(accept_damage)
+                database._mark = MarkFile.create(path.with_name(MARK_FILE), database.tally)
+            except BaseException:
+                database.close()
+                raise
+        except StoreDamaged:
+            with contextlib.suppress(FileNotFoundError):
+                found.replace(path.with_name(f"{path.name}-wal.refused"))
             raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                found.unlink()
         return database, messages, database.tally.high + 1
 
     def prepare(self, accept_damage: bool = False) -> list[Message]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 import shutil
 import sqlite3
 import time
@@ -81,9 +82,12 @@ async def test_a_damaged_wal_is_refused_naming_how_many_were_lost_and_from_where
     with trio.fail_after(TIMEOUT):
         left = await _killed(tmp_path / "data", bodies)
         _flip(left / "broker.sqlite3-wal", 0.5)
+        found = (left / "broker.sqlite3-wal").read_bytes()
         with pytest.raises(StoreDamaged) as info:
             async with open_broker(data_dir=left):
                 pytest.fail("the broker started")
+        # The WAL as found (its frames after the damaged one) is kept aside.
+        assert (left / "broker.sqlite3-wal.refused").read_bytes() == found
         damage = info.value
         # SQLite keeps the commits before the damaged frame: one message each.
         kept = damage.from_key - 1
@@ -199,6 +203,44 @@ async def test_lost_commits_that_also_acknowledged_give_a_range(tmp_path: Path) 
         assert "delivered again" in str(damage)
 
 
+async def test_rows_deleted_behind_the_brokers_back_do_not_add_up(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(data_dir=tmp_path) as broker:
+            await _send_each(broker, [b"0", b"1", b"2"])
+        with contextlib.closing(sqlite3.connect(tmp_path / "broker.sqlite3")) as db, db:
+            db.execute("DELETE FROM messages WHERE key = 2")
+        with pytest.raises(StoreDamaged, match=r"counts 3 message.* but holds 2") as info:
+            async with open_broker(data_dir=tmp_path):
+                pytest.fail("the broker started")
+        assert info.value.lost == 1
+
+
+async def test_a_damaged_mark_is_refused_when_the_store_has_commits(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(data_dir=tmp_path) as broker:
+            await _send_each(broker, [b"0"])
+        _flip(tmp_path / MARK_FILE, 0.0, count=96)
+        with pytest.raises(StoreDamaged, match=f"{MARK_FILE} is unreadable"):
+            async with open_broker(data_dir=tmp_path):
+                pytest.fail("the broker started")
+
+
+async def test_a_damaged_page_of_the_database_file_is_refused(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(data_dir=tmp_path) as broker:
+            await _send_each(broker, [bytes(1000)] * 40)  # (several pages)
+        store = tmp_path / "broker.sqlite3"
+        data = bytearray(store.read_bytes())
+        page = 4096 * 2  # (the third page: a b-tree page, its header first)
+        data[page : page + 16] = bytes(16)
+        store.write_bytes(bytes(data))
+        with pytest.raises(StoreError, match=re.escape(str(store))) as info:
+            async with open_broker(data_dir=tmp_path):
+                pytest.fail("the broker started")
+        # SQLite itself finds this one; accept_damage cannot help a file it cannot read.
+        assert "malformed" in str(info.value)
+
+
 # -- the clean cases stay silent -------------------------------------------------------
 
 
@@ -220,6 +262,27 @@ async def test_a_new_data_dir_and_a_clean_restart_are_silent_and_quick(
             assert broker.queue_depth(QUEUE) == 30
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert opened < 1.0
+
+
+async def test_a_store_of_schema_1_is_upgraded_silently(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_stomp.broker")
+    with contextlib.closing(sqlite3.connect(tmp_path / "broker.sqlite3")) as db, db:
+        db.execute(
+            "CREATE TABLE messages (key INTEGER PRIMARY KEY, id TEXT NOT NULL, "
+            "destination TEXT NOT NULL, headers TEXT NOT NULL, body BLOB NOT NULL)"
+        )
+        db.execute("INSERT INTO messages VALUES (4, 'x-4', '/queue/a', '[]', x'34')")
+        db.execute("INSERT INTO messages VALUES (7, 'x-7', '/queue/a', '[]', x'37')")
+        db.execute("PRAGMA user_version=1")
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(data_dir=tmp_path) as broker:
+            assert broker.queue_depth(QUEUE) == 2
+            await _send_each(broker, [b"8"])  # (keys go on past the old ones)
+        async with open_broker(data_dir=tmp_path) as broker:
+            assert await _bodies_of(broker, 3) == [b"4", b"7", b"8"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def test_serve_broker_takes_accept_damage(tmp_path: Path) -> None:
