@@ -50,7 +50,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final, Protocol
 
-import attrs
 import trio
 
 from ._destinations import Message, message_size
@@ -83,7 +82,8 @@ class StoreDamaged(StoreError):
     Attributes:
       path: the store's file.
       lost: messages lost, at least.
-      lost_most: messages lost, at most (equal to ``lost`` when exact).
+      lost_most: messages lost, at most (equal to ``lost`` when exact);
+        None when it cannot be told (no mark to compare with).
       from_key: the lost messages were stored from this key on (0: no such
         range; damaged rows are named in :attr:`report`).
       report: what was found and what it cost, one line.
@@ -224,7 +224,7 @@ class _Database:
         if not whole:
             first = "the database's own tally is damaged"
             findings = (first, *(damage.findings if damage is not None else ()))
-            damage = attrs.evolve(damage or Damage(()), findings=findings)
+            damage = Damage(findings, 0 if damage is None else damage.lost, None)
         self.tally = tally
         if damage is None:
             return messages

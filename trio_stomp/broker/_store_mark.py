@@ -95,7 +95,8 @@ class Damage:
     Attributes:
       findings: one sentence per problem found.
       lost: messages lost, at least.
-      lost_most: messages lost, at most (equal to ``lost`` when exact).
+      lost_most: messages lost, at most (equal to ``lost`` when exact);
+        None when it cannot be told (no mark to compare with).
       from_key: the lost messages were stored from this key on (0: no
         such range; damaged rows are named in ``findings``).
       redelivered: messages that were consumed but come back (at most).
@@ -103,17 +104,21 @@ class Damage:
 
     findings: tuple[str, ...]
     lost: int = 0
-    lost_most: int = 0
+    lost_most: int | None = 0
     from_key: int = 0
     redelivered: int = 0
 
     def describe(self) -> str:
         """One line: how many messages were lost, from where, and why."""
-        if self.lost == self.lost_most:
+        if self.lost_most is None:
+            count = "an unknown number of message(s) lost"
+            if self.lost:
+                count += f" (at least {self.lost})"
+        elif self.lost == self.lost_most:
             count = f"{self.lost} message(s) lost"
         else:
             count = f"{self.lost} to {self.lost_most} message(s) lost"
-        if self.from_key and self.lost_most:
+        if self.from_key and self.lost_most != 0:
             count += f" (those stored from key {self.from_key} on)"
         if self.redelivered:
             count += f", up to {self.redelivered} consumed message(s) delivered again"
@@ -144,6 +149,7 @@ def assess(
     """
     findings: list[str] = [f"quick_check: {line}" for line in pages]
     lost = lost_most = from_key = redelivered = 0
+    known = not pages
     if damaged:
         listed = ", ".join(str(key) for key in damaged[:_MAX_LISTED])
         more = ", ..." if len(damaged) > _MAX_LISTED else ""
@@ -152,12 +158,11 @@ def assess(
         )
         lost = lost_most = len(damaged)
     if mark_problem is not None and database.commits:
-        findings.append(f"{MARK_FILE} is unreadable ({mark_problem}): what was lost is unknown")
+        findings.append(f"{MARK_FILE} is unreadable ({mark_problem})")
+        known = False
     elif mark is None and database.commits:
-        findings.append(
-            f"{MARK_FILE} is missing (the database has {database.commits} commit(s)): "
-            "what was lost is unknown"
-        )
+        findings.append(f"{MARK_FILE} is missing (the database has {database.commits} commit(s))")
+        known = False
     elif mark is not None and mark.commits > database.commits:
         gone_adds = mark.adds - database.adds
         gone_removes = mark.removes - database.removes
@@ -185,7 +190,8 @@ def assess(
         lost_most += max(0, database.held - rows)
     if not findings:
         return None
-    return Damage(tuple(findings), lost, max(lost, lost_most), from_key, redelivered)
+    most = max(lost, lost_most) if known else None
+    return Damage(tuple(findings), lost, most, from_key, redelivered)
 
 
 class MarkFile:
