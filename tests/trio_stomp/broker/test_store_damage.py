@@ -104,6 +104,19 @@ async def test_a_damaged_wal_is_refused_naming_how_many_were_lost_and_from_where
                 pytest.fail("the broker started")
 
 
+async def test_a_damaged_wal_header_loses_every_commit_since_the_last_checkpoint(
+    tmp_path: Path,
+) -> None:
+    bodies = [f"m{i}".encode() for i in range(20)]
+    with trio.fail_after(TIMEOUT):
+        left = await _killed(tmp_path / "data", bodies)
+        _flip(left / "broker.sqlite3-wal", 0.0)  # (SQLite then ignores the whole WAL)
+        with pytest.raises(StoreDamaged) as info:
+            async with open_broker(data_dir=left):
+                pytest.fail("the broker started")
+    assert (info.value.lost, info.value.lost_most, info.value.from_key) == (20, 20, 1)
+
+
 async def test_accepted_damage_starts_with_what_is_left_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
