@@ -279,7 +279,7 @@ async def test_a_new_data_dir_and_a_clean_restart_are_silent_and_quick(
         async with open_broker(data_dir=left) as broker:
             assert broker.queue_depth(QUEUE) == 30
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert opened < 1.0
+    assert opened < 2.0  # (30 messages: milliseconds; the bound leaves room for a busy CI)
 
 
 async def test_a_store_of_schema_1_is_upgraded_silently(
