@@ -117,13 +117,17 @@ class BrokerSettings:
     the routes that read from it (and ``bridges run`` exits 4 when some are
     left). With ``data_dir`` its queue messages are on disk (SQLite, fsync
     before each RECEIPT) and delivered again at the next start (what shutdown
-    could not drain is kept there: exit 3).
+    could not drain is kept there: exit 3). A store that lost messages since
+    the broker last wrote it (a damaged write-ahead log, an emptied file, a
+    damaged row) is refused, naming how many and from which store key on,
+    unless ``accept_damage`` (then the loss is logged and the broker starts).
     ``stomp`` endpoints reach it with ``url = "embedded"``.
     """
 
     embedded: bool = False
     listen: str = attrs.field(default="127.0.0.1:61613", validator=_listen)
     data_dir: str | None = attrs.field(default=None, validator=_data_dir)
+    accept_damage: bool = False
 
     @property
     def address(self) -> tuple[str, int]:
@@ -253,6 +257,8 @@ def parse_config(
     broker = structure(BrokerSettings, data.get("broker", {}), where.at("broker"))
     if broker is not INVALID and broker.data_dir is not None and not broker.embedded:
         where.at("broker").at("data_dir").problem("needs embedded = true (the broker it keeps)")
+    if broker is not INVALID and broker.accept_damage and broker.data_dir is None:
+        where.at("broker").at("accept_damage").problem("needs data_dir (the store it accepts)")
     tables = data.get("routes")
     if tables is None:
         where.at("routes").problem("missing (required)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from trio_stomp.broker import Broker, StoreError, open_broker
+from trio_stomp.broker import Broker, StoreDamaged, StoreError, open_broker
 
 from .._config import Config
 from .._convert import ConfigError, Problem
@@ -17,7 +17,9 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
 
     Raises:
       ConfigError: it cannot listen (``broker.listen`` names the address), or
-        its data dir cannot be opened (``broker.data_dir``, naming the file).
+        its data dir cannot be opened (``broker.data_dir``, naming the file),
+        or its store is damaged and ``broker.accept_damage`` is not set
+        (``broker.data_dir``: how many messages were lost, from which key).
       StoreError: the store failed to write while running (the broker stops:
         what it would confirm could not be kept).
     """
@@ -29,7 +31,10 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
     listening = False
     try:
         async with open_broker(
-            host, port, data_dir=None if data_dir is None else config.base_dir / data_dir
+            host,
+            port,
+            data_dir=None if data_dir is None else config.base_dir / data_dir,
+            accept_damage=config.broker.accept_damage,
         ) as broker:
             listening = True
             yield broker
@@ -43,6 +48,14 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
         )
         raise ConfigError([problem]) from None
+    except StoreDamaged as exc:
+        if listening:
+            raise
+        reason = (
+            f"broker store {str(exc.path)!r} is damaged: {exc.report}. Refused: set "
+            "accept_damage = true in [broker] to start with what is left"
+        )
+        raise ConfigError([Problem(config.file, None, "broker.data_dir", reason)]) from None
     except StoreError as exc:
         if listening:
             raise

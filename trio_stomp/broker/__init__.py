@@ -68,7 +68,10 @@ Policies:
   a message is deleted once acknowledged (or delivered to an ``auto``
   subscription), and at the next start what was left is queued again, in
   order, with ``redelivered:true``. Topic messages are never stored. A data
-  dir that cannot be opened or written is a :class:`StoreError`.
+  dir that cannot be opened or written is a :class:`StoreError`. A store
+  that lost messages since the broker last wrote it (a damaged WAL, an
+  emptied or recreated file, a damaged row) is a :class:`StoreDamaged`
+  saying how many and from which store key on, unless ``accept_damage``.
 """
 
 from ._config import Limits as Limits
@@ -79,12 +82,14 @@ from ._destinations import DestinationDepth as DestinationDepth
 from ._server import Broker as Broker
 from ._server import open_broker as open_broker
 from ._server import serve_broker as serve_broker
+from ._store import StoreDamaged as StoreDamaged
 from ._store import StoreError as StoreError
 
 __all__ = [
     "Broker",
     "DestinationDepth",
     "Limits",
+    "StoreDamaged",
     "StoreError",
     "UsersFileError",
     "load_users",

@@ -261,6 +261,7 @@ async def open_broker(
     wss_port: Address | None = None,
     ssl_context: ssl.SSLContext | None = None,
     data_dir: str | os.PathLike[str] | None = None,
+    accept_damage: bool = False,
 ) -> AsyncIterator[Broker]:
     """Run a STOMP broker for the duration of an ``async with`` block.
 
@@ -310,6 +311,12 @@ async def open_broker(
         fsynced, and what is not consumed is delivered again at the next
         start (see :mod:`trio_stomp.broker._store`). None (the default):
         volatile, queued messages are lost when the broker stops.
+      accept_damage: start even when the store in ``data_dir`` is damaged
+        (it lost or damaged messages since the broker last wrote it: a
+        damaged write-ahead log, an emptied file, a damaged row). The loss is
+        logged as a warning, naming how many messages and from which store
+        key on; damaged rows are dropped. False (the default): such a store
+        is refused with :class:`StoreDamaged`, and left as it was found.
 
     Returns:
       An async context manager yielding the running :class:`Broker`.
@@ -318,12 +325,14 @@ async def open_broker(
       OSError: an address cannot be listened on (a port in use, say).
       ValueError: a TLS listener without ``ssl_context``, or the reverse.
       ImportError: a WebSocket listener without the ``websocket`` extra.
+      StoreDamaged: the store is damaged (what was lost is in the message,
+        and in its attributes) and ``accept_damage`` is False.
       StoreError: the data dir cannot be opened, or the store failed to write
         (the broker stops then: what it would confirm could not be kept).
     """
     frozen_users = freeze_users(users)
     limits = limits if limits is not None else Limits()
-    async with open_data_dir(data_dir) as store:
+    async with open_data_dir(data_dir, accept_damage=accept_damage) as store:
         async with _open_broker(
             host,
             port,
@@ -386,6 +395,7 @@ async def serve_broker(
     wss_port: Address | None = None,
     ssl_context: ssl.SSLContext | None = None,
     data_dir: str | os.PathLike[str] | None = None,
+    accept_damage: bool = False,
     task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a STOMP broker until cancelled; for ``nursery.start``.
@@ -397,7 +407,7 @@ async def serve_broker(
     :func:`open_broker`.
 
     Raises:
-      OSError, ValueError, ImportError: as :func:`open_broker`.
+      OSError, ValueError, ImportError, StoreError: as :func:`open_broker`.
     """
     async with open_broker(
         host,
@@ -409,6 +419,7 @@ async def serve_broker(
         wss_port=wss_port,
         ssl_context=ssl_context,
         data_dir=data_dir,
+        accept_damage=accept_damage,
     ) as broker:
         task_status.started(broker)
         await trio.sleep_forever()

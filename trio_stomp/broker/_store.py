@@ -29,10 +29,18 @@ been delivered before the stop: the broker does not write deliveries).
 A store that cannot be opened or written (missing permission, full disk, a
 file that is not a database, another broker holding it) is a
 :class:`StoreError` naming the file: the broker never falls back to memory.
+
+A damaged store is never silent: each row carries a checksum, the database
+keeps a tally of its commits, and ``DATA_DIR/broker.mark`` repeats it where a
+truncated WAL cannot reach (:mod:`._store_mark` says why and how). A store
+that lost or damaged messages since the broker last wrote it is refused with
+:class:`StoreDamaged`, saying how many and from which key, unless the damage
+is accepted (``accept_damage``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -45,20 +53,53 @@ from typing import Final, Protocol
 import trio
 
 from ._destinations import Message, message_size
+from ._store_mark import MARK_FILE, Damage, MarkFile, Tally, assess, row_checksum
 
-__all__ = ["STORE_FILE", "Store", "StoreError", "open_data_dir", "open_store"]
+__all__ = ["STORE_FILE", "Store", "StoreDamaged", "StoreError", "open_data_dir", "open_store"]
 
 log = logging.getLogger("trio_stomp.broker")
 
 #: The store's file name inside the data dir.
 STORE_FILE: Final = "broker.sqlite3"
-_SCHEMA_VERSION: Final = 1
+_SCHEMA_VERSION: Final = 2
 #: The longest a commit waits for more messages from connections it expects, s.
 GATHER_DELAY: Final = 0.0005
 
 
 class StoreError(Exception):
     """The broker's data dir cannot be opened or written; the message names the file."""
+
+
+class StoreDamaged(StoreError):
+    """The store is not what the broker last wrote: messages were lost or damaged.
+
+    Raised when the store opens, unless the damage is accepted
+    (``accept_damage=True``). The broker wrote nothing then: started again,
+    it finds the same. The write-ahead log as it was found (its frames after
+    the damaged one hold what was lost) is kept beside the store as
+    ``broker.sqlite3-wal.refused``. See :mod:`._store_mark`.
+
+    Attributes:
+      path: the store's file.
+      lost: messages lost, at least.
+      lost_most: messages lost, at most (equal to ``lost`` when exact);
+        None when it cannot be told (no mark to compare with).
+      from_key: the lost messages were stored from this key on (0: no such
+        range; damaged rows are named in :attr:`report`).
+      report: what was found and what it cost, one line.
+    """
+
+    def __init__(self, path: Path, damage: Damage) -> None:
+        self.path = path
+        self.lost = damage.lost
+        self.lost_most = damage.lost_most
+        self.from_key = damage.from_key
+        self.report = damage.describe()
+        super().__init__(
+            f"broker store {os.fspath(path)!r} is damaged: {self.report}. Refused: "
+            "accept the damage (accept_damage=True, trio-stomp broker --accept-damage) "
+            "to start with what is left"
+        )
 
 
 class Watcher(Protocol):
@@ -69,27 +110,58 @@ class Watcher(Protocol):
 
 
 class _Database:
-    """The SQLite connection; every method runs in the store's worker thread."""
+    """The SQLite connection and the mark file; every method runs in the store's worker thread."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.connection = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=0
         )
+        self.connection.create_function("checksum_of", 5, row_checksum, deterministic=True)
+        #: The tally of the last commit (see :mod:`._store_mark`).
+        self.tally = Tally()
+        #: What was found wrong at open and accepted; None when the store was whole.
+        self.damage: Damage | None = None
+        self._mark: MarkFile | None = None
 
     @classmethod
-    def open(cls, path: Path) -> tuple[_Database, list[Message], int]:
-        """Open (or create) the store; return it, what it holds in order, and the next key."""
+    def open(cls, path: Path, accept_damage: bool = False) -> tuple[_Database, list[Message], int]:
+        """Open (or create) the store; return it, what it holds in order, and the next key.
+
+        Raises:
+          StoreDamaged: the store is damaged (see :mod:`._store_mark`) and
+            ``accept_damage`` is False. The broker wrote nothing, so the next
+            start finds the same; the write-ahead log as it was found is kept
+            as ``broker.sqlite3-wal.refused`` (SQLite folds its whole part into
+            the database and removes it when the refused store is closed).
+        """
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        wal = path.with_name(f"{path.name}-wal")
+        found = path.with_name(f"{path.name}-wal.found")
+        with contextlib.suppress(FileNotFoundError):
+            found.unlink()  # (left by a start that was killed)
+        try:
+            os.link(wal, found, follow_symlinks=False)
+        except OSError:  # (no WAL: a clean stop; or no hard links here)
+            pass
         database = cls(path)
         try:
-            messages, next_key = database.prepare()
-        except BaseException:
-            database.connection.close()
+            try:
+                messages = database.prepare(accept_damage)
+                database._mark = MarkFile.create(path.with_name(MARK_FILE), database.tally)
+            except BaseException:
+                database.close()
+                raise
+        except StoreDamaged:
+            with contextlib.suppress(FileNotFoundError):
+                found.replace(path.with_name(f"{path.name}-wal.refused"))
             raise
-        return database, messages, next_key
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                found.unlink()
+        return database, messages, database.tally.high + 1
 
-    def prepare(self) -> tuple[list[Message], int]:
+    def prepare(self, accept_damage: bool = False) -> list[Message]:
         execute = self.connection.execute
         execute("PRAGMA locking_mode=EXCLUSIVE")
         mode = execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -100,52 +172,151 @@ class _Database:
         # the file is writable before any client is told anything.
         execute("BEGIN IMMEDIATE")
         try:
-            version = execute("PRAGMA user_version").fetchone()[0]
-            if version > _SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(
-                    f"written by a newer trio-stomp (schema {version}, this one reads "
-                    f"{_SCHEMA_VERSION})"
-                )
-            execute(
-                "CREATE TABLE IF NOT EXISTS messages (key INTEGER PRIMARY KEY, "
-                "id TEXT NOT NULL, destination TEXT NOT NULL, headers TEXT NOT NULL, "
-                "body BLOB NOT NULL)"
-            )
-            execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+            messages = self._check(accept_damage)
             execute("COMMIT")
         except BaseException:
-            execute("ROLLBACK")
+            execute("ROLLBACK")  # (a refused store is left as it was found)
             raise
-        messages = []
-        next_key = 1
-        query = "SELECT key, id, destination, headers, body FROM messages ORDER BY key"
-        for key, message_id, destination, headers_json, body in execute(query):
-            headers = tuple((str(n), str(v)) for n, v in json.loads(headers_json))
+        return messages
+
+    def _check(self, accept_damage: bool) -> list[Message]:
+        """Create or upgrade the schema, read every row, compare the tallies."""
+        execute = self.connection.execute
+        version = execute("PRAGMA user_version").fetchone()[0]
+        if version > _SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(
+                f"written by a newer trio-stomp (schema {version}, this one reads "
+                f"{_SCHEMA_VERSION})"
+            )
+        tables = {name for (name,) in execute("SELECT name FROM sqlite_master")}
+        new = "messages" not in tables
+        pages = () if new else _quick_check(self.connection)
+        if new:
+            execute(
+                "CREATE TABLE messages (key INTEGER PRIMARY KEY, id TEXT NOT NULL, "
+                "destination TEXT NOT NULL, headers TEXT NOT NULL, body BLOB NOT NULL, "
+                "checksum INTEGER NOT NULL)"
+            )
+        elif version < 2:  # (schema 1: rows without checksums, no tally)
+            execute("ALTER TABLE messages ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0")
+            execute(
+                "UPDATE messages SET checksum = checksum_of(key, id, destination, headers, body)"
+            )
+        if "tally" not in tables:
+            execute(
+                "CREATE TABLE tally (id INTEGER PRIMARY KEY CHECK (id = 1), "
+                "commits INTEGER NOT NULL, adds INTEGER NOT NULL, removes INTEGER NOT NULL, "
+                "high INTEGER NOT NULL, checksum INTEGER NOT NULL)"
+            )
+            count, high = execute("SELECT COUNT(*), COALESCE(MAX(key), 0) FROM messages").fetchone()
+            execute("INSERT INTO tally VALUES (1, 0, 0, 0, 0, 0)")
+            self._write_tally(Tally(0, count, 0, high))
+        execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        messages, damaged = self._read_rows()
+        rows = len(messages) + len(damaged)
+        mark, problem = MarkFile.read(self.path.with_name(MARK_FILE))
+        row = execute("SELECT commits, adds, removes, high, checksum FROM tally").fetchone()
+        tally = Tally(*row[:4])
+        whole = row[4] == tally.checksum()
+        if not whole:  # (then only the mark can tell what the database held)
+            tally = Tally(0, rows, 0, max([tally.high, *damaged, *(m.key for m in messages[-1:])]))
+        damage = assess(tally, rows, damaged, mark, new=new, mark_problem=problem, pages=pages)
+        if not whole:
+            first = "the database's own tally is damaged"
+            findings = (first, *(damage.findings if damage is not None else ()))
+            damage = Damage(findings, 0 if damage is None else damage.lost, None)
+        self.tally = tally
+        if damage is None:
+            return messages
+        if not accept_damage:
+            raise StoreDamaged(self.path, damage)
+        # Accepted: drop the damaged rows, and count on from past everything the
+        # mark or the database ever had (the new tally is ahead of both).
+        self.connection.executemany("DELETE FROM messages WHERE key = ?", ((k,) for k in damaged))
+        newest = max(tally.commits, mark.commits if mark is not None else 0)
+        high = max(tally.high, mark.high if mark is not None else 0)
+        self._write_tally(Tally(newest + 1, len(messages), 0, high))
+        self.damage = damage
+        return messages
+
+    def _read_rows(self) -> tuple[list[Message], list[int]]:
+        """Every row whose checksum holds, in order; and the keys of those that fail."""
+        messages: list[Message] = []
+        damaged: list[int] = []
+        query = "SELECT key, id, destination, headers, body, checksum FROM messages ORDER BY key"
+        for key, message_id, destination, headers_json, body, checksum in self.connection.execute(
+            query
+        ):
+            try:
+                if row_checksum(key, message_id, destination, headers_json, body) != checksum:
+                    raise ValueError("checksum")
+                headers = tuple((str(n), str(v)) for n, v in json.loads(headers_json))
+            except (ValueError, TypeError):  # (also a row that is not ours)
+                damaged.append(key)
+                continue
             size = message_size(destination, headers, body)
             messages.append(Message(message_id, destination, headers, bytes(body), size, True, key))
-            next_key = key + 1
-        return messages, next_key
+        return messages, damaged
+
+    def _write_tally(self, tally: Tally) -> None:
+        self.connection.execute(
+            "UPDATE tally SET commits = ?, adds = ?, removes = ?, high = ?, checksum = ?",
+            (*tally.fields(), tally.checksum()),
+        )
+        self.tally = tally
 
     def commit(self, adds: Iterable[Message], removes: Iterable[int]) -> None:
-        """Write one group: insert ``adds``, delete ``removes``, one fsync."""
+        """Write one group: insert ``adds``, delete ``removes``, one fsync; then the mark."""
         execute = self.connection.execute
+        rows = [
+            (
+                m.key,
+                m.message_id,
+                m.destination,
+                headers,
+                m.body,
+                row_checksum(m.key, m.message_id, m.destination, headers, m.body),
+            )
+            for m in adds
+            for headers in (json.dumps(m.headers),)
+        ]
+        before = self.tally
         execute("BEGIN")
         try:
-            self.connection.executemany(
-                "INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
-                ((m.key, m.message_id, m.destination, json.dumps(m.headers), m.body) for m in adds),
-            )
-            self.connection.executemany(
+            self.connection.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?)", rows)
+            deleted = self.connection.executemany(
                 "DELETE FROM messages WHERE key = ?", ((key,) for key in removes)
+            ).rowcount
+            high = max([before.high, *(row[0] for row in rows)])
+            self._write_tally(
+                Tally(before.commits + 1, before.adds + len(rows), before.removes + deleted, high)
             )
             execute("COMMIT")
         except BaseException:
+            self.tally = before
             if self.connection.in_transaction:
                 execute("ROLLBACK")
             raise
+        if self._mark is not None:
+            self._mark.write(self.tally)
 
     def close(self) -> None:
-        self.connection.close()
+        mark, self._mark = self._mark, None
+        try:
+            if mark is not None:
+                try:
+                    mark.sync()
+                except OSError as exc:  # (harmless: the mark may lag behind the database)
+                    log.warning("broker store %s: cannot fsync %s: %s", self.path, mark.path, exc)
+                mark.close()
+        finally:
+            self.connection.close()
+
+
+def _quick_check(connection: sqlite3.Connection) -> tuple[str, ...]:
+    """What ``PRAGMA quick_check`` found wrong with the file's pages (nothing: ``()``)."""
+    lines = tuple(str(line) for (line,) in connection.execute("PRAGMA quick_check(10)"))
+    return () if lines == ("ok",) else lines
 
 
 def _store_error(path: Path, doing: str, exc: BaseException) -> StoreError:
@@ -271,21 +442,40 @@ class Store:
 
 
 @asynccontextmanager
-async def open_store(data_dir: str | os.PathLike[str]) -> AsyncIterator[Store]:
+async def open_store(
+    data_dir: str | os.PathLike[str], *, accept_damage: bool = False
+) -> AsyncIterator[Store]:
     """Open the store in ``data_dir`` (created when missing) for the block.
+
+    On opening, the store is checked (:mod:`._store_mark`): a store that
+    lost or damaged messages since the broker last wrote it is refused, with
+    what was lost, unless ``accept_damage``: then the damaged rows are
+    dropped, the loss is logged as a warning, and the store counts on from
+    there (the next start is silent).
 
     On leaving, what is pending is written (shielded: a cancelled broker
     still writes the acknowledgements it received) and the file is closed.
 
     Raises:
+      StoreDamaged: the store is damaged, and ``accept_damage`` is False.
       StoreError: the store cannot be opened, or a commit failed.
     """
     path = Path(data_dir) / STORE_FILE
     try:
-        database, restored, next_key = await trio.to_thread.run_sync(_Database.open, path)
-    except (sqlite3.Error, OSError, ValueError, TypeError) as exc:  # (a row that is not ours)
+        database, restored, next_key = await trio.to_thread.run_sync(
+            _Database.open, path, accept_damage
+        )
+    except StoreDamaged:
+        raise
+    except (sqlite3.Error, OSError, ValueError, TypeError) as exc:
         raise _store_error(path, "open", exc) from None
     store = Store(database, restored, next_key)
+    if database.damage is not None:
+        log.warning(
+            "broker store %s is damaged, started as accepted (accept_damage): %s",
+            path,
+            database.damage.describe(),
+        )
     log.info(
         "broker store %s: %d message(s) restored (durable: on disk before each RECEIPT)",
         path,
@@ -327,7 +517,9 @@ async def open_store(data_dir: str | os.PathLike[str]) -> AsyncIterator[Store]:
 
 
 @asynccontextmanager
-async def open_data_dir(data_dir: str | os.PathLike[str] | None) -> AsyncIterator[Store | None]:
+async def open_data_dir(
+    data_dir: str | os.PathLike[str] | None, *, accept_damage: bool = False
+) -> AsyncIterator[Store | None]:
     """The store of ``data_dir`` for the block (:func:`open_store`), or None without one.
 
     Without a data dir the broker is volatile, and this says so in the log.
@@ -339,5 +531,5 @@ async def open_data_dir(data_dir: str | os.PathLike[str] | None) -> AsyncIterato
         )
         yield None
         return
-    async with open_store(data_dir) as store:
+    async with open_store(data_dir, accept_damage=accept_damage) as store:
         yield store

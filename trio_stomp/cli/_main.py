@@ -79,6 +79,14 @@ def _add_broker(subcommands: Subparsers) -> None:
         "(redelivered:true) at the next start",
     )
     parser.add_argument(
+        "--accept-damage",
+        action="store_true",
+        help="start even when the store in --data-dir is damaged (it lost messages since "
+        "the broker last wrote it: a damaged WAL, an emptied file, a damaged row); what "
+        "was lost is logged. Without it such a store is refused: exit 1, with what was "
+        "lost (how many, from which store key on)",
+    )
+    parser.add_argument(
         "--tls-listen",
         metavar="HOST:PORT",
         type=_listen_address,
@@ -121,12 +129,15 @@ def _run_broker(args: argparse.Namespace) -> int:
         except UsersFileError as exc:
             raise UsageError(str(exc)) from None
     host, port = args.listen
+    if args.accept_damage and args.data_dir is None:
+        raise UsageError("--accept-damage needs --data-dir")
     options: dict[str, Any] = {
         "tls_port": args.tls_listen,
         "ws_port": args.ws_listen,
         "wss_port": args.wss_listen,
         "ssl_context": _broker_ssl_context(args),
         "data_dir": args.data_dir,
+        "accept_damage": args.accept_damage,
     }
     if args.ws_listen is not None or args.wss_listen is not None:
         from .._transport import load_websocket

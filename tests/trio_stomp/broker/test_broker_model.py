@@ -62,6 +62,7 @@ def test_public_surface() -> None:
         "Broker",
         "DestinationDepth",
         "Limits",
+        "StoreDamaged",
         "StoreError",
         "UsersFileError",
         "load_users",

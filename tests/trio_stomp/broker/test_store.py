@@ -283,17 +283,6 @@ async def test_a_corrupt_store_is_an_error_naming_it(tmp_path: Path) -> None:
     assert str(tmp_path / "broker.sqlite3") in str(info.value)
 
 
-async def test_a_store_row_that_is_not_ours_is_an_error_naming_the_file(tmp_path: Path) -> None:
-    with trio.fail_after(TIMEOUT):
-        async with open_broker(data_dir=tmp_path):
-            pass
-    with contextlib.closing(sqlite3.connect(tmp_path / "broker.sqlite3")) as db, db:
-        db.execute("INSERT INTO messages VALUES (1, 'x', '/queue/a', 'not json', x'00')")
-    with trio.fail_after(TIMEOUT), pytest.raises(StoreError, match=r"broker\.sqlite3"):
-        async with open_broker(data_dir=tmp_path):
-            pytest.fail("the broker started")
-
-
 async def test_a_second_broker_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(data_dir=tmp_path):

@@ -24,9 +24,9 @@ def _command() -> list[str]:
 
 
 @asynccontextmanager
-async def _broker(data_dir: Path) -> AsyncIterator[tuple[trio.Process, int, bytes]]:
+async def _broker(data_dir: Path, *more: str) -> AsyncIterator[tuple[trio.Process, int, bytes]]:
     """A ``trio-stomp broker`` process; yields it, its port and its first lines."""
-    command = [*_command(), "broker", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+    command = [*_command(), "broker", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), *more]
     process = await trio.lowlevel.open_process(
         command, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
@@ -66,6 +66,50 @@ async def test_receipted_messages_survive_sigkill(tmp_path: Path) -> None:
                 frames = [await client.expect("MESSAGE") for _ in range(20)]
     assert [f.body for f in frames] == [str(i).encode() for i in range(20)]
     assert {f.headers["redelivered"] for f in frames} == {"true"}
+
+
+@pytest.mark.deadline(40)
+async def test_a_killed_brokers_damaged_wal_is_refused_then_accepted(tmp_path: Path) -> None:
+    sent = 100
+    async with _broker(tmp_path) as (process, port, _):
+        with trio.fail_after(10):
+            async with open_raw_client(port) as client:
+                for i in range(sent):  # one commit each
+                    await client.send("SEND", {"destination": "/queue/a", "receipt": str(i)}, b"x")
+                    await client.receipt(str(i))
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    wal = tmp_path / "broker.sqlite3-wal"
+    data = bytearray(wal.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    wal.write_bytes(bytes(data))
+    command = [*_command(), "broker", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path)]
+    with trio.fail_after(15):
+        refused = await trio.run_process(command, capture_stderr=True, check=False)
+    err = refused.stderr.decode()
+    assert refused.returncode == 1, err
+    found = re.search(r"(\d+) message\(s\) lost \(those stored from key (\d+) on\)", err)
+    assert found, err
+    lost, from_key = int(found.group(1)), int(found.group(2))
+    assert 0 < lost < sent
+    assert lost == sent - (from_key - 1)
+    assert "--accept-damage" in err
+    assert "Traceback" not in err
+    async with _broker(tmp_path, "--accept-damage") as (process, port, seen):
+        assert b"started as accepted" in seen
+        assert f"{lost} message(s) lost".encode() in seen
+        with trio.fail_after(10):
+            async with open_raw_client(port) as client:
+                await client.subscribe("/queue/a")
+                frames = [await client.expect("MESSAGE") for _ in range(sent - lost)]
+                assert await client.drain() == []
+    assert len(frames) == from_key - 1
+
+
+def test_accept_damage_needs_a_data_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["broker", "--listen", "127.0.0.1:0", "--accept-damage"]) == 2
+    assert "--accept-damage needs --data-dir" in capsys.readouterr().err
 
 
 def test_a_data_dir_that_cannot_be_opened_is_a_clear_error(
