@@ -126,10 +126,12 @@ class Connection:
         self._early = [event for event in self.parser.resume() if isinstance(event, Frame)]
         self.server = reply.headers.get("server")
         self.session = reply.headers.get("session")
-        if version != "1.0":
-            theirs = parse_heartbeat(reply.headers.get("heart-beat"))
-            send_ms, expect_ms = negotiate(heartbeat, theirs)
-            self.heartbeat = (send_ms / 1000, expect_ms / 1000)
+        # Under 1.0 too: STOMP 1.0 has no heart-beats, but RabbitMQ and ActiveMQ
+        # answer a 1.0 CONNECT's heart-beat and then enforce it. A broker that
+        # knows nothing of them answers without the header: (0, 0), none.
+        theirs = parse_heartbeat(reply.headers.get("heart-beat"))
+        send_ms, expect_ms = negotiate(heartbeat, theirs)
+        self.heartbeat = (send_ms / 1000, expect_ms / 1000)
         self._last_read = trio.current_time()
 
     async def run(self, dispatch: Dispatch) -> StompError | None:

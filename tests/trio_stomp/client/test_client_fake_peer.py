@@ -85,6 +85,56 @@ async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
     assert [round(t - start, 6) for t in peer.heartbeats] == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
+async def test_heartbeats_in_a_1_0_connected_are_honoured(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # STOMP 1.0 has no heart-beats, but RabbitMQ and ActiveMQ answer a 1.0
+    # CONNECT's heart-beat header, then enforce it: the client follows the answer.
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end, version="1.0")
+    start = trio.current_time()
+    lost_at = None
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            connect = await peer.accept({"heart-beat": "1000,1000"})
+            assert connect.headers["heart-beat"] == "1000,1000"
+            await peer.drain()
+
+        nursery.start_soon(serve)
+        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):  # noqa: PT012  # raised as the block exits
+            async with trio_stomp.wrap_stream(
+                client_end, heartbeat=(1000, 1000), versions=("1.0",)
+            ) as client:
+                assert client.version == "1.0"
+                assert client.heartbeat == (1.0, 1.0)
+                try:
+                    await trio.sleep(100)
+                finally:
+                    lost_at = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    assert lost_at == pytest.approx(3.0)  # 2 x 1 s, plus 1 s of grace for the first
+    assert [round(t - start, 6) for t in peer.heartbeats][:2] == [1.0, 2.0]
+
+
+async def test_a_1_0_connected_without_heartbeat_means_none(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end, version="1.0")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        async with trio_stomp.wrap_stream(
+            client_end, heartbeat=(1000, 1000), versions=("1.0",)
+        ) as client:
+            assert client.heartbeat == (0.0, 0.0)
+            nursery.start_soon(peer.drain)
+            await trio.sleep(20)  # silence on both sides: still connected
+            await client.send("/queue/a", b"still here")
+        assert peer.heartbeats == []
+        nursery.cancel_scope.cancel()
+
+
 async def test_silence_after_a_first_beat_is_death_after_tolerance(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

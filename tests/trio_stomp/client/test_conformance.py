@@ -346,12 +346,26 @@ async def test_bad_credentials_raise_connect_failed(target: Target) -> None:
                 pass
 
 
-async def test_heartbeats_keep_an_idle_connection_alive(target: Target) -> None:
-    async with trio_stomp.connect(target.url, heartbeat=(300, 300)) as client:
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_heartbeats_keep_an_idle_connection_alive(target: Target, version: str) -> None:
+    # 1.0 has no heart-beats, yet every broker here answers a 1.0 CONNECT's
+    # heart-beat header and enforces it: RabbitMQ and ActiveMQ closed a 1.0
+    # client that ignored it after three intervals.
+    async with trio_stomp.connect(
+        target.url, heartbeat=(300, 300), versions=(version,)
+    ) as client:
         send_every, expect_every = client.heartbeat
         assert 0 < send_every <= 1.0
         assert 0 < expect_every <= 1.0
         await trio.sleep(2.5 * expect_every + 0.5)
+        await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_no_heartbeats_when_none_are_offered(target: Target, version: str) -> None:
+    async with trio_stomp.connect(target.url, heartbeat=(0, 0), versions=(version,)) as client:
+        assert client.heartbeat == (0.0, 0.0)
+        await trio.sleep(1.5)
         await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
 
 
