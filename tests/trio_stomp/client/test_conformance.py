@@ -351,9 +351,7 @@ async def test_heartbeats_keep_an_idle_connection_alive(target: Target, version:
     # 1.0 has no heart-beats, yet every broker here answers a 1.0 CONNECT's
     # heart-beat header and enforces it: RabbitMQ and ActiveMQ closed a 1.0
     # client that ignored it after three intervals.
-    async with trio_stomp.connect(
-        target.url, heartbeat=(300, 300), versions=(version,)
-    ) as client:
+    async with trio_stomp.connect(target.url, heartbeat=(300, 300), versions=(version,)) as client:
         send_every, expect_every = client.heartbeat
         assert 0 < send_every <= 1.0
         assert 0 < expect_every <= 1.0
