@@ -93,6 +93,48 @@ async def test_header_values_round_trip(
             assert message.headers.get(name) == value, name
 
 
+async def test_a_cr_in_a_1_1_header_is_refused_before_it_is_sent(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    """1.1 has no escape for CR. Sent raw, RabbitMQ closed the connection without
+    an ERROR, and a trailing CR silently disappeared: now it is refused here, and
+    the connection goes on (nothing reached the wire)."""
+    dest = unique("queue")
+    async with trio_stomp.connect(target.url, versions=("1.1",)) as client:
+        for value in ("a\rb", "trailing\r"):
+            with pytest.raises(trio_stomp.LocalProtocolError, match="carriage return"):
+                await client.send(dest, b"x", headers={"x-cr": value})
+        with pytest.raises(trio_stomp.LocalProtocolError, match="carriage return"):
+            await client.send(dest + "\r", b"x")  # the fast path (no headers) too
+        async with client.subscribe(dest, receipt=True) as sub:
+            await client.send(dest, b"after", receipt=True)
+            message = await first_message(sub)
+            assert message.body == b"after"
+            assert "x-cr" not in message.headers
+
+
+async def test_a_cr_sent_under_1_2_reaches_a_lenient_1_1_consumer(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    """What each broker hands a 1.1 consumer for a header value holding CR.
+
+    RabbitMQ escapes it as ``\\r``, which 1.1 does not define: a strict
+    parser fails the connection, ``lenient=True`` keeps the two characters as
+    they are. ActiveMQ sends the CR raw (a 1.1 value may hold one). The
+    embedded broker leaves out a header its consumer's version cannot carry.
+    """
+    dest = unique("queue")
+    async with (
+        trio_stomp.connect(target.url) as producer,
+        trio_stomp.connect(target.url, versions=("1.1",), lenient=True) as consumer,
+        consumer.subscribe(dest, receipt=True) as sub,
+    ):
+        await producer.send(dest, b"x", headers={"x-cr": "a\rb"}, receipt=True)
+        message = await first_message(sub)
+        expected = {"rabbitmq": "a\\rb", "activemq": "a\rb", "embedded": None}
+        assert message.headers.get("x-cr") == expected[target.name]
+
+
 async def test_rabbitmq_escapes_headers_even_in_1_0(
     target: Target, unique: Callable[[str], str]
 ) -> None:
