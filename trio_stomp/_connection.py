@@ -83,8 +83,9 @@ class Connection:
         host: str,
         heartbeat: tuple[int, int],
         versions: Sequence[str],
+        headers: Sequence[tuple[str, str]] = (),
     ) -> None:
-        """Send CONNECT and read CONNECTED.
+        """Send CONNECT (with ``headers`` after its own) and read CONNECTED.
 
         Raises:
           ConnectFailed: ERROR instead of CONNECTED (``frame`` is set), no
@@ -100,6 +101,7 @@ class Connection:
         if passcode is not None:
             pairs.append(("passcode", passcode))
         pairs.append(("heart-beat", format_heartbeat(heartbeat)))
+        pairs.extend(headers)
         await self.stream.send_all(encode(Frame("CONNECT", pairs), "1.2"))
         frames: list[Frame] = []
         while not frames:

@@ -8,6 +8,7 @@ import trio.testing
 
 import trio_stomp
 from trio_stomp._connection import WRITE_FAILURE_GRACE
+from trio_stomp.frame import CONNECT_RESERVED_HEADERS
 from trio_stomp.testing import FakePeer
 
 
@@ -31,6 +32,71 @@ async def test_handshake_reports_version_server_and_session() -> None:
             assert client.version == "1.2"
             assert client.server == "fake/1.0"
             assert client.session == "s-1"
+
+
+async def test_connect_headers_follow_the_clients_own() -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            connect = await peer.accept()
+            assert [name for name, _ in connect.headers.items()] == [
+                "accept-version",
+                "host",
+                "heart-beat",
+                "client-id",
+                "x-tag",
+                "x-tag",
+            ]
+            assert connect.headers["client-id"] == "billing-1"
+            assert connect.headers.getall("x-tag") == ["a", "b"]
+            await peer.drain()
+
+        nursery.start_soon(serve)
+        pairs = [("client-id", "billing-1"), ("x-tag", "a"), ("x-tag", "b")]
+        async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0), headers=pairs):
+            pass
+
+
+@pytest.mark.parametrize("name", sorted(CONNECT_RESERVED_HEADERS))
+async def test_reserved_connect_headers_are_refused_before_connecting(name: str) -> None:
+    # Port 1 on loopback: a connection attempt would raise ConnectFailed instead.
+    with pytest.raises(
+        trio_stomp.LocalProtocolError, match=f"header '{name}' is set by the client"
+    ):
+        async with trio_stomp.connect("stomp://127.0.0.1:1", headers={name: "x"}):
+            pytest.fail("the block must not run")
+    client_end, _ = trio.testing.memory_stream_pair()
+    with pytest.raises(trio_stomp.LocalProtocolError, match="set by the client"):
+        async with trio_stomp.wrap_stream(client_end, headers={name: "x"}):
+            pytest.fail("the block must not run")
+    with pytest.raises(trio.ClosedResourceError):
+        await client_end.send_all(b"x")  # closed, as wrap_stream promises
+
+
+@pytest.mark.parametrize(
+    ("headers", "match"),
+    [
+        ({"client-id": "a\nb"}, "line break"),
+        ({"client-id": "a\rb"}, "line break"),  # no escaping in CONNECT, in any version
+        ({"a:b": "v"}, "colon"),
+        ({"client-id": "a\0b"}, "NUL"),
+        ({"": "v"}, "name may not be empty"),
+    ],
+)
+async def test_connect_headers_connect_cannot_carry_are_refused(
+    headers: dict[str, str], match: str
+) -> None:
+    with pytest.raises(trio_stomp.LocalProtocolError, match=match):
+        async with trio_stomp.connect("stomp://127.0.0.1:1", headers=headers):
+            pytest.fail("the block must not run")
+
+
+async def test_connect_header_values_must_be_str() -> None:
+    with pytest.raises(TypeError, match="must be str"):
+        async with trio_stomp.connect("stomp://127.0.0.1:1", headers={"client-id": 7}):  # type: ignore[arg-type]
+            pytest.fail("the block must not run")
 
 
 async def test_error_in_reply_to_connect_raises_connect_failed() -> None:

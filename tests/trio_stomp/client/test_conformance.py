@@ -15,7 +15,7 @@ import trio
 
 import trio_stomp
 
-from conftest import Target
+from conftest import REAL_BROKERS, Target, require_real_broker
 
 pytestmark = pytest.mark.conformance
 
@@ -407,6 +407,72 @@ async def test_no_heartbeats_when_none_are_offered(target: Target, version: str)
         assert client.heartbeat == (0.0, 0.0)
         await trio.sleep(1.5)
         await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
+
+
+async def test_connect_headers_are_accepted(target: Target, unique: Callable[[str], str]) -> None:
+    dest = unique("queue")
+    client_id = dest.rsplit("/", 1)[1]
+    headers = {"client-id": client_id, "x-trio-stomp-test": "yes"}
+    async with (
+        trio_stomp.connect(target.url, headers=headers) as client,
+        client.subscribe(dest, receipt=True) as sub,
+    ):
+        await client.send(dest, b"with connect headers", receipt=True)
+        assert (await first_message(sub)).body == b"with connect headers"
+
+
+@pytest.fixture(params=["rabbitmq", "activemq"])
+def real_target(request: pytest.FixtureRequest) -> Target:
+    """RabbitMQ and ActiveMQ only: for what the embedded broker does not do yet."""
+    name: str = request.param
+    require_real_broker(name)
+    return Target(name, REAL_BROKERS[name])
+
+
+def durable_headers(broker: str, name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The CONNECT and SUBSCRIBE headers of a durable topic subscription called ``name``."""
+    if broker == "activemq":
+        # A durable subscriber is named by the connection's client-id and the
+        # subscription's name; ActiveMQ keeps it until it is removed.
+        return {"client-id": f"{name}-client"}, {"activemq.subscriptionName": name}
+    # RabbitMQ: a durable queue bound to the topic, named so that the next
+    # SUBSCRIBE finds it again. (x-expires only tidies up after the test.)
+    return {}, {
+        "durable": "true",
+        "auto-delete": "false",
+        "x-queue-name": name,
+        "x-expires": "60000",
+    }
+
+
+async def test_durable_topic_subscription_keeps_messages_while_away(
+    real_target: Target, unique: Callable[[str], str]
+) -> None:
+    """A message published while the subscriber is offline is delivered when it
+    subscribes again. The embedded broker's durable subscriptions (named as
+    ActiveMQ names them) are another piece of work: see issue 24, section 3."""
+    topic = unique("topic")
+    name = topic.rsplit("/", 1)[1]
+    connect_headers, subscribe_headers = durable_headers(real_target.name, name)
+    async with (
+        trio_stomp.connect(real_target.url, headers=connect_headers) as client,
+        client.subscribe(topic, headers=subscribe_headers, receipt=True),
+    ):
+        pass  # subscribed, then away (UNSUBSCRIBE ends the consumer, not the subscription)
+    async with trio_stomp.connect(real_target.url) as producer:
+        await producer.send(topic, b"while away", headers={"persistent": "true"}, receipt=True)
+    async with trio_stomp.connect(real_target.url, headers=connect_headers) as client:
+        try:
+            async with client.subscribe(topic, headers=subscribe_headers, receipt=True) as sub:
+                assert (await first_message(sub)).body == b"while away"
+        finally:
+            if real_target.name == "activemq":
+                # Remove the subscription: UNSUBSCRIBE naming it, from its client-id.
+                await client._core.send_frame(
+                    "UNSUBSCRIBE",
+                    [("id", "remove"), ("activemq.subscriptionName", name)],
+                    receipt=True,
+                )
 
 
 async def test_leaving_a_busy_auto_subscription_keeps_the_connection(
