@@ -272,14 +272,18 @@ async def connect(
       vhost: the CONNECT ``host`` header; RabbitMQ takes it as the virtual
         host ("/"). Defaults to "/".
       heartbeat: ``(cx, cy)`` in ms: how often we can send heart-beats and
-        how often we want them; 0 turns a direction off.
+        how often we want them; 0 turns a direction off. What CONNECTED
+        answers is followed in every version, 1.0 included: RabbitMQ and
+        ActiveMQ answer a 1.0 CONNECT's heart-beat and enforce it.
       versions: the STOMP versions we accept.
       heartbeat_tolerance: the broker is declared dead when nothing arrives
         for this many of its heart-beat intervals.
       connect_timeout: bound on TCP connect plus the CONNECT handshake, s.
       disconnect_timeout: bound on each cleanup on the wire (UNSUBSCRIBE,
         ABORT, DISCONNECT and its receipt), s.
-      lenient: accept undefined escapes and raw colons in 1.2 headers.
+      lenient: accept undefined escapes and raw colons in 1.2 headers:
+        e.g. RabbitMQ escapes a CR as ``\\r`` even for a 1.1 consumer, which
+        1.1 does not define; lenient keeps those two characters as they are.
       max_frame_size: the largest frame accepted from the broker, in bytes
         (None: the parser's default, 64 MiB); a larger one fails the
         connection with :class:`RemoteProtocolError`.
