@@ -401,11 +401,10 @@ async def test_heartbeats_keep_an_idle_connection_alive(target: Target, version:
         await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-async def test_no_heartbeats_when_none_are_offered(target: Target, version: str) -> None:
-    async with trio_stomp.connect(target.url, heartbeat=(0, 0), versions=(version,)) as client:
+async def test_no_heartbeats_under_1_0_when_none_are_offered(target: Target) -> None:
+    async with trio_stomp.connect(target.url, heartbeat=(0, 0), versions=("1.0",)) as client:
         assert client.heartbeat == (0.0, 0.0)
-        await trio.sleep(1.5)
+        await trio.sleep(1.0)
         await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
 
 
