@@ -332,6 +332,15 @@ def _check_engine(
             route_where.at("sink").at("type").problem(
                 '"spark" needs [bridge] engine = "spark" (or bridges run --engine spark)'
             )
+        if (
+            bridge.engine == "spark"
+            and route.source.type == "stomp"
+            and getattr(route.source.config, "connect_headers", None)
+        ):
+            # Its source becomes the Spark stomp source, which has no such option.
+            route_where.at("source").at("connect_headers").problem(
+                'not with engine = "spark" (the Spark stomp source sends none)'
+            )
         if route.dead_letter is not None and route.dead_letter.type == "spark":
             route_where.at("dead_letter").at("type").problem('"spark" is not a dead-letter sink')
 

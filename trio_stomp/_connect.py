@@ -24,12 +24,13 @@ import trio
 
 from ._client import Client
 from ._connection import Connection
-from ._core import Core
+from ._core import Core, user_headers
 from ._errors import ConnectFailed, RemoteProtocolError
 from ._reconnect import EventCallback, Reconnect, Supervisor
+from ._sender import HeaderArg
 from ._transport import open_stream
 from ._url import Endpoint
-from .frame import VERSIONS
+from .frame import CONNECT_RESERVED_HEADERS, VERSIONS, Frame, encode
 
 
 @attrs.frozen
@@ -47,6 +48,9 @@ class Options:
     lenient: bool = False
     max_frame_size: int | None = None
     ssl_context: ssl.SSLContext | None = None
+    #: Extra CONNECT headers, checked by :func:`connect_headers`; a value may be
+    #: a token, so they stay out of the repr.
+    headers: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
 
     def __attrs_post_init__(self) -> None:
         # The message names the type only: the value may be a passcode.
@@ -82,6 +86,7 @@ class Options:
                     host=self.vhost,
                     heartbeat=self.heartbeat,
                     versions=self.versions,
+                    headers=self.headers,
                 )
         except trio.TooSlowError:
             await conn.aclose()
@@ -98,6 +103,22 @@ class Options:
             await conn.aclose()
             raise
         return conn
+
+
+def connect_headers(headers: HeaderArg) -> tuple[tuple[str, str], ...]:
+    """The extra CONNECT headers of connect(headers=...), checked before any I/O.
+
+    Raises:
+      LocalProtocolError: a name that connect() sets from its own arguments
+        (:data:`~trio_stomp.frame.CONNECT_RESERVED_HEADERS`), or a header that
+        CONNECT cannot carry (no escaping there: no line break, no NUL, no
+        colon in a name, no empty name).
+      TypeError: a name or value that is not a str.
+    """
+    pairs = tuple(user_headers(headers, CONNECT_RESERVED_HEADERS))
+    if pairs:
+        encode(Frame("CONNECT", pairs), "1.2")  # refuses what CONNECT cannot carry
+    return pairs
 
 
 @attrs.frozen
@@ -178,6 +199,7 @@ async def wrap_stream(
     disconnect_timeout: float = 5.0,
     lenient: bool = False,
     max_frame_size: int | None = None,
+    headers: HeaderArg = None,
 ) -> AsyncIterator[Client]:
     """Speak STOMP over any Trio stream (TLS, WebSocket, memory): see :func:`connect`.
 
@@ -196,6 +218,7 @@ async def wrap_stream(
             disconnect_timeout=disconnect_timeout,
             lenient=lenient,
             max_frame_size=max_frame_size,
+            headers=connect_headers(headers),
         )
     except BaseException:
         await trio.aclose_forcefully(stream)  # closed whatever happens, as documented
@@ -225,6 +248,7 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
     reconnect: Reconnect | None = None,
     on_event: EventCallback | None = None,
+    headers: HeaderArg = None,
 ) -> AsyncIterator[Client]:
     """Connect to a STOMP broker for the duration of an ``async with`` block.
 
@@ -248,14 +272,18 @@ async def connect(
       vhost: the CONNECT ``host`` header; RabbitMQ takes it as the virtual
         host ("/"). Defaults to "/".
       heartbeat: ``(cx, cy)`` in ms: how often we can send heart-beats and
-        how often we want them; 0 turns a direction off.
+        how often we want them; 0 turns a direction off. What CONNECTED
+        answers is followed in every version, 1.0 included: RabbitMQ and
+        ActiveMQ answer a 1.0 CONNECT's heart-beat and enforce it.
       versions: the STOMP versions we accept.
       heartbeat_tolerance: the broker is declared dead when nothing arrives
         for this many of its heart-beat intervals.
       connect_timeout: bound on TCP connect plus the CONNECT handshake, s.
       disconnect_timeout: bound on each cleanup on the wire (UNSUBSCRIBE,
         ABORT, DISCONNECT and its receipt), s.
-      lenient: accept undefined escapes and raw colons in 1.2 headers.
+      lenient: accept undefined escapes and raw colons in 1.2 headers:
+        e.g. RabbitMQ escapes a CR as ``\\r`` even for a 1.1 consumer, which
+        1.1 does not define; lenient keeps those two characters as they are.
       max_frame_size: the largest frame accepted from the broker, in bytes
         (None: the parser's default, 64 MiB); a larger one fails the
         connection with :class:`RemoteProtocolError`.
@@ -264,6 +292,13 @@ async def connect(
         fast: any connection failure is raised at the ``async with``.
       on_event: called with a :class:`ConnectionEvent` each time the
         connection drops ("lost") and comes back ("restored").
+      headers: extra CONNECT headers (a mapping or ``(name, value)`` pairs),
+        sent after the client's own on every connection, reconnections
+        included: e.g. ``{"client-id": "billing-1"}``, which ActiveMQ needs
+        for a durable topic subscription. The names that the arguments
+        above set (``accept-version``, ``host``, ``login``, ``passcode``,
+        ``heart-beat``) are refused, as is what CONNECT cannot carry (it has
+        no escaping: no line break, no NUL, no colon in a name).
 
     With a reconnect policy, when the connection drops (socket error, peer
     closed, missed heart-beats, an ERROR frame) the client connects again
@@ -280,6 +315,8 @@ async def connect(
     Every task of the connection ends within the block.
 
     Raises:
+      LocalProtocolError: a header of ``headers`` is reserved or cannot be
+        sent in CONNECT (raised before anything is connected).
       ConnectFailed: refused, timed out, bad credentials, no common version.
       ServerError: the broker sent ERROR during the session (fail-fast).
       ConnectionLost: the connection broke (including missed heart-beats), the
@@ -288,6 +325,7 @@ async def connect(
         a frame over a limit (fail-fast; with a reconnect policy it is one
         more reason to reconnect).
     """
+    extra = connect_headers(headers)
     urls = [url] if isinstance(url, str) or url is None else list(url)
     if not urls:
         raise ValueError("connect() needs at least one URL")
@@ -314,6 +352,7 @@ async def connect(
         lenient=lenient,
         max_frame_size=max_frame_size,
         ssl_context=ssl_context,
+        headers=extra,
     )
     if login is not None or passcode is not None:
         targets = [

@@ -83,8 +83,9 @@ class Connection:
         host: str,
         heartbeat: tuple[int, int],
         versions: Sequence[str],
+        headers: Sequence[tuple[str, str]] = (),
     ) -> None:
-        """Send CONNECT and read CONNECTED.
+        """Send CONNECT (with ``headers`` after its own) and read CONNECTED.
 
         Raises:
           ConnectFailed: ERROR instead of CONNECTED (``frame`` is set), no
@@ -100,6 +101,7 @@ class Connection:
         if passcode is not None:
             pairs.append(("passcode", passcode))
         pairs.append(("heart-beat", format_heartbeat(heartbeat)))
+        pairs.extend(headers)
         await self.stream.send_all(encode(Frame("CONNECT", pairs), "1.2"))
         frames: list[Frame] = []
         while not frames:
@@ -126,10 +128,12 @@ class Connection:
         self._early = [event for event in self.parser.resume() if isinstance(event, Frame)]
         self.server = reply.headers.get("server")
         self.session = reply.headers.get("session")
-        if version != "1.0":
-            theirs = parse_heartbeat(reply.headers.get("heart-beat"))
-            send_ms, expect_ms = negotiate(heartbeat, theirs)
-            self.heartbeat = (send_ms / 1000, expect_ms / 1000)
+        # Under 1.0 too: STOMP 1.0 has no heart-beats, but RabbitMQ and ActiveMQ
+        # answer a 1.0 CONNECT's heart-beat and then enforce it. A broker that
+        # knows nothing of them answers without the header: (0, 0), none.
+        theirs = parse_heartbeat(reply.headers.get("heart-beat"))
+        send_ms, expect_ms = negotiate(heartbeat, theirs)
+        self.heartbeat = (send_ms / 1000, expect_ms / 1000)
         self._last_read = trio.current_time()
 
     async def run(self, dispatch: Dispatch) -> StompError | None:

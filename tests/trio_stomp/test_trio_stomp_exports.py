@@ -50,6 +50,7 @@ SURFACES: dict[str, set[str]] = {
     "trio_stomp.frame": {
         "ACK_MODES",
         "AckMode",
+        "CONNECT_RESERVED_HEADERS",
         "DEFAULT_PREFETCH",
         "DELIVERY_HEADERS",
         "Event",
@@ -126,6 +127,45 @@ def test_every_export_is_documented_and_comes_from_trio_stomp(name: str) -> None
         if inspect.isclass(value) or inspect.isfunction(value):
             assert value.__module__.startswith("trio_stomp"), (export, value.__module__)
             assert inspect.getdoc(value), f"{name}.{export} has no docstring"
+
+
+#: The options of the two ways in, keyword-only after the first.
+SESSION_OPTIONS = [
+    "login",
+    "passcode",
+    "heartbeat",
+    "versions",
+    "heartbeat_tolerance",
+    "connect_timeout",
+    "disconnect_timeout",
+    "lenient",
+    "max_frame_size",
+    "headers",
+]
+SIGNATURES = {
+    "connect": [
+        "url",
+        "host",
+        "port",
+        "vhost",
+        *SESSION_OPTIONS,
+        "ssl_context",
+        "reconnect",
+        "on_event",
+    ],
+    "wrap_stream": ["stream", "host", *SESSION_OPTIONS],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_the_ways_in_take_the_pinned_options(name: str) -> None:
+    import trio_stomp
+
+    parameters = inspect.signature(getattr(trio_stomp, name)).parameters
+    assert sorted(parameters) == sorted(SIGNATURES[name])
+    first, *rest = parameters.values()
+    assert first.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in rest)
 
 
 def test_the_package_names_the_same_objects_as_its_modules() -> None:

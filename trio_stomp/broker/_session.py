@@ -246,14 +246,13 @@ class Session:
                 extra={"version": ",".join(SUPPORTED)},
             )
             return
-        if version == "1.0":
-            heartbeats = negotiate_heartbeats((0, 0), self.limits.min_heartbeat_ms)
-        else:
-            try:
-                client = parse_heartbeat(headers.get("heart-beat"))
-            except RemoteProtocolError as exc:
-                raise ClientError("invalid heart-beat header", str(exc)) from None
-            heartbeats = negotiate_heartbeats(client, self.limits.min_heartbeat_ms)
+        # Under 1.0 too, as RabbitMQ and ActiveMQ do: a 1.0 client that sends no
+        # heart-beat header (1.0 has none) gets none.
+        try:
+            client = parse_heartbeat(headers.get("heart-beat"))
+        except RemoteProtocolError as exc:
+            raise ClientError("invalid heart-beat header", str(exc)) from None
+        heartbeats = negotiate_heartbeats(client, self.limits.min_heartbeat_ms)
         if not check_credentials(self.users, headers.get("login"), headers.get("passcode")):
             raise ClientError("access refused", "the login or passcode is not valid")
         self.version = version

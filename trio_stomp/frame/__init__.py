@@ -33,6 +33,7 @@ from ._headers import HeadersLike as HeadersLike
 from ._parser import Event as Event
 from ._parser import FrameParser as FrameParser
 from ._spec import ACK_MODES as ACK_MODES
+from ._spec import CONNECT_RESERVED_HEADERS as CONNECT_RESERVED_HEADERS
 from ._spec import DEFAULT_PREFETCH as DEFAULT_PREFETCH
 from ._spec import DELIVERY_HEADERS as DELIVERY_HEADERS
 from ._spec import PREFETCH_HEADERS as PREFETCH_HEADERS

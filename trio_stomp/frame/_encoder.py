@@ -71,7 +71,8 @@ def _header_lines(pairs: _Pairs, version: str, command: str) -> str:
     # The hot path: escape all names and values as one string instead of one by
     # one. Pairs are joined with newlines and names to values with NUL (which no
     # header may hold); when the counts show neither inside a header and no name
-    # is empty, escaping the rest and turning NUL into ":" gives the lines.
+    # is empty (nor, in 1.1, a CR), escaping the rest and turning NUL into ":"
+    # gives the lines.
     # Anything else takes the careful path.
     lines = "\n".join(map("\0".join, pairs))
     count = len(pairs)
@@ -80,6 +81,7 @@ def _header_lines(pairs: _Pairs, version: str, command: str) -> str:
         or lines.count("\n") != count - 1
         or lines[0] == "\0"
         or "\n\0" in lines
+        or (version == "1.1" and "\r" in lines)
     ):
         return _escaped_lines(pairs, version) + "\n"
     if "\\" in lines:
@@ -115,13 +117,21 @@ def _escaped_lines(pairs: _Pairs, version: str) -> str:
     """The header lines of an escaped frame, one header at a time.
 
     The careful path of :func:`encode`: for headers holding a newline or
-    NUL, or an empty name (refused here).
+    NUL, a carriage return under 1.1, or an empty name (these last three
+    refused here).
     """
     return "\n".join([_escaped_line(name, value, version) for name, value in pairs])
 
 
 def _escaped_line(name: str, value: str, version: str) -> str:
     _check_pair(name, value)
+    if version == "1.1" and ("\r" in name or "\r" in value):
+        # Sent raw, a peer reads it as the CR of a CR LF line end: RabbitMQ closes
+        # the connection, others drop a trailing one. Only 1.2 escapes it (\r).
+        raise LocalProtocolError(
+            f"header {name!r} has a carriage return, which STOMP 1.1 cannot carry "
+            "(it has no escape for it; 1.2 has)"
+        )
     return f"{escape(name, version)}:{escape(value, version)}"
 
 

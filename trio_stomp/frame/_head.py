@@ -68,7 +68,7 @@ def content_length(value: str) -> int:
     return int(value)
 
 
-def command_named(line: str) -> str:
+def command_named(line: str, version: str) -> str:
     """The command a command line names, other than by its exact spelling.
 
     Commands are case-insensitive on input; only ASCII case folds, so that
@@ -76,8 +76,29 @@ def command_named(line: str) -> str:
     """
     command = line.upper() if line.isascii() else line
     if command not in COMMANDS:
+        if version == "1.1" and command[-1:] == "\r" and command[:-1] in COMMANDS:
+            raise crlf_error()
         raise RemoteProtocolError(f"unknown command {line[:64]!r}")
     return command
+
+
+def crlf_error() -> RemoteProtocolError:
+    """The error for a STOMP 1.1 frame whose lines end in CR LF.
+
+    Only 1.2 allows CR LF line ends; under 1.1 the CR belongs to the line, so
+    the head looks broken in ways (a command ``SEND\\r``, a NUL inside the head
+    where the CR LF blank line went unseen) that would not say what is wrong.
+    """
+    return RemoteProtocolError(
+        "a line ends with CR LF, which only STOMP 1.2 allows (a STOMP 1.1 line ends with LF)"
+    )
+
+
+def malformed_line(line: str, version: str) -> RemoteProtocolError:
+    """The error for a header line without a colon or a name."""
+    if version == "1.1" and line == "\r":  # the CR LF blank line of 1.2
+        return crlf_error()
+    return RemoteProtocolError(f"malformed header line {line[:64]!r}")
 
 
 class HeadRules(Protocol):
@@ -153,7 +174,7 @@ def parse_head(
     """
     as_sent = version != "1.0" and (version == "1.1" or "\r" not in text)
     lines = text.split("\n") if as_sent else _cleaned_lines(text, version)
-    command = COMMAND_NAMES.get(lines[0]) or command_named(lines[0])
+    command = COMMAND_NAMES.get(lines[0]) or command_named(lines[0], version)
     count = len(lines) - 1
     if count > rules.max_header_count:
         raise RemoteProtocolError(
@@ -175,7 +196,7 @@ def parse_head(
         for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon or not name:
-                raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+                raise malformed_line(line, version)
             append((name, value))
     if not as_sent:
         return command, _headers(tuple(pairs)), _folded_length(text, pairs, version)
@@ -210,7 +231,7 @@ def _escaped_headers(lines: list[str], version: str, lenient: bool) -> list[Pair
     for line in lines[1:]:
         name, colon, value = line.partition(":")
         if not colon or not name:
-            raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+            raise malformed_line(line, version)
         if "\\" in name:
             name = unescape(name, version, lenient)
         if "\\" in value:
@@ -227,7 +248,7 @@ def _other_headers(lines: list[str], version: str, command: str, lenient: bool) 
     for line in lines[1:]:
         name, colon, value = line.partition(":")
         if not colon or not name:
-            raise RemoteProtocolError(f"malformed header line {line[:64]!r}")
+            raise malformed_line(line, version)
         if version == "1.0":
             value = value.lstrip(" ")
         elif escaped:

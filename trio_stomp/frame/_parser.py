@@ -17,6 +17,7 @@ from ._frame import (
 from ._head import (
     COMMAND_NAMES,
     command_named,
+    crlf_error,
     decode_head,
     find_blank_line,
     parse_head,
@@ -357,6 +358,8 @@ class FrameParser:
         if self._version == "1.0":
             rest = rest.strip(b" \r")
         if line_end < 0 or rest:
+            if self._version == "1.1" and buf.find(b"\r\n", pos, nul) >= 0:
+                raise crlf_error()  # its CR LF blank line went unseen: not 1.1's
             raise RemoteProtocolError("a NUL byte inside a frame head")
         return line_end, nul, True
 
@@ -497,4 +500,4 @@ class FrameParser:
         elif self._version == "1.2" and line[-1:] == "\r":
             line = line[:-1]
         if line not in COMMAND_NAMES:
-            command_named(line)
+            command_named(line, self._version)

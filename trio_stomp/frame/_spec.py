@@ -25,6 +25,11 @@ DEFAULT_PREFETCH: Final = 1000
 SEND_RESERVED_HEADERS: Final = frozenset(
     {"destination", "receipt", "transaction", "content-length"}
 )
+#: CONNECT headers that come from connect()'s own arguments (the versions, the
+#: virtual host, the credentials, the heart-beats), never from its extra headers.
+CONNECT_RESERVED_HEADERS: Final = frozenset(
+    {"accept-version", "host", "login", "passcode", "heart-beat"}
+)
 #: SUBSCRIBE headers that come from the subscription's own arguments.
 SUBSCRIBE_RESERVED_HEADERS: Final = frozenset({"id", "destination", "ack", "receipt"})
 #: MESSAGE headers the broker sets about one delivery, not part of the message.

@@ -17,6 +17,7 @@ from attrs.validators import ge
 
 import trio_stomp
 from trio_stomp.broker import Broker
+from trio_stomp.frame import CONNECT_RESERVED_HEADERS, Frame, LocalProtocolError, encode
 from trio_stomp.util import Endpoint
 
 from ..._endpoint import Context, InvalidSetting
@@ -52,6 +53,22 @@ class StompConnection:
     vhost: str | None = None
     heartbeat: tuple[int, ...] = attrs.field(default=(10_000, 10_000), validator=_heartbeat)
     connect_timeout: float = attrs.field(default=10.0, validator=ge(0.1))
+    #: Extra CONNECT headers, e.g. ActiveMQ's ``client-id`` (durable subscriptions).
+    connect_headers: dict[str, str] = attrs.field(factory=dict)
+
+
+def _check_connect_headers(headers: dict[str, str]) -> None:
+    """Refuse, at config time, what connect() would refuse when the endpoint opens."""
+    for name in headers:
+        if name in CONNECT_RESERVED_HEADERS:
+            raise InvalidSetting(
+                f"connect_headers.{name}",
+                "set from the endpoint's own settings (url, login, passcode, vhost, heartbeat)",
+            )
+    try:
+        encode(Frame("CONNECT", headers))
+    except LocalProtocolError as exc:
+        raise InvalidSetting("connect_headers", str(exc)) from None
 
 
 def _urls(config: StompConnection, context: Context) -> tuple[str, ...]:
@@ -89,6 +106,7 @@ class Connector:
         self._config = config
         self._context = context
         self._urls = _urls(config, context)
+        _check_connect_headers(config.connect_headers)
 
     @property
     def where(self) -> str:
@@ -136,4 +154,5 @@ class Connector:
             heartbeat=(send_ms, expect_ms),
             connect_timeout=config.connect_timeout,
             disconnect_timeout=DISCONNECT_TIMEOUT,
+            headers=config.connect_headers,
         )

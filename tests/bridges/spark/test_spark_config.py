@@ -66,6 +66,17 @@ def test_a_spark_sink_needs_the_spark_engine_and_the_flag_overrides_the_file() -
     assert config.bridge.engine == "spark"
 
 
+def test_connect_headers_of_a_stomp_source_are_refused_under_spark() -> None:
+    source = {**_ROUTE["source"], "connect_headers": {"client-id": "c1"}}
+    problems = _problems(
+        {"spark": {"checkpoint": "c"}, "routes": {"a": {**_ROUTE, "source": source}}},
+        engine="spark",
+    )
+    assert problems == [
+        'source.connect_headers: not with engine = "spark" (the Spark stomp source sends none)'
+    ]
+
+
 def test_bad_spark_settings_are_named() -> None:
     problems = _problems(
         {

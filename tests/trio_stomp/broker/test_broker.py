@@ -82,6 +82,18 @@ async def test_frame_before_connect_is_an_error(broker: Broker) -> None:
             assert [f.command for f in frames] == ["ERROR"]
 
 
+async def test_crlf_line_ends_under_1_1_get_an_error_that_says_so(broker: Broker) -> None:
+    # It used to say "a NUL byte inside a frame head": 1.1 does not see the CR LF
+    # blank line, so the body's NUL seemed part of the head.
+    with trio.fail_after(TIMEOUT):
+        async with open_raw_client(broker, "1.1") as client:
+            await client.send_raw(b"SEND\r\ndestination:/queue/crlf\r\n\r\nhello\0")
+            frames = await client.expect_closed()
+            assert [f.command for f in frames] == ["ERROR"]
+            said = frames[0].headers["message"] + frames[0].body.decode()
+            assert "CR LF, which only STOMP 1.2 allows" in said, said
+
+
 async def test_pipelined_connect_then_1_0_frames_parse_as_1_0(broker: Broker) -> None:
     # A header value with a backslash means nothing special in 1.0; the frames
     # after CONNECT must not be parsed with the 1.2 rules the parser starts with.

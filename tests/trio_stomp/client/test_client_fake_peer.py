@@ -8,6 +8,7 @@ import trio.testing
 
 import trio_stomp
 from trio_stomp._connection import WRITE_FAILURE_GRACE
+from trio_stomp.frame import CONNECT_RESERVED_HEADERS
 from trio_stomp.testing import FakePeer
 
 
@@ -31,6 +32,71 @@ async def test_handshake_reports_version_server_and_session() -> None:
             assert client.version == "1.2"
             assert client.server == "fake/1.0"
             assert client.session == "s-1"
+
+
+async def test_connect_headers_follow_the_clients_own() -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            connect = await peer.accept()
+            assert [name for name, _ in connect.headers.items()] == [
+                "accept-version",
+                "host",
+                "heart-beat",
+                "client-id",
+                "x-tag",
+                "x-tag",
+            ]
+            assert connect.headers["client-id"] == "billing-1"
+            assert connect.headers.getall("x-tag") == ["a", "b"]
+            await peer.drain()
+
+        nursery.start_soon(serve)
+        pairs = [("client-id", "billing-1"), ("x-tag", "a"), ("x-tag", "b")]
+        async with trio_stomp.wrap_stream(client_end, heartbeat=(0, 0), headers=pairs):
+            pass
+
+
+@pytest.mark.parametrize("name", sorted(CONNECT_RESERVED_HEADERS))
+async def test_reserved_connect_headers_are_refused_before_connecting(name: str) -> None:
+    # Port 1 on loopback: a connection attempt would raise ConnectFailed instead.
+    with pytest.raises(
+        trio_stomp.LocalProtocolError, match=f"header '{name}' is set by the client"
+    ):
+        async with trio_stomp.connect("stomp://127.0.0.1:1", headers={name: "x"}):
+            pytest.fail("the block must not run")
+    client_end, _ = trio.testing.memory_stream_pair()
+    with pytest.raises(trio_stomp.LocalProtocolError, match="set by the client"):
+        async with trio_stomp.wrap_stream(client_end, headers={name: "x"}):
+            pytest.fail("the block must not run")
+    with pytest.raises(trio.ClosedResourceError):
+        await client_end.send_all(b"x")  # closed, as wrap_stream promises
+
+
+@pytest.mark.parametrize(
+    ("headers", "match"),
+    [
+        ({"client-id": "a\nb"}, "line break"),
+        ({"client-id": "a\rb"}, "line break"),  # no escaping in CONNECT, in any version
+        ({"a:b": "v"}, "colon"),
+        ({"client-id": "a\0b"}, "NUL"),
+        ({"": "v"}, "name may not be empty"),
+    ],
+)
+async def test_connect_headers_connect_cannot_carry_are_refused(
+    headers: dict[str, str], match: str
+) -> None:
+    with pytest.raises(trio_stomp.LocalProtocolError, match=match):
+        async with trio_stomp.connect("stomp://127.0.0.1:1", headers=headers):
+            pytest.fail("the block must not run")
+
+
+async def test_connect_header_values_must_be_str() -> None:
+    with pytest.raises(TypeError, match="must be str"):
+        async with trio_stomp.connect("stomp://127.0.0.1:1", headers={"client-id": 7}):  # type: ignore[arg-type]
+            pytest.fail("the block must not run")
 
 
 async def test_error_in_reply_to_connect_raises_connect_failed() -> None:
@@ -83,6 +149,56 @@ async def test_heartbeats_sent_on_schedule_and_silent_peer_detected(
         nursery.cancel_scope.cancel()
     assert lost_at == pytest.approx(6.0)
     assert [round(t - start, 6) for t in peer.heartbeats] == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+async def test_heartbeats_in_a_1_0_connected_are_honoured(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # STOMP 1.0 has no heart-beats, but RabbitMQ and ActiveMQ answer a 1.0
+    # CONNECT's heart-beat header, then enforce it: the client follows the answer.
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end, version="1.0")
+    start = trio.current_time()
+    lost_at = None
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            connect = await peer.accept({"heart-beat": "1000,1000"})
+            assert connect.headers["heart-beat"] == "1000,1000"
+            await peer.drain()
+
+        nursery.start_soon(serve)
+        with pytest.raises(trio_stomp.ConnectionLost, match="heart-beats"):  # noqa: PT012  # raised as the block exits
+            async with trio_stomp.wrap_stream(
+                client_end, heartbeat=(1000, 1000), versions=("1.0",)
+            ) as client:
+                assert client.version == "1.0"
+                assert client.heartbeat == (1.0, 1.0)
+                try:
+                    await trio.sleep(100)
+                finally:
+                    lost_at = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    assert lost_at == pytest.approx(3.0)  # 2 x 1 s, plus 1 s of grace for the first
+    assert [round(t - start, 6) for t in peer.heartbeats][:2] == [1.0, 2.0]
+
+
+async def test_a_1_0_connected_without_heartbeat_means_none(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end, version="1.0")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer.accept)
+        async with trio_stomp.wrap_stream(
+            client_end, heartbeat=(1000, 1000), versions=("1.0",)
+        ) as client:
+            assert client.heartbeat == (0.0, 0.0)
+            nursery.start_soon(peer.drain)
+            await trio.sleep(20)  # silence on both sides: still connected
+            await client.send("/queue/a", b"still here")
+        assert peer.heartbeats == []
+        nursery.cancel_scope.cancel()
 
 
 async def test_silence_after_a_first_beat_is_death_after_tolerance(

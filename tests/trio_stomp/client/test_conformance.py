@@ -15,7 +15,7 @@ import trio
 
 import trio_stomp
 
-from conftest import Target
+from conftest import REAL_BROKERS, Target, require_real_broker
 
 pytestmark = pytest.mark.conformance
 
@@ -91,6 +91,48 @@ async def test_header_values_round_trip(
         message = await first_message(sub)
         for name, value in headers.items():
             assert message.headers.get(name) == value, name
+
+
+async def test_a_cr_in_a_1_1_header_is_refused_before_it_is_sent(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    """1.1 has no escape for CR. Sent raw, RabbitMQ closed the connection without
+    an ERROR, and a trailing CR silently disappeared: now it is refused here, and
+    the connection goes on (nothing reached the wire)."""
+    dest = unique("queue")
+    async with trio_stomp.connect(target.url, versions=("1.1",)) as client:
+        for value in ("a\rb", "trailing\r"):
+            with pytest.raises(trio_stomp.LocalProtocolError, match="carriage return"):
+                await client.send(dest, b"x", headers={"x-cr": value})
+        with pytest.raises(trio_stomp.LocalProtocolError, match="carriage return"):
+            await client.send(dest + "\r", b"x")  # the fast path (no headers) too
+        async with client.subscribe(dest, receipt=True) as sub:
+            await client.send(dest, b"after", receipt=True)
+            message = await first_message(sub)
+            assert message.body == b"after"
+            assert "x-cr" not in message.headers
+
+
+async def test_a_cr_sent_under_1_2_reaches_a_lenient_1_1_consumer(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    """What each broker hands a 1.1 consumer for a header value holding CR.
+
+    RabbitMQ escapes it as ``\\r``, which 1.1 does not define: a strict
+    parser fails the connection, ``lenient=True`` keeps the two characters as
+    they are. ActiveMQ sends the CR raw (a 1.1 value may hold one). The
+    embedded broker leaves out a header its consumer's version cannot carry.
+    """
+    dest = unique("queue")
+    async with (
+        trio_stomp.connect(target.url) as producer,
+        trio_stomp.connect(target.url, versions=("1.1",), lenient=True) as consumer,
+        consumer.subscribe(dest, receipt=True) as sub,
+    ):
+        await producer.send(dest, b"x", headers={"x-cr": "a\rb"}, receipt=True)
+        message = await first_message(sub)
+        expected = {"rabbitmq": "a\\rb", "activemq": "a\rb", "embedded": None}
+        assert message.headers.get("x-cr") == expected[target.name]
 
 
 async def test_rabbitmq_escapes_headers_even_in_1_0(
@@ -346,13 +388,90 @@ async def test_bad_credentials_raise_connect_failed(target: Target) -> None:
                 pass
 
 
-async def test_heartbeats_keep_an_idle_connection_alive(target: Target) -> None:
-    async with trio_stomp.connect(target.url, heartbeat=(300, 300)) as client:
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_heartbeats_keep_an_idle_connection_alive(target: Target, version: str) -> None:
+    # 1.0 has no heart-beats, yet every broker here answers a 1.0 CONNECT's
+    # heart-beat header and enforces it: RabbitMQ and ActiveMQ closed a 1.0
+    # client that ignored it after three intervals.
+    async with trio_stomp.connect(target.url, heartbeat=(300, 300), versions=(version,)) as client:
         send_every, expect_every = client.heartbeat
         assert 0 < send_every <= 1.0
         assert 0 < expect_every <= 1.0
         await trio.sleep(2.5 * expect_every + 0.5)
         await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
+
+
+async def test_no_heartbeats_under_1_0_when_none_are_offered(target: Target) -> None:
+    async with trio_stomp.connect(target.url, heartbeat=(0, 0), versions=("1.0",)) as client:
+        assert client.heartbeat == (0.0, 0.0)
+        await trio.sleep(1.0)
+        await client.send("/queue/trio-stomp-heartbeat-probe", b"", receipt=True)
+
+
+async def test_connect_headers_are_accepted(target: Target, unique: Callable[[str], str]) -> None:
+    dest = unique("queue")
+    client_id = dest.rsplit("/", 1)[1]
+    headers = {"client-id": client_id, "x-trio-stomp-test": "yes"}
+    async with (
+        trio_stomp.connect(target.url, headers=headers) as client,
+        client.subscribe(dest, receipt=True) as sub,
+    ):
+        await client.send(dest, b"with connect headers", receipt=True)
+        assert (await first_message(sub)).body == b"with connect headers"
+
+
+@pytest.fixture(params=["rabbitmq", "activemq"])
+def real_target(request: pytest.FixtureRequest) -> Target:
+    """RabbitMQ and ActiveMQ only: for what the embedded broker does not do yet."""
+    name: str = request.param
+    require_real_broker(name)
+    return Target(name, REAL_BROKERS[name])
+
+
+def durable_headers(broker: str, name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The CONNECT and SUBSCRIBE headers of a durable topic subscription called ``name``."""
+    if broker == "activemq":
+        # A durable subscriber is named by the connection's client-id and the
+        # subscription's name; ActiveMQ keeps it until it is removed.
+        return {"client-id": f"{name}-client"}, {"activemq.subscriptionName": name}
+    # RabbitMQ: a durable queue bound to the topic, named so that the next
+    # SUBSCRIBE finds it again. (x-expires only tidies up after the test.)
+    return {}, {
+        "durable": "true",
+        "auto-delete": "false",
+        "x-queue-name": name,
+        "x-expires": "60000",
+    }
+
+
+async def test_durable_topic_subscription_keeps_messages_while_away(
+    real_target: Target, unique: Callable[[str], str]
+) -> None:
+    """A message published while the subscriber is offline is delivered when it
+    subscribes again. The embedded broker's durable subscriptions (named as
+    ActiveMQ names them) are another piece of work: see issue 24, section 3."""
+    topic = unique("topic")
+    name = topic.rsplit("/", 1)[1]
+    connect_headers, subscribe_headers = durable_headers(real_target.name, name)
+    async with (
+        trio_stomp.connect(real_target.url, headers=connect_headers) as client,
+        client.subscribe(topic, headers=subscribe_headers, receipt=True),
+    ):
+        pass  # subscribed, then away (UNSUBSCRIBE ends the consumer, not the subscription)
+    async with trio_stomp.connect(real_target.url) as producer:
+        await producer.send(topic, b"while away", headers={"persistent": "true"}, receipt=True)
+    async with trio_stomp.connect(real_target.url, headers=connect_headers) as client:
+        try:
+            async with client.subscribe(topic, headers=subscribe_headers, receipt=True) as sub:
+                assert (await first_message(sub)).body == b"while away"
+        finally:
+            if real_target.name == "activemq":
+                # Remove the subscription: UNSUBSCRIBE naming it, from its client-id.
+                await client._core.send_frame(
+                    "UNSUBSCRIBE",
+                    [("id", "remove"), ("activemq.subscriptionName", name)],
+                    receipt=True,
+                )
 
 
 async def test_leaving_a_busy_auto_subscription_keeps_the_connection(

@@ -3,11 +3,12 @@ those bytes must be exactly what the encoder gives for the same frame."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_stomp._core import ack_frame_bytes, ack_frames_bytes, plain_send_bytes, send_prefix
-from trio_stomp.frame import Frame, FrameParser, encode
+from trio_stomp.frame import Frame, FrameParser, LocalProtocolError, encode
 
 # Header text with everything that needs escaping, and some that does not.
 TEXT = st.text(alphabet=st.sampled_from(["a", "/", ":", "\\", "\n", "\r", "é", "0", " "]))
@@ -19,6 +20,11 @@ TEXT = st.text(alphabet=st.sampled_from(["a", "/", ":", "\\", "\n", "\r", "é", 
     version=st.sampled_from(["1.1", "1.2"]),
 )
 def test_hand_built_send_equals_the_encoder(destination: str, body: bytes, version: str) -> None:
+    if version == "1.1" and "\r" in destination:
+        # 1.1 has no escape for CR: the hot path refuses it, as the encoder does.
+        with pytest.raises(LocalProtocolError, match="carriage return"):
+            send_prefix(destination, version)
+        return
     data = plain_send_bytes(send_prefix(destination, version), body)
     assert data == encode(Frame("SEND", [("destination", destination)], body), version)
     [parsed] = FrameParser(version).feed(data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import trio
 
 import trio_stomp
 from trio_stomp import ConnectionEvent, Reconnect
-from trio_stomp.testing import fault_proxy, lossless_run
+from trio_stomp.testing import FakePeer, fault_proxy, lossless_run
 
 from conftest import REAL_BROKERS, Target, require_real_broker
 
@@ -35,6 +36,34 @@ async def _closed_port() -> int:
     port: int = listener.socket.getsockname()[1]
     await listener.aclose()
     return port
+
+
+async def test_connect_headers_are_sent_again_on_every_connection() -> None:
+    seen: list[str | None] = []
+    reconnected = trio.Event()
+
+    async def serve(stream: trio.SocketStream) -> None:
+        peer = FakePeer(stream)
+        connect = await peer.accept()
+        seen.append(connect.headers.get("client-id"))
+        if len(seen) == 1:
+            await stream.aclose()  # the first connection drops
+            return
+        reconnected.set()
+        await peer.drain()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        async with trio_stomp.connect(
+            f"stomp://127.0.0.1:{port}",
+            headers={"client-id": "billing-1"},
+            heartbeat=(0, 0),
+            reconnect=FAST,
+        ):
+            await reconnected.wait()
+        nursery.cancel_scope.cancel()
+    assert seen == ["billing-1", "billing-1"]
 
 
 async def test_failover_list_uses_the_first_broker_that_answers(embedded: Target) -> None:

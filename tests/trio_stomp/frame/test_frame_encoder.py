@@ -113,9 +113,22 @@ def test_empty_header_name_is_refused(command: str, version: str) -> None:
     refuses(Frame(command, {"": "v"}), "name may not be empty", version)
 
 
-def test_1_1_escapes_newline_colon_backslash_but_not_cr() -> None:
-    frame = Frame("SEND", {"a:b": "1\n2\\3\r"})
-    assert encode(frame, "1.1") == b"SEND\na\\cb:1\\n2\\\\3\r\n\n\0"
+def test_1_1_escapes_newline_colon_backslash() -> None:
+    frame = Frame("SEND", {"a:b": "1\n2\\3"})
+    assert encode(frame, "1.1") == b"SEND\na\\cb:1\\n2\\\\3\n\n\0"
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        [("x", "a\rb")],
+        [("x", "trailing\r")],  # a peer would take it for a CR LF line end
+        [("destination", "/q"), ("x\r", "v")],
+        [("x", "a\r\nb")],  # the careful path (a newline) refuses it too
+    ],
+)
+def test_1_1_refuses_a_carriage_return_it_cannot_escape(pairs: list[tuple[str, str]]) -> None:
+    refuses(Frame("SEND", pairs), "carriage return, which STOMP 1.1 cannot carry", "1.1")
 
 
 def test_1_2_escapes_cr_too() -> None:

@@ -278,6 +278,24 @@ def test_nul_inside_a_head_is_an_error(version: str) -> None:
     fails(b"SEND\0\n\n\0", "NUL byte inside a frame head", version)
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"SEND\r\ndestination:/q\r\n\r\nbody\0",  # no LF LF: the NUL seemed inside the head
+        b"SEND\r\ncontent-length:4\r\n\r\nb\n\nd\0",  # LF LF in the body: a command SEND\r
+        b"SEND\ndestination:/q\r\n\r\n\0",  # a header line "\r"
+        b"CONNECT\r\naccept-version:1.1\r\n\r\n\0",
+    ],
+)
+def test_crlf_line_ends_under_1_1_are_named_as_such(data: bytes) -> None:
+    fails(data, "^a line ends with CR LF, which only STOMP 1.2 allows", "1.1")
+    assert parse(data, "1.2")  # as 1.2 allows
+
+
+def test_a_cr_ending_a_1_1_header_value_is_still_its_own() -> None:
+    assert one(b"SEND\ndestination:/q\r\n\n\0", "1.1").headers["destination"] == "/q\r"
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_head_ended_by_nul_without_blank_line_has_no_body(version: str) -> None:
     # As the 1.1 and 1.2 specs print DISCONNECT and RECEIPT.

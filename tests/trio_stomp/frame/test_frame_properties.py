@@ -51,8 +51,9 @@ def frames(draw: st.DrawFn, version: str, command: str | None = None) -> Frame:
     if command is None:
         command = draw(st.sampled_from(SORTED_COMMANDS))
     if escaped(version, command):
-        # Escaping covers everything but NUL.
-        names, values = header_text("", 1), header_text("", 0)
+        # Escaping covers everything but NUL (and in 1.1 CR, which it cannot escape).
+        cr = "\r" if version == "1.1" else ""
+        names, values = header_text(cr, 1), header_text(cr, 0)
     else:
         # No escaping (1.0, CONNECT, STOMP, CONNECTED): no line breaks, no
         # colon in a name, and 1.0 strips the padding of a value.
@@ -102,6 +103,7 @@ _BAD_HEADERS: dict[str, st.SearchStrategy[tuple[str, str]]] = {
     "empty name": st.just(("", "v")),
     "line break": st.sampled_from([("n\n", "v"), ("n", "\r"), ("n", "a\nb"), ("\r", "v")]),
     "colon in name": st.just(("a:b", "v")),
+    "cr in 1.1": st.sampled_from([("n", "a\rb"), ("n", "v\r"), ("n\r", "v")]),
     "padding": st.sampled_from([("n", " v"), ("n", "v "), ("n", " ")]),
 }
 
@@ -117,6 +119,8 @@ def unrepresentable(draw: st.DrawFn, version: str) -> tuple[Frame, bool]:
         defects += ["line break", "colon in name"]
     if version == "1.0":
         defects.append("padding")
+    if version == "1.1":
+        defects.append("cr in 1.1")
     if command in BODY_COMMANDS:
         defects.append("bare nul body")
     defect = draw(st.sampled_from(defects))

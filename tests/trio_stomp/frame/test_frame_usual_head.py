@@ -152,7 +152,13 @@ def test_headers_kept_as_text_answer_as_their_pairs(
 ) -> None:
     from trio_stomp.frame import encode
 
-    wire = encode(Frame("MESSAGE", pairs), version)
+    if version == "1.1":
+        # 1.1 cannot escape CR, so encode() refuses it; a peer may still send it
+        # raw, and the parser must read it back: put it in the wire by hand.
+        marked = [(n.replace("\r", "\x01"), v.replace("\r", "\x01")) for n, v in pairs]
+        wire = encode(Frame("MESSAGE", marked), version).replace(b"\x01", b"\r")
+    else:
+        wire = encode(Frame("MESSAGE", pairs), version)
     frame = parsed(wire, version)
     reference = Headers(pairs)
     for name in [*names, *(name for name, _ in pairs)]:

@@ -13,7 +13,7 @@ from bridges import Context, Message, MessageRejected, Route
 from bridges.endpoints.stomp import StompSink, StompSinkConfig, StompSource, StompSourceConfig
 from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
-from conftest import Target
+from conftest import REAL_BROKERS, Target, require_real_broker
 
 CTX = Context(route="s")
 
@@ -119,6 +119,62 @@ def test_stomp_settings_that_cannot_work_are_refused() -> None:
         StompSink(StompSinkConfig(headers={"receipt": "x"}), CTX)
     sink = StompSink(StompSinkConfig(url="stomp://u:secret@127.0.0.1:1", destination="/q/a"), CTX)
     assert "secret" not in sink.describe()
+
+
+@pytest.mark.parametrize("name", ["accept-version", "host", "login", "passcode", "heart-beat"])
+def test_reserved_connect_headers_are_refused(name: str) -> None:
+    match = rf"connect_headers\.{name}: set from the endpoint's own settings"
+    with pytest.raises(ValueError, match=match):
+        StompSource(StompSourceConfig(destination="/q/a", connect_headers={name: "x"}), CTX)
+    with pytest.raises(ValueError, match=match):
+        StompSink(StompSinkConfig(connect_headers={name: "x"}), CTX)
+
+
+def test_connect_headers_connect_cannot_carry_are_refused() -> None:
+    with pytest.raises(ValueError, match="connect_headers: header 'client-id' has a line break"):
+        StompSink(StompSinkConfig(connect_headers={"client-id": "a\nb"}), CTX)
+
+
+async def test_a_durable_stomp_source_gets_what_came_while_it_was_down(
+    unique: Callable[[str], str],
+) -> None:
+    """ActiveMQ: ``connect_headers`` gives the connection its ``client-id``, and
+    ``subscribe_headers`` names the durable subscription."""
+    require_real_broker("activemq")
+    url = REAL_BROKERS["activemq"]
+    topic = unique("topic")
+    name = topic.rsplit("/", 1)[1]
+    config = StompSourceConfig(
+        url=url,
+        destination=topic,
+        connect_headers={"client-id": f"{name}-client"},
+        subscribe_headers={"activemq.subscriptionName": name},
+    )
+
+    def bodies(sink: FakeSink) -> list[bytes]:
+        return [m.body for batch in sink.batches for m in batch]
+
+    async with trio_stomp.connect(url) as producer:
+        # Run the route until it gets a message: then its subscription exists.
+        sink = FakeSink()
+        route = Route("s", StompSource(config, CTX), sink, batch_time=0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(route.run)
+            while not bodies(sink):
+                await producer.send(topic, b"ping", receipt=True)
+                await trio.sleep(0.05)
+            route.stop()
+        await producer.send(topic, b"while down", headers={"persistent": "true"}, receipt=True)
+        sink = FakeSink()
+        route = Route("s", StompSource(config, CTX), sink, batch_time=0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(route.run)
+            await wait_until(lambda: b"while down" in bodies(sink))
+            route.stop()
+    async with trio_stomp.connect(url, headers=config.connect_headers) as client:
+        # Remove the subscription: UNSUBSCRIBE naming it, from its client-id.
+        pairs = [("id", "remove"), ("activemq.subscriptionName", name)]
+        await client._core.send_frame("UNSUBSCRIBE", pairs, receipt=True)
 
 
 async def test_stomp_endpoint_fails_over_to_the_next_url(
