@@ -32,6 +32,7 @@ from ..frame._heartbeat import parse_heartbeat
 from ._budget import Budget
 from ._config import Limits
 from ._destinations import (
+    REPLY_QUEUE_PREFIX,
     Message,
     Pending,
     Router,
@@ -45,6 +46,7 @@ from ._negotiation import (
     encode_message,
     negotiate_heartbeats,
 )
+from ._temporary import TEMP_QUEUE_PREFIX, TemporaryQueues
 from ._transactions import ClientError, Transactions
 
 #: The product in CONNECTED's ``server`` header, followed by ``/VERSION``.
@@ -118,6 +120,7 @@ class Session:
         self.heartbeat_send_ms = 0
         self.heartbeat_receive_ms = 0
         self.subscriptions: dict[str, Subscription] = {}
+        self.temporary = TemporaryQueues(router, self, limits.max_subscriptions)
         self._acks: dict[str, Pending] = {}
         self._ack_subs: dict[str, Subscription] = {}
         self._ack_counter = 0
@@ -273,7 +276,13 @@ class Session:
             raise ClientError("SEND without destination")
         if not committing and self._transactions.hold(frame):
             return
-        ticket = self.router.send(destination, headers.items(), frame.body)
+        items = headers.items()
+        if destination.startswith(TEMP_QUEUE_PREFIX):
+            destination = self.temporary.resolve(destination)
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(TEMP_QUEUE_PREFIX):
+            items = self.temporary.rewrite_reply_to(items, reply_to)
+        ticket = self.router.send(destination, items, frame.body)
         if ticket:
             self._ticket = ticket
 
@@ -282,6 +291,12 @@ class Session:
         destination = headers.get("destination")
         if not destination:
             raise ClientError("SUBSCRIBE without destination")
+        if destination.startswith(REPLY_QUEUE_PREFIX):
+            raise ClientError(
+                "invalid destination",
+                f"{destination!r} is not a valid destination for SUBSCRIBE; its session "
+                "consumes it by the /temp-queue/ name that made it",
+            )
         sub_id = headers.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -302,9 +317,15 @@ class Session:
             window = prefetch_window(headers, ack_mode, self.limits.default_prefetch)
         except ValueError as exc:
             raise ClientError(*exc.args) from None
+        temporary = destination.startswith(TEMP_QUEUE_PREFIX)
+        if temporary:
+            self.temporary.queue(destination)  # (what raises over the limit, before any change)
         sub = Subscription(self, sub_id, destination, ack_mode, window)
         self.subscriptions[sub_id] = sub
-        self.router.subscribe(sub)
+        if temporary:
+            self.temporary.subscribe(sub)
+        else:
+            self.router.subscribe(sub)
 
     def _on_unsubscribe(self, frame: Frame, committing: bool) -> None:
         headers = frame.headers
@@ -513,6 +534,7 @@ class Session:
         self._ack_subs.clear()
         for sub in subs:
             self.router.unsubscribe(sub)
+        self.temporary.release()
         self._out = []
 
     # -- internals -------------------------------------------------------------
