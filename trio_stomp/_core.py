@@ -24,7 +24,7 @@ import itertools
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Final, NoReturn
+from typing import Final, NoReturn, Protocol
 
 import trio
 
@@ -70,6 +70,19 @@ def user_headers(headers: HeaderArg, reserved: frozenset[str]) -> Pairs:
     return pairs
 
 
+class ReplyRouter(Protocol):
+    """Where the core hands replies to requests (:class:`trio_stomp._request.Replies`)."""
+
+    def claims(self, frame: Frame) -> bool:
+        """True when ``frame``, a MESSAGE no subscription claimed, is a reply."""
+
+    def deliver(self, frames: Sequence[Frame]) -> None:
+        """Hand out replies (from the reader task: never blocks)."""
+
+    def fail(self, error: StompError) -> None:
+        """The connection is gone: wake every request with ``error``."""
+
+
 class Core:
     """One STOMP session across its connections (see the module docs).
 
@@ -89,6 +102,8 @@ class Core:
         self._supervisor = supervisor
         self._ids = itertools.count(1)
         self.subscriptions = SubscriptionTable()
+        #: The requests' reply subscription, made by the first request.
+        self.replies: ReplyRouter | None = None
         self._send_prefixes: dict[tuple[str, str], bytes] = {}
         self.receipts: dict[str, ReceiptWaiter] = {}
         self._generation = 0
@@ -358,6 +373,8 @@ class Core:
             sub = find(item[0].headers)
             if sub is not None:
                 sub.deliver(item, self._generation)
+            elif self.replies is not None and self.replies.claims(item[0]):
+                self.replies.deliver(item)
             # else: for a subscription we just ended; the broker redelivers it.
 
     def _dispatch_other(self, frame: Frame) -> None:
@@ -423,6 +440,8 @@ class Core:
             waiter.fail(error)
         for sub in self.subscriptions.by_id.values():
             sub.close(error)
+        if self.replies is not None:
+            self.replies.fail(error)
         self._restored.set()
         if self._body_scope is not None:
             self._body_scope.cancel()
@@ -484,6 +503,8 @@ class Core:
                 del self.receipts[receipt_id]
         for sub in self.subscriptions.by_id.values():
             sub.connection_lost()
+        if self.replies is not None:
+            self.replies.fail(lost)
         supervisor.lost(old, error)
 
     async def _restore(self, conn: Connection) -> None:
@@ -534,6 +555,8 @@ class Core:
             for sub in list(self.subscriptions.by_id.values()):
                 sub.close()
             self.subscriptions.by_id.clear()
+            if self.replies is not None:
+                self.replies.fail(closed)
             self._restored.set()
             self._tasks_scope.cancel()
             await conn.aclose()

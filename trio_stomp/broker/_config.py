@@ -40,7 +40,8 @@ class Limits:
       max_header_count: the most headers one client frame may carry.
       max_header_length: the longest header line a client may send, in bytes.
       max_outbound_bytes: the bound on what may wait for one slow client: bytes
-        queued for its socket plus the backlog of its topic subscriptions. A
+        queued for its socket plus the backlog of its topic subscriptions and
+        its temporary (reply) queues. A
         client that stops reading is disconnected (without an ERROR, which it
         would not read) once what waits for it passes this by more than the
         largest frame it was given, so what it holds stays under this plus two
