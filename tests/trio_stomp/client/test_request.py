@@ -50,6 +50,7 @@ async def respond(
                 )
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_request_gets_its_reply(
     target: Target, unique: Callable[[str], str], version: str
@@ -65,6 +66,7 @@ async def test_request_gets_its_reply(
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.conformance
 async def test_concurrent_requests_each_get_their_own_reply(
     target: Target, unique: Callable[[str], str]
 ) -> None:
@@ -100,6 +102,7 @@ async def test_concurrent_requests_each_get_their_own_reply(
     assert replies == {index: f"re: {index}" for index in range(count)}
 
 
+@pytest.mark.conformance
 async def test_a_late_reply_is_dropped_and_the_next_request_gets_its_own(
     target: Target, unique: Callable[[str], str]
 ) -> None:
@@ -114,6 +117,7 @@ async def test_a_late_reply_is_dropped_and_the_next_request_gets_its_own(
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.conformance
 async def test_a_request_nobody_answers_times_out(
     target: Target, unique: Callable[[str], str]
 ) -> None:
