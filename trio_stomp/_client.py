@@ -133,6 +133,7 @@ class Client:
           LocalProtocolError: a header that cannot be sent, or one a request
             sets itself (``reply-to``, ``correlation-id``); nothing was sent.
           ServerError, ClientClosed: as for :meth:`send`.
+          ValueError: ``timeout`` is negative or NaN.
         """
         core = self._core
         core.check_open()

@@ -364,7 +364,9 @@ class Router:
         returned = [pending.message for pending in sub.unacked.values()]
         sub.unacked.clear()
         if self.temporary.get(queue.name) is queue:
-            queue.requeue(returned)  # it lives as long as its session, not its consumer
+            # It lives as long as its session, not its consumer (and goes with it).
+            if not sub.session.closing:
+                queue.requeue(returned)
             return
         if queue.owner is not None:
             queue.drop_all()

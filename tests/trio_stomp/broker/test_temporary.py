@@ -231,3 +231,20 @@ def test_replies_are_never_stored() -> None:
     responder.send("SEND", {"destination": reply_to}, b"a")
     assert [m.destination for m in store.added] == ["/queue/req"]
     assert [d.durable for d in router.depths() if d.destination == reply_to] == [False]
+
+
+def test_unacked_replies_go_with_their_session_not_back_to_its_queue() -> None:
+    router = Router()
+    requester, responder = Peer(router), serving(router)
+    requester.send("SUBSCRIBE", {"destination": "/temp-queue/r", "id": "1", "ack": "client"})
+    reply_to = request(requester, responder)
+    for _ in range(3):
+        responder.send("SEND", {"destination": reply_to}, b"x" * 100)
+    assert len(requester.output()) == 3
+    requester.send("UNSUBSCRIBE", {"id": "1"})  # unacked: back to the queue, which stays
+    assert router.depth(reply_to) == 3
+    requester.send("SUBSCRIBE", {"destination": "/temp-queue/r", "id": "2", "ack": "client"})
+    assert [f.headers["redelivered"] for f in requester.output()] == ["true"] * 3
+    requester.session.connection_lost()
+    assert requester.aborts == 0
+    assert router.temporary == {}
