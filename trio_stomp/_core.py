@@ -24,7 +24,7 @@ import itertools
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Final, NoReturn, Protocol
+from typing import Final, NoReturn
 
 import trio
 
@@ -39,7 +39,7 @@ from ._errors import (
 )
 from ._groups import unwrap_group
 from ._reconnect import Replay, Supervisor
-from ._sender import HeaderArg, Pairs, ReceiptWaiter
+from ._sender import HeaderArg, Pairs, ReceiptWaiter, ReplyRouter
 from ._subscription import SubscriptionTable
 from .frame import SEND_RESERVED_HEADERS, Event, Frame, encode
 from .frame._escaping import escape
@@ -68,19 +68,6 @@ def user_headers(headers: HeaderArg, reserved: frozenset[str]) -> Pairs:
                 f"header {name!r} is set by the client; use the matching argument instead"
             )
     return pairs
-
-
-class ReplyRouter(Protocol):
-    """Where the core hands replies to requests (:class:`trio_stomp._request.Replies`)."""
-
-    def claims(self, frame: Frame) -> bool:
-        """True when ``frame``, a MESSAGE no subscription claimed, is a reply."""
-
-    def deliver(self, frames: Sequence[Frame]) -> None:
-        """Hand out replies (from the reader task: never blocks)."""
-
-    def fail(self, error: StompError) -> None:
-        """The connection is gone: wake every request with ``error``."""
 
 
 class Core:

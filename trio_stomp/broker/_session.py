@@ -32,7 +32,6 @@ from ..frame._heartbeat import parse_heartbeat
 from ._budget import Budget
 from ._config import Limits
 from ._destinations import (
-    REPLY_QUEUE_PREFIX,
     Message,
     Pending,
     Router,
@@ -46,7 +45,7 @@ from ._negotiation import (
     encode_message,
     negotiate_heartbeats,
 )
-from ._temporary import TEMP_QUEUE_PREFIX, TemporaryQueues
+from ._temporary import TemporaryQueues
 from ._transactions import ClientError, Transactions
 
 #: The product in CONNECTED's ``server`` header, followed by ``/VERSION``.
@@ -276,12 +275,7 @@ class Session:
             raise ClientError("SEND without destination")
         if not committing and self._transactions.hold(frame):
             return
-        items = headers.items()
-        if destination.startswith(TEMP_QUEUE_PREFIX):
-            destination = self.temporary.resolve(destination)
-        reply_to = headers.get("reply-to")
-        if reply_to is not None and reply_to.startswith(TEMP_QUEUE_PREFIX):
-            items = self.temporary.rewrite_reply_to(items, reply_to)
+        destination, items = self.temporary.rewrite(destination, headers)
         ticket = self.router.send(destination, items, frame.body)
         if ticket:
             self._ticket = ticket
@@ -291,12 +285,6 @@ class Session:
         destination = headers.get("destination")
         if not destination:
             raise ClientError("SUBSCRIBE without destination")
-        if destination.startswith(REPLY_QUEUE_PREFIX):
-            raise ClientError(
-                "invalid destination",
-                f"{destination!r} is not a valid destination for SUBSCRIBE; its session "
-                "consumes it by the /temp-queue/ name that made it",
-            )
         sub_id = headers.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -317,13 +305,11 @@ class Session:
             window = prefetch_window(headers, ack_mode, self.limits.default_prefetch)
         except ValueError as exc:
             raise ClientError(*exc.args) from None
-        temporary = destination.startswith(TEMP_QUEUE_PREFIX)
-        if temporary:
-            self.temporary.queue(destination)  # (what raises over the limit, before any change)
+        temporary = self.temporary.to_subscribe(destination)
         sub = Subscription(self, sub_id, destination, ack_mode, window)
         self.subscriptions[sub_id] = sub
-        if temporary:
-            self.temporary.subscribe(sub)
+        if temporary is not None:
+            temporary.add(sub)
         else:
             self.router.subscribe(sub)
 

@@ -36,11 +36,14 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Final
 
+from ..frame import Headers
 from ._destinations import REPLY_QUEUE_PREFIX, Queue, Router, Subscription
 from ._transactions import ClientError
 
 if TYPE_CHECKING:
     from ._session import Session
+
+_Pairs = tuple[tuple[str, str], ...]
 
 #: The prefix of a session's own temporary queue names.
 TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
@@ -76,15 +79,40 @@ class TemporaryQueues:
             queue = self._queues[temp_name] = self._router.open_temporary(name, self._session)
         return queue
 
-    def resolve(self, destination: str) -> str:
-        """Where a SEND to ``destination`` goes: a temp name becomes its reply queue's."""
-        if destination.startswith(TEMP_QUEUE_PREFIX):
-            return self.queue(destination).name
-        return destination
+    def rewrite(self, destination: str, headers: Headers) -> tuple[str, _Pairs]:
+        """The destination and headers a SEND routes with: a temp name as its
+        ``destination`` becomes its reply queue's, and so does one in ``reply-to``
+        (see :meth:`rewrite_reply_to`).
 
-    def rewrite_reply_to(
-        self, headers: tuple[tuple[str, str], ...], reply_to: str
-    ) -> tuple[tuple[str, str], ...]:
+        Raises:
+          ClientError: as :meth:`rewrite_reply_to`.
+        """
+        if destination.startswith(TEMP_QUEUE_PREFIX):
+            destination = self.queue(destination).name
+        items = headers.items()
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(TEMP_QUEUE_PREFIX):
+            items = self.rewrite_reply_to(items, reply_to)
+        return destination, items
+
+    def to_subscribe(self, destination: str) -> Queue | None:
+        """The reply queue a SUBSCRIBE to ``destination`` consumes (made on first use),
+        or None when it is no temp name.
+
+        Raises:
+          ClientError: ``destination`` is a ``/reply-queue/`` name, or over the limit.
+        """
+        if destination.startswith(TEMP_QUEUE_PREFIX):
+            return self.queue(destination)
+        if destination.startswith(REPLY_QUEUE_PREFIX):
+            raise ClientError(
+                "invalid destination",
+                f"{destination!r} is not a valid destination for SUBSCRIBE; its session "
+                "consumes it by the /temp-queue/ name that made it",
+            )
+        return None
+
+    def rewrite_reply_to(self, headers: _Pairs, reply_to: str) -> _Pairs:
         """``headers`` of a SEND with its (first) ``reply-to:/temp-queue/...`` renamed to
         the reply queue; subscribes the session to that queue unless it consumes it.
 
@@ -116,11 +144,6 @@ class TemporaryQueues:
         sub = Subscription(session, temp_name, temp_name, "auto", None)
         subscriptions[temp_name] = sub
         queue.add(sub)
-
-    def subscribe(self, sub: Subscription) -> None:
-        """Start ``sub``, a SUBSCRIBE to a ``/temp-queue/`` name, on its reply queue
-        (which :meth:`queue` made already: this does not raise)."""
-        self.queue(sub.destination).add(sub)
 
     def release(self) -> None:
         """The session ended: drop its reply queues and what they hold."""
