@@ -188,7 +188,10 @@ async def test_a_second_reply_and_a_flood_of_strangers_are_dropped_by_the_reader
             [queue] = reply_queues(broker)
             for index in range(flood):
                 await hostile.send(
-                    queue.destination, b"x" * 100, headers={"correlation-id": f"forged-{index}"}
+                    queue.destination,
+                    b"x" * 100,
+                    headers={"correlation-id": f"forged-{index}"},
+                    receipt=index == flood - 1,  # all of them routed before the next request
                 )
             reply = await client.request(service, "again", timeout=10)
             assert reply.text == "re: again"
@@ -285,4 +288,55 @@ async def test_a_request_in_flight_when_the_connection_drops_raises_connection_l
         reply = await client.request(service, "after", timeout=10)
         assert reply.text == "re: after"
         assert client.reconnects == 1
+        nursery.cancel_scope.cancel()
+
+
+class _CancelAfterSteps(trio.abc.Instrument):
+    """Cancels ``scope`` once ``task`` has run ``steps`` scheduler steps."""
+
+    def __init__(self, task: trio.lowlevel.Task, steps: int, scope: trio.CancelScope) -> None:
+        self.task, self.steps, self.scope, self.seen = task, steps, scope, 0
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.seen += 1
+            if self.seen == self.steps:
+                self.scope.cancel()
+
+
+@pytest.mark.deadline(60)
+async def test_a_request_cancelled_at_any_point_leaves_the_client_consistent(
+    unique: Callable[[str], str],
+) -> None:
+    """Cancel a request at its 1st, 2nd, ... scheduling point (as
+    test_client_behaviour.py sweeps send and subscribe): each time, no waiter
+    is left, no subscription or receipt is pending, and the next request gets
+    its own reply, not the one of the request cancelled before it."""
+    service = unique("queue")
+    async with trio_stomp.broker.open_broker() as broker, trio.open_nursery() as nursery:
+        await nursery.start(respond, broker.url, service)
+        async with trio_stomp.connect(broker.url) as client:
+            swept = 0
+            for steps in range(1, 200):
+                scope = trio.CancelScope()
+                instrument = _CancelAfterSteps(trio.lowlevel.current_task(), steps, scope)
+                trio.lowlevel.add_instrument(instrument)
+                try:
+                    with scope:
+                        reply = await client.request(service, f"swept {steps}", timeout=10)
+                finally:
+                    trio.lowlevel.remove_instrument(instrument)
+                assert client._replies is not None
+                assert client._replies.waiting == 0
+                assert client._core.receipts == {}
+                assert client._core.subscriptions.by_id == {}
+                probe = await client.request(service, f"probe {steps}", timeout=10)
+                assert probe.text == f"re: probe {steps}"
+                if not scope.cancelled_caught:
+                    assert reply.text == f"re: swept {steps}"
+                    swept = steps
+                    break
+            assert swept > 1
+            [queue] = reply_queues(broker)
+            assert queue.consumers == 1
         nursery.cancel_scope.cancel()
