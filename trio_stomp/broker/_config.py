@@ -62,7 +62,8 @@ class Limits:
         flight) of a ``client`` or ``client-individual`` subscription that
         names none with ``prefetch-count`` or ``activemq.prefetchSize``.
         ``auto`` subscriptions have no window.
-      max_subscriptions: the most subscriptions one connection may hold.
+      max_subscriptions: the most subscriptions one connection may hold, and
+        the most temp queues (``/temp-queue/``) it may name.
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).
