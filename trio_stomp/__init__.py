@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ._errors import ClientClosed as ClientClosed
     from ._errors import ConnectFailed as ConnectFailed
     from ._errors import ConnectionLost as ConnectionLost
+    from ._errors import RequestTimeout as RequestTimeout
     from ._errors import ServerError as ServerError
     from ._errors import SubscriptionOverflow as SubscriptionOverflow
     from ._errors import TransactionError as TransactionError
@@ -61,6 +62,7 @@ _LAZY: dict[str, str] = {
     "ClientClosed": "._errors",
     "ConnectFailed": "._errors",
     "ConnectionLost": "._errors",
+    "RequestTimeout": "._errors",
     "ServerError": "._errors",
     "SubscriptionOverflow": "._errors",
     "TransactionError": "._errors",

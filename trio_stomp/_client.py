@@ -8,6 +8,8 @@ own their own state (:mod:`._subscription`, :mod:`._transaction`).
 from __future__ import annotations
 
 from ._core import Core, user_headers
+from ._message import Message
+from ._request import Replies
 from ._sender import HeaderArg
 from ._subscription import Subscription, SubscriptionState
 from ._transaction import Transaction
@@ -28,6 +30,7 @@ class Client:
 
     def __init__(self, core: Core) -> None:
         self._core = core
+        self._replies: Replies | None = None
 
     @property
     def version(self) -> str:
@@ -84,6 +87,60 @@ class Client:
           ClientClosed: the client was closed.
         """
         await self._core.send_message(destination, body, headers, content_type, receipt, None)
+
+    async def request(
+        self,
+        destination: str,
+        body: bytes | str = b"",
+        *,
+        timeout: float,  # noqa: ASYNC109 (why: see "A timeout" in the docstring)
+        headers: HeaderArg = None,
+        content_type: str | None = None,
+    ) -> Message:
+        """Send a request to ``destination`` and return its one reply.
+
+        The SEND carries ``reply-to`` (a temp queue of this client's) and a
+        ``correlation-id`` of its own; a responder answers by sending to the
+        ``reply-to`` of the MESSAGE it got, with the same ``correlation-id``.
+        The first reply with that id is returned; any later one is dropped.
+        ``body``, ``headers`` and ``content_type`` are as for :meth:`send`.
+
+        Every request of a client shares one reply subscription, made by
+        the first request on each connection (RabbitMQ makes it itself) and
+        kept until the client closes; the reader task hands each reply to
+        its request, and drops replies nobody waits for (late, repeated or
+        unknown) as they arrive. So a request that times out or is
+        cancelled leaves nothing behind, and a flood of replies costs no
+        memory. Works with RabbitMQ's and ActiveMQ's ``/temp-queue/`` and the
+        embedded broker's.
+
+        A timeout is an argument here, against the house rule of timeouts in
+        the caller's ``fail_after``: a reply that never comes is the normal
+        failure of a request, so every call must say how long it waits, and
+        the error says which request it was (a ``fail_after`` around it still
+        works, and raises :class:`trio.TooSlowError` as usual).
+
+        Args:
+          timeout: how long to wait for the reply, in seconds (sending
+            included); ``math.inf`` waits for ever.
+
+        Raises:
+          RequestTimeout: no reply came within ``timeout`` (also a
+            :class:`trio.TooSlowError`).
+          ConnectionLost: the connection dropped while the request was in
+            flight (its reply queue went with it; the request is not sent
+            again on the next connection).
+          LocalProtocolError: a header that cannot be sent, or one a request
+            sets itself (``reply-to``, ``correlation-id``); nothing was sent.
+          ServerError, ClientClosed: as for :meth:`send`.
+          ValueError: ``timeout`` is negative or NaN.
+        """
+        core = self._core
+        core.check_open()
+        replies = self._replies
+        if replies is None:
+            replies = self._replies = core.replies = Replies(core)
+        return await replies.request(destination, body, headers, content_type, timeout)
 
     def subscribe(
         self,

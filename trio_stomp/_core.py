@@ -39,7 +39,7 @@ from ._errors import (
 )
 from ._groups import unwrap_group
 from ._reconnect import Replay, Supervisor
-from ._sender import HeaderArg, Pairs, ReceiptWaiter
+from ._sender import HeaderArg, Pairs, ReceiptWaiter, ReplyRouter
 from ._subscription import SubscriptionTable
 from .frame import SEND_RESERVED_HEADERS, Event, Frame, encode
 from .frame._escaping import escape
@@ -89,6 +89,8 @@ class Core:
         self._supervisor = supervisor
         self._ids = itertools.count(1)
         self.subscriptions = SubscriptionTable()
+        #: The requests' reply subscription, made by the first request.
+        self.replies: ReplyRouter | None = None
         self._send_prefixes: dict[tuple[str, str], bytes] = {}
         self.receipts: dict[str, ReceiptWaiter] = {}
         self._generation = 0
@@ -358,6 +360,8 @@ class Core:
             sub = find(item[0].headers)
             if sub is not None:
                 sub.deliver(item, self._generation)
+            elif self.replies is not None and self.replies.claims(item[0]):
+                self.replies.deliver(item)
             # else: for a subscription we just ended; the broker redelivers it.
 
     def _dispatch_other(self, frame: Frame) -> None:
@@ -423,6 +427,8 @@ class Core:
             waiter.fail(error)
         for sub in self.subscriptions.by_id.values():
             sub.close(error)
+        if self.replies is not None:
+            self.replies.fail(error)
         self._restored.set()
         if self._body_scope is not None:
             self._body_scope.cancel()
@@ -484,6 +490,8 @@ class Core:
                 del self.receipts[receipt_id]
         for sub in self.subscriptions.by_id.values():
             sub.connection_lost()
+        if self.replies is not None:
+            self.replies.fail(lost)
         supervisor.lost(old, error)
 
     async def _restore(self, conn: Connection) -> None:
@@ -534,6 +542,8 @@ class Core:
             for sub in list(self.subscriptions.by_id.values()):
                 sub.close()
             self.subscriptions.by_id.clear()
+            if self.replies is not None:
+                self.replies.fail(closed)
             self._restored.set()
             self._tasks_scope.cancel()
             await conn.aclose()

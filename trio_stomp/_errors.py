@@ -10,6 +10,8 @@ The protocol errors (:class:`ProtocolError`, :class:`LocalProtocolError`,
 
 from __future__ import annotations
 
+import trio
+
 from .frame._errors import LocalProtocolError as LocalProtocolError
 from .frame._errors import ProtocolError as ProtocolError
 from .frame._errors import RemoteProtocolError as RemoteProtocolError
@@ -67,3 +69,12 @@ class SubscriptionOverflow(StompError):
 
 class TransactionError(StompError):
     """A transaction could not be completed (its connection went away, or it was misused)."""
+
+
+class RequestTimeout(StompError, trio.TooSlowError):
+    """No reply to :meth:`Client.request <trio_stomp.Client.request>` came in time.
+
+    Both a :class:`StompError` and a :class:`trio.TooSlowError` (what
+    ``trio.fail_after`` raises), so either ``except`` catches it. The request
+    left nothing behind: a reply that comes later is dropped.
+    """

@@ -10,12 +10,13 @@ implements it; nothing here imports the client, so there is no cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 import trio
 
 from ._errors import StompError
+from .frame import Frame
 
 HeaderArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 Pairs = list[tuple[str, str]]
@@ -109,3 +110,16 @@ class Sender(Protocol):
         transaction: str | None,
     ) -> None:
         """Send a SEND frame (in ``transaction`` when given)."""
+
+
+class ReplyRouter(Protocol):
+    """Where the client hands replies to requests (:class:`trio_stomp._request.Replies`)."""
+
+    def claims(self, frame: Frame) -> bool:
+        """True when ``frame``, a MESSAGE no subscription claimed, is a reply."""
+
+    def deliver(self, frames: Sequence[Frame]) -> None:
+        """Hand out replies (from the reader task: never blocks)."""
+
+    def fail(self, error: StompError) -> None:
+        """The connection is gone: wake every request with ``error``."""

@@ -278,6 +278,21 @@ def test_hello_with_a_peer_that_never_answers_gives_up_after_its_connect_timeout
     assert result.stderr == f"hello: no CONNECTED from {url} within 5.0 s\n"
 
 
+def test_request_reply_answers_on_the_embedded_broker_and_gives_up_on_nobody() -> None:
+    result = subprocess.run(
+        [str(BIN / "python"), str(EXAMPLES / "request_reply.py")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    *answers, gave_up = result.stdout.splitlines()
+    assert sorted(answers) == ["'one' -> 'ONE'", "'three' -> 'THREE'", "'two' -> 'TWO'"]
+    assert gave_up.startswith("gave up: no reply to the request to '/queue/nobody-serves-this'")
+
+
 @pytest.mark.deadline(120)
 async def test_spark_stream_upper_cases_on_its_own_broker(tmp_path: Path) -> None:
     from trio_stomp.broker import open_broker
@@ -325,6 +340,7 @@ def test_every_example_has_a_test_here() -> None:
         "spark-jsonl-to-stomp.toml",
         "spark-stomp-to-parquet.toml",
         "hello.py",
+        "request_reply.py",
         "spark_stream.py",
         "systemd",
     }

@@ -36,6 +36,7 @@ SURFACES: dict[str, set[str]] = {
         "ProtocolError",
         "Reconnect",
         "RemoteProtocolError",
+        "RequestTimeout",
         "ServerError",
         "StompError",
         "Subscription",

@@ -21,6 +21,12 @@ Policies:
   nothing for later subscribers. Every other name (``/queue/...``, or any
   other prefix) is a queue: each message goes to one subscriber, round-robin
   among those with room, and waits in the queue while there is none.
+- Temp queues: ``reply-to:/temp-queue/<name>`` on a SEND is rewritten to a
+  ``/reply-queue/...`` queue private to the sender's connection, which the
+  SEND subscribes to it (as RabbitMQ does) unless the connection SUBSCRIBEd
+  to ``/temp-queue/<name>`` itself (as on ActiveMQ). It goes with the
+  connection; a SEND to a ``/reply-queue/`` that is gone is dropped. See
+  :mod:`trio_stomp.broker._temporary`.
 - Acknowledgement: ``auto`` (the default), ``client`` (an ACK or NACK covers
   that message and every earlier unacknowledged one of the subscription) and
   ``client-individual``. STOMP 1.2 ACK/NACK name the MESSAGE's ``ack`` header

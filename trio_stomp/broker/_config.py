@@ -40,7 +40,8 @@ class Limits:
       max_header_count: the most headers one client frame may carry.
       max_header_length: the longest header line a client may send, in bytes.
       max_outbound_bytes: the bound on what may wait for one slow client: bytes
-        queued for its socket plus the backlog of its topic subscriptions. A
+        queued for its socket plus the backlog of its topic subscriptions and
+        its temporary (reply) queues. A
         client that stops reading is disconnected (without an ERROR, which it
         would not read) once what waits for it passes this by more than the
         largest frame it was given, so what it holds stays under this plus two
@@ -61,7 +62,8 @@ class Limits:
         flight) of a ``client`` or ``client-individual`` subscription that
         names none with ``prefetch-count`` or ``activemq.prefetchSize``.
         ``auto`` subscriptions have no window.
-      max_subscriptions: the most subscriptions one connection may hold.
+      max_subscriptions: the most subscriptions one connection may hold, and
+        the most temp queues (``/temp-queue/``) it may name.
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).

@@ -26,6 +26,9 @@ Policies:
   queue is also added to the store, and removed from it once consumed: acked,
   or delivered to an ``auto`` subscription. Topic messages never are. The
   router starts with what the store restored, in order.
+- Temporary queues (``/reply-queue/...``, see :mod:`._temporary`) belong to
+  one session and go with it; a message sent to one that does not exist is
+  dropped. They are never stored.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
     from ._session import Session
 
 TOPIC_PREFIX: Final = "/topic/"
+#: The prefix of temporary queues' names (see :mod:`._temporary`).
+REPLY_QUEUE_PREFIX: Final = "/reply-queue/"
 
 
 # Header bytes beyond names and values: rough, it only bounds memory.
@@ -284,6 +289,8 @@ class Router:
         self._ids = itertools.count(1)
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, list[Subscription]] = {}
+        #: The sessions' temporary queues, by their ``/reply-queue/`` name.
+        self.temporary: dict[str, Queue] = {}
         self.store = store
         if store is not None:
             for message in store.restored:
@@ -299,6 +306,11 @@ class Router:
         kept = tuple(pair for pair in headers if pair[0] not in RESERVED_HEADERS)
         size = message_size(destination, kept, body)
         message_id = f"{self._prefix}{next(self._ids)}"
+        if destination.startswith(REPLY_QUEUE_PREFIX):
+            queue = self.temporary.get(destination)
+            if queue is not None:  # (else its session has gone: dropped, as RabbitMQ does)
+                queue.put(Message(message_id, destination, kept, body, size))
+            return 0
         if destination.startswith(TOPIC_PREFIX):
             subs = self.topics.get(destination)
             if subs:
@@ -326,6 +338,16 @@ class Router:
             queue = self.queues[destination] = Queue(destination)
         return queue
 
+    def open_temporary(self, name: str, owner: Session) -> Queue:
+        """A new temporary queue ``name`` (``/reply-queue/...``) of ``owner``'s."""
+        queue = self.temporary[name] = Queue(name, owner=owner)
+        return queue
+
+    def close_temporary(self, queue: Queue) -> None:
+        """Forget the temporary ``queue`` and what it holds (its session ended)."""
+        del self.temporary[queue.name]
+        queue.drop_all()
+
     def subscribe(self, sub: Subscription) -> None:
         """Start ``sub``: a private queue on a topic, else a consumer of the queue."""
         destination = sub.destination
@@ -341,6 +363,11 @@ class Router:
         queue.remove(sub)
         returned = [pending.message for pending in sub.unacked.values()]
         sub.unacked.clear()
+        if self.temporary.get(queue.name) is queue:
+            # It lives as long as its session, not its consumer (and goes with it).
+            if not sub.session.closing:
+                queue.requeue(returned)
+            return
         if queue.owner is not None:
             queue.drop_all()
             subs = self.topics[sub.destination]
@@ -359,7 +386,7 @@ class Router:
 
     def depth(self, destination: str) -> int:
         """How many messages wait in the queue ``destination`` (0 when it has none)."""
-        queue = self.queues.get(destination)
+        queue = self.queues.get(destination) or self.temporary.get(destination)
         return len(queue.messages) if queue is not None else 0
 
     def depths(self) -> list[DestinationDepth]:
@@ -372,6 +399,10 @@ class Router:
         found += [
             _depth(name, [sub.queue for sub in subs], subs, durable=False)
             for name, subs in self.topics.items()
+        ]
+        found += [
+            _depth(name, [queue], queue.consumers, durable=False)
+            for name, queue in self.temporary.items()
         ]
         return sorted(found, key=lambda depth: depth.destination)
 

@@ -45,6 +45,7 @@ from ._negotiation import (
     encode_message,
     negotiate_heartbeats,
 )
+from ._temporary import TemporaryQueues
 from ._transactions import ClientError, Transactions
 
 #: The product in CONNECTED's ``server`` header, followed by ``/VERSION``.
@@ -118,6 +119,7 @@ class Session:
         self.heartbeat_send_ms = 0
         self.heartbeat_receive_ms = 0
         self.subscriptions: dict[str, Subscription] = {}
+        self.temporary = TemporaryQueues(router, self, limits.max_subscriptions)
         self._acks: dict[str, Pending] = {}
         self._ack_subs: dict[str, Subscription] = {}
         self._ack_counter = 0
@@ -272,7 +274,8 @@ class Session:
             raise ClientError("SEND without destination")
         if not committing and self._transactions.hold(frame):
             return
-        ticket = self.router.send(destination, headers.items(), frame.body)
+        destination, items = self.temporary.rewrite(destination, headers)
+        ticket = self.router.send(destination, items, frame.body)
         if ticket:
             self._ticket = ticket
 
@@ -301,9 +304,13 @@ class Session:
             window = prefetch_window(headers, ack_mode, self.limits.default_prefetch)
         except ValueError as exc:
             raise ClientError(*exc.args) from None
+        temporary = self.temporary.to_subscribe(destination)
         sub = Subscription(self, sub_id, destination, ack_mode, window)
         self.subscriptions[sub_id] = sub
-        self.router.subscribe(sub)
+        if temporary is not None:
+            temporary.add(sub)
+        else:
+            self.router.subscribe(sub)
 
     def _on_unsubscribe(self, frame: Frame, committing: bool) -> None:
         headers = frame.headers
@@ -512,6 +519,7 @@ class Session:
         self._ack_subs.clear()
         for sub in subs:
             self.router.unsubscribe(sub)
+        self.temporary.release()
         self._out = []
 
     # -- internals -------------------------------------------------------------
