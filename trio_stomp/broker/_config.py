@@ -62,6 +62,16 @@ class Limits:
         names none with ``prefetch-count`` or ``activemq.prefetchSize``.
         ``auto`` subscriptions have no window.
       max_subscriptions: the most subscriptions one connection may hold.
+      max_selector_length: the longest ``selector`` a SUBSCRIBE may carry,
+        in characters.
+      max_selector_depth: the deepest nesting of a selector's expression
+        (and of its parentheses); ``AND``/``OR`` chains do not nest. Bounds
+        the stack that parsing and evaluating it takes.
+      selector_scan: how many waiting messages a queue with selecting
+        consumers looks at, per dispatch, for one that a ready consumer
+        selects: what one event (a SEND, an ACK) can cost is bounded by this
+        many selector evaluations. A message deeper than this behind messages
+        nobody selects waits until they are consumed (ActiveMQ's page: 200).
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).
@@ -89,6 +99,9 @@ class Limits:
     outbound_high_water: int = attrs.field(default=64 * 1024, validator=_positive)
     default_prefetch: int = attrs.field(default=1000, validator=_positive)
     max_subscriptions: int = attrs.field(default=10_000, validator=_positive)
+    max_selector_length: int = attrs.field(default=4096, validator=_positive)
+    max_selector_depth: int = attrs.field(default=40, validator=_positive)
+    selector_scan: int = attrs.field(default=10_000, validator=_positive)
     max_transactions: int = attrs.field(default=1000, validator=_positive)
     max_transaction_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)

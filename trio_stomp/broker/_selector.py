@@ -49,7 +49,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["Selector", "SelectorError", "compile_selector"]
+__all__ = ["Selector", "SelectorError", "compile_selector", "subscription_selector"]
 
 Value = str | bool | int | float | None
 Headers = dict[str, str]
@@ -833,3 +833,20 @@ def compile_selector(text: str, *, max_length: int = 4096, max_depth: int = 40) 
     node = parser.parse()
     names = frozenset(_NAMES_OF_JMS.get(name, name) for name in parser.names)
     return Selector(text, names, node.run)
+
+
+def subscription_selector(text: str | None, *, max_length: int, max_depth: int) -> Selector | None:
+    """The selector of a SUBSCRIBE's ``selector`` header (None when it has none).
+
+    Raises:
+      ValueError: ``(message, detail)`` for the session's ERROR frame: the
+        message names the position, the detail shows it under the selector.
+    """
+    if text is None:
+        return None
+    try:
+        return compile_selector(text, max_length=max_length, max_depth=max_depth)
+    except SelectorError as exc:
+        shown = text if len(text) <= 200 else text[:200] + "..."
+        caret = " " * (exc.position - 1) + "^" if exc.position <= 200 else ""
+        raise ValueError(f"invalid selector: {exc}", f"{shown}\n{caret}\n{exc}") from None
