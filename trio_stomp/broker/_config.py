@@ -67,11 +67,13 @@ class Limits:
       max_selector_depth: the deepest nesting of a selector's expression
         (and of its parentheses); ``AND``/``OR`` chains do not nest. Bounds
         the stack that parsing and evaluating it takes.
-      selector_scan: how many waiting messages a queue with selecting
-        consumers looks at, per dispatch, for one that a ready consumer
-        selects: what one event (a SEND, an ACK) can cost is bounded by this
-        many selector evaluations. A message deeper than this behind messages
-        nobody selects waits until they are consumed (ActiveMQ's page: 200).
+      selector_scan: how many waiting messages that no consumer with room
+        selects a queue passes over, per dispatch, looking for one that one
+        selects: what one event (an ACK, a new subscription) costs is bounded
+        by this many evaluations per consumer. A new message is looked at on
+        its own, however deep the queue. A message waiting deeper than this
+        behind messages nobody selects is looked at once those are consumed,
+        or when it arrived (ActiveMQ looks only at its page of 200).
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).

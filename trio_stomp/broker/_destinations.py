@@ -22,11 +22,12 @@ Policies:
 - A subscription with a selector (see :mod:`._selector`) gets only the
   messages its selector matches. On a topic, the others never enter its
   private queue. On a queue, a message no ready subscription selects stays
-  where it is, in order, for another consumer (or a later one); dispatch
-  looks at most ``selector_scan`` waiting messages deep for one that a
-  ready subscription selects, so what it costs per event is bounded, and a
+  where it is, in order, for another consumer (or a later one). A new
+  message is looked at on its own; a consumer that gets room (or a new
+  subscription) makes the queue pass over at most ``selector_scan`` waiting
+  messages that nobody selects, so what an event costs is bounded, and a
   queue whose consumers select none of its messages does no work until
-  something changes (a message, a subscription, a consumer with room).
+  something changes.
 - Queues keep what is sent to them without a bound: a queue nobody consumes
   grows with what producers send. An empty queue with no subscriptions is
   forgotten.
@@ -206,7 +207,16 @@ class Queue:
     backlog counts against its session's outbound bound.
     """
 
-    __slots__ = ("_next", "consumers", "messages", "name", "owner", "scan", "selecting")
+    __slots__ = (
+        "_next",
+        "_settled",
+        "consumers",
+        "messages",
+        "name",
+        "owner",
+        "scan",
+        "selecting",
+    )
 
     def __init__(self, name: str, owner: Session | None = None, scan: int = SELECTOR_SCAN) -> None:
         self.name = name
@@ -218,6 +228,8 @@ class Queue:
         self.selecting = 0
         #: How deep dispatch looks when consumers select.
         self.scan = scan
+        #: True while no waiting message is selected by a ready consumer.
+        self._settled = False
 
     def put(self, message: Message) -> None:
         """Add ``message`` at the back and deliver what can be delivered."""
@@ -226,6 +238,14 @@ class Queue:
             if owner.closing:
                 return  # a private queue whose session is ending takes nothing more
             owner.backlog_changed(message.size)
+        if self._settled and self.selecting:
+            # Nothing waiting is selected by a consumer with room: only the
+            # new message needs a look (and a queue nobody selects does no
+            # work but this).
+            ready = self._ready()
+            if not (ready and self._offer(message, ready)):
+                self.messages.append(message)
+            return
         self.messages.append(message)
         self.dispatch()
 
@@ -278,36 +298,46 @@ class Queue:
         """Dispatch when consumers select: each waiting message, oldest first,
         goes to the next ready consumer (round-robin) that selects it; one
         that none selects stays, in place. Stops when no consumer is ready,
-        or after looking at ``scan`` messages.
+        or after passing over ``scan`` messages that none selects.
         """
         messages = self.messages
-        consumers = self.consumers
-        owner = self.owner
         kept: list[Message] = []
-        looked = 0
-        while messages and looked < self.scan:
-            count = len(consumers)
-            start = self._next
-            ready: list[tuple[int, Subscription]] = []
-            for step in range(count):
-                index = (start + step) % count
-                if consumers[index].ready():
-                    ready.append((index, consumers[index]))
+        scan = self.scan
+        self._settled = False
+        while messages and len(kept) < scan:
+            ready = self._ready()
             if not ready:
                 break
             message = messages.popleft()
-            looked += 1
-            for index, sub in ready:
-                if sub.selects(message):
-                    self._next = (index + 1) % count
-                    if owner is not None:
-                        owner.backlog_changed(-message.size)
-                    sub.session.deliver(sub, message)
-                    break
-            else:
+            if not self._offer(message, ready):
                 kept.append(message)
+        else:
+            # Every waiting message was looked at: until a consumer gets room
+            # (which dispatches again), a new one is all there is to look at.
+            self._settled = not messages
         if kept:
             messages.extendleft(reversed(kept))
+
+    def _ready(self) -> list[tuple[int, Subscription]]:
+        """The consumers with room, in round-robin order, with their index."""
+        consumers = self.consumers
+        count = len(consumers)
+        start = self._next
+        ready: list[tuple[int, Subscription]] = []
+        for step in range(count):
+            index = (start + step) % count
+            if consumers[index].ready():
+                ready.append((index, consumers[index]))
+        return ready
+
+    def _offer(self, message: Message, ready: list[tuple[int, Subscription]]) -> bool:
+        """Deliver ``message`` to the first of ``ready`` that selects it; False if none."""
+        for index, sub in ready:
+            if sub.selects(message):
+                self._next = (index + 1) % len(self.consumers)
+                sub.session.deliver(sub, message)
+                return True
+        return False
 
     def add(self, sub: Subscription) -> None:
         """Start delivering to ``sub``."""
