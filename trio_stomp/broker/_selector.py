@@ -399,6 +399,8 @@ class _Parser:
                 run = _between(left.run, low.run, high.run, negate)
                 left = self.node(run, left, low, high, boolean=True)
             elif self.take("keyword", "IN"):
+                if not left.property:
+                    raise SelectorError("IN needs a header name on its left", token.position)
                 left = self.in_(left, negate)
             elif negate:
                 raise self.unexpected("LIKE, BETWEEN or IN after NOT")

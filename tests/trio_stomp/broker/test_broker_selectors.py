@@ -143,7 +143,7 @@ def test_a_queue_nobody_selects_does_one_evaluation_per_message(
 def test_dispatch_looks_at_most_selector_scan_messages_per_event() -> None:
     router = Router(selector_scan=100)
     producer = connected(router)
-    for n in range(500):
+    for _ in range(500):
         send(producer, "/queue/deep", b"skip", k="skip")
     send(producer, "/queue/deep", b"deep", k="take")
     consumer = connected(router)

@@ -151,6 +151,8 @@ REFUSED = {
     "XPATH '//x'": (1, "not supported"),
     "a = 'x' AND (b = 'y'": (21, "expected ')'"),
     "a # 1": (3, "unexpected '#'"),
+    "5 IN ('5')": (3, "IN needs a header name"),
+    "a + 'x' NOT IN ('5x')": (9, "IN needs a header name"),
 }
 
 
