@@ -422,7 +422,7 @@ class _Parser:
             value = run(h)
             if value is None:
                 return None
-            return isinstance(value, str) and match(value) != negate
+            return (isinstance(value, str) and match(value)) != negate
 
         return self.node(like, left, boolean=True)
 
