@@ -123,9 +123,9 @@ messages = st.lists(
 
 
 async def _outcome(port: int, selector: str, batch: Sequence[Headers], login: bool) -> Outcome:
-    credentials = {"login": "guest", "passcode": "guest"} if login else {}
     destination = f"/topic/trio-stomp-selector-{uuid.uuid4().hex[:12]}"
-    async with open_raw_client(port, within=5, **credentials) as client:
+    secret = "guest" if login else ""
+    async with open_raw_client(port, within=5, login=secret, passcode=secret) as client:
         await client.send(
             "SUBSCRIBE",
             {
