@@ -41,19 +41,35 @@ against it by tests/trio_stomp/broker/test_selector_activemq.py:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable
-from decimal import Decimal
 from typing import Final
 
 import attrs
 
-__all__ = ["Selector", "SelectorError", "compile_selector", "subscription_selector"]
-
-Value = str | bool | int | float | None
-Headers = dict[str, str]
-Eval = Callable[[Headers], Value]
+from ._selector_eval import (
+    JMS_HEADERS,
+    LONG_MAX,
+    MESSAGE_ID,
+    REDELIVERED,
+    Eval,
+    EvalError,
+    Headers,
+    Value,
+    all_of,
+    any_of,
+    arithmetic,
+    as_boolean,
+    between,
+    equal,
+    header_value,
+    is_null,
+    java_integer,
+    like_matcher,
+    negate_value,
+    not_,
+    ordering,
+)
 
 
 class SelectorError(ValueError):
@@ -68,31 +84,6 @@ class SelectorError(ValueError):
         super().__init__(f"at position {position}: {message}")
         self.message = message
         self.position = position
-
-
-class _Long(int):
-    """A Java long (a plain int is a Java int)."""
-
-    __slots__ = ()
-
-
-class _EvalError(Exception):
-    """ActiveMQ throws here: the message does not match."""
-
-
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-
-
-def _wrap(value: int, long: bool) -> int:
-    if long:
-        return _Long((value - _LONG_MIN) % 2**64 + _LONG_MIN)
-    return (value - _INT_MIN) % 2**32 + _INT_MIN
-
-
-def _integer(value: int) -> int:
-    """A literal's type: int when it fits 32 bits, else long."""
-    return value if _INT_MIN <= value <= _INT_MAX else _Long(value)
 
 
 # -- tokens ---------------------------------------------------------------------
@@ -142,124 +133,6 @@ def _tokens(text: str) -> list[_Token]:
         at = found.end()
     tokens.append(_Token("end", "", end + 1))
     return tokens
-
-
-# -- values ---------------------------------------------------------------------
-
-_JAVA_INT: Final = re.compile(r"[+-]?\d+")
-_JAVA_DOUBLE: Final = re.compile(
-    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)"
-)
-
-
-def _convert(text: str, like: object) -> Value:
-    """``text`` as Java's valueOf of the type of ``like`` reads it; raise ValueError if not."""
-    if isinstance(like, bool):
-        return text.lower() == "true"
-    if isinstance(like, float):
-        stripped = text.strip("".join(map(chr, range(33))))
-        if not _JAVA_DOUBLE.fullmatch(stripped):
-            raise ValueError(text)
-        return float(stripped.rstrip("fFdD"))
-    if isinstance(like, int):
-        if not _JAVA_INT.fullmatch(text):
-            raise ValueError(text)
-        value = int(text)
-        low, high = (_LONG_MIN, _LONG_MAX) if isinstance(like, _Long) else (_INT_MIN, _INT_MAX)
-        if not low <= value <= high:
-            raise ValueError(text)
-        return value
-    raise ValueError(text)
-
-
-def _java_str(value: Value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return _java_double(value)
-    return str(value)
-
-
-def _java_double(value: float) -> str:
-    """Java's Double.toString (shortest digits; JDK 17 sometimes prints more)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0 or 1e-3 <= abs(value) < 1e7:
-        return repr(value)  # (never scientific in this range)
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    text = "".join(map(str, digits))
-    mantissa = f"{text[0]}.{text[1:] or '0'}"
-    return f"{'-' if sign else ''}{mantissa}E{len(text) - 1 + exponent}"
-
-
-def _order_key(value: float) -> tuple[int, float, float]:
-    """Java's Double.compare: NaN above everything, -0.0 below 0.0."""
-    if math.isnan(value):
-        return (1, 0.0, 0.0)
-    return (0, value, math.copysign(1.0, value))
-
-
-def _compare(left: Value, right: Value) -> int | None:
-    """ActiveMQ's comparison of two non-NULL values: <0, 0, >0; None: FALSE."""
-    if type(left) is not type(right):
-        try:
-            if isinstance(left, str):
-                left = _convert(left, right)
-            elif isinstance(right, str):
-                right = _convert(right, left)
-        except ValueError:
-            return None
-    if isinstance(left, bool) or isinstance(right, bool):
-        if not (isinstance(left, bool) and isinstance(right, bool)):
-            return None
-        return int(left) - int(right)
-    if isinstance(left, str) and isinstance(right, str):
-        a, b = left.encode("utf-16-be"), right.encode("utf-16-be")  # Java's char order
-        return -1 if a < b else 1 if a > b else 0
-    if isinstance(left, float) or isinstance(right, float):
-        if not isinstance(left, int | float) or not isinstance(right, int | float):
-            return None
-        x, y = _order_key(float(left)), _order_key(float(right))
-        return -1 if x < y else 1 if x > y else 0
-    if isinstance(left, int) and isinstance(right, int):
-        return -1 if left < right else 1 if left > right else 0
-    return None
-
-
-def _boolean(value: Value) -> bool | None:
-    """A value where a condition is expected: a header (a string) is FALSE."""
-    return value if value is None or isinstance(value, bool) else False
-
-
-def _arith(op: str, left: Value, right: Value) -> Value:
-    if op == "+" and isinstance(left, str):
-        return left + _java_str(right)
-    if (
-        isinstance(left, bool)
-        or isinstance(right, bool)
-        or not isinstance(left, int | float)
-        or not isinstance(right, int | float)
-    ):
-        raise _EvalError(op)
-    if op in "/%" or isinstance(left, float) or isinstance(right, float):
-        a, b = float(left), float(right)
-        if op == "/":
-            if b == 0:
-                return (
-                    math.nan
-                    if a == 0 or math.isnan(a)
-                    else math.copysign(math.inf, a) * (math.copysign(1.0, b))
-                )
-            return a / b
-        if op == "%":
-            return math.nan if b == 0 or math.isinf(a) else math.fmod(a, b)
-        return a + b if op == "+" else a - b if op == "-" else a * b
-    long = isinstance(left, _Long) or isinstance(right, _Long)
-    raw = left + right if op == "+" else left - right if op == "-" else left * right
-    return _wrap(raw, long)
 
 
 # -- the parser -----------------------------------------------------------------
@@ -323,7 +196,7 @@ class _Parser:
         if not node.property:
             raise SelectorError("this expression is not a condition", position)
         run = node.run
-        return self.node(lambda h: _boolean(run(h)), node, boolean=True)
+        return self.node(lambda h: as_boolean(run(h)), node, boolean=True)
 
     # or / and: n-ary, so long chains do not nest
     def parse(self) -> _Node:
@@ -349,7 +222,7 @@ class _Parser:
             position = self.token.position
             parts.append(self.condition(operand(), position))
         runs = tuple(part.run for part in parts)
-        return self.node(_any(runs) if word == "OR" else _all(runs), *parts, boolean=True)
+        return self.node(any_of(runs) if word == "OR" else all_of(runs), *parts, boolean=True)
 
     def equality(self) -> _Node:
         left = self.comparison()
@@ -363,12 +236,12 @@ class _Parser:
                 if left.constant and right.constant and left.boolean and not right.boolean:
                     raise SelectorError("a boolean compared with a non-boolean", token.position)
                 left = self.node(
-                    _equal(left.run, right.run, token.text == "<>"), left, right, boolean=True
+                    equal(left.run, right.run, token.text == "<>"), left, right, boolean=True
                 )
             elif self.take("keyword", "IS"):
                 negate = self.take("keyword", "NOT") is not None
                 self.expect("keyword", "NULL", "NULL")
-                left = self.node(_is_null(left.run, negate), left, boolean=True)
+                left = self.node(is_null(left.run, negate), left, boolean=True)
             else:
                 return left
 
@@ -382,7 +255,7 @@ class _Parser:
                 _check_ordered(left, token.position)
                 _check_ordered(right, token.position)
                 left = self.node(
-                    _ordering(token.text, left.run, right.run), left, right, boolean=True
+                    ordering(token.text, left.run, right.run), left, right, boolean=True
                 )
                 continue
             negate = token.kind == "keyword" and token.text == "NOT"
@@ -396,7 +269,7 @@ class _Parser:
                 high = self.additive()
                 for part in (left, low, high):
                     _check_ordered(part, token.position)
-                run = _between(left.run, low.run, high.run, negate)
+                run = between(left.run, low.run, high.run, negate)
                 left = self.node(run, left, low, high, boolean=True)
             elif self.take("keyword", "IN"):
                 if not left.property:
@@ -415,7 +288,7 @@ class _Parser:
             escape = self.string("a string of one character")
             if len(escape) != 1:
                 raise SelectorError("ESCAPE takes exactly one character", position)
-        match = _like_matcher(pattern, escape)
+        match = like_matcher(pattern, escape)
         run = left.run
 
         def like(h: Headers) -> Value:
@@ -461,7 +334,7 @@ class _Parser:
             op = self.tokens[self.at].text
             self.at += 1
             right = operand()
-            left = self.node(_arithmetic(op, left.run, right.run), left, right)
+            left = self.node(arithmetic(op, left.run, right.run), left, right)
         return left
 
     def unary(self) -> _Node:
@@ -478,7 +351,7 @@ class _Parser:
                 node = self.negate(node)
             elif token.text == "NOT":
                 node = self.condition(node, token.position)
-                node = self.node(_not(node.run), node, boolean=True)
+                node = self.node(not_(node.run), node, boolean=True)
         return node
 
     def negate(self, node: _Node) -> _Node:
@@ -488,10 +361,10 @@ class _Parser:
             and not isinstance(node.value, bool)
         ):
             value = node.value
-            negated = -value if isinstance(value, float) else _integer(-value)
+            negated = -value if isinstance(value, float) else java_integer(-value)
             return _constant(negated, node.depth)
         run = node.run
-        return self.node(lambda h: _negate(run(h)), node)
+        return self.node(lambda h: negate_value(run(h)), node)
 
     def primary(self) -> _Node:
         token = self.token
@@ -516,14 +389,14 @@ class _Parser:
             digits = text.rstrip("lL")
             base = 16 if kind == "hex" else 8 if kind == "oct" and len(digits) > 1 else 10
             value = int(digits[2:] if kind == "hex" else digits, base)
-            if value > _LONG_MAX:
+            if value > LONG_MAX:
                 raise SelectorError(f"{text} does not fit in 64 bits", token.position)
-            return _constant(_integer(value))
+            return _constant(java_integer(value))
         if kind == "keyword" and text in ("TRUE", "FALSE", "NULL"):
             return _constant({"TRUE": True, "FALSE": False, "NULL": None}[text], boolean=True)
         if kind == "id":
             self.names.add(text)
-            return _Node(_property(text), property=True)
+            return _Node(header_value(text), property=True)
         self.at -= 1
         raise self.unexpected("a value, a header name or '('")
 
@@ -540,226 +413,6 @@ def _check_equal(node: _Node, position: int) -> None:
 def _check_ordered(node: _Node, position: int) -> None:
     if node.boolean or (node.constant and not isinstance(node.value, int | float)):
         raise SelectorError("only numbers and headers can be ordered", position)
-
-
-# -- evaluators -----------------------------------------------------------------
-
-#: Headers ActiveMQ's STOMP transport turns into JMS headers: not properties.
-_HIDDEN: Final = frozenset(
-    {
-        "type",
-        "priority",
-        "persistent",
-        "expires",
-        "timestamp",
-        "subscription",
-        "redelivered",
-        "destination",
-        "message-id",
-        "receipt",
-        "transaction",
-        "content-length",
-    }
-)
-#: Set by the session: a message's own id and its redelivered flag.
-MESSAGE_ID: Final = "\0message-id"
-REDELIVERED: Final = "\0redelivered"
-
-
-def _header_int(name: str, default: int | None, long: bool) -> Eval:
-    def run(h: Headers) -> Value:
-        text = h.get(name)
-        if text is None:
-            return default
-        try:
-            return _convert(text, _Long(0) if long else 0)
-        except ValueError:
-            raise _EvalError(name) from None
-
-    return run
-
-
-_JMS: Final[dict[str, Eval]] = {
-    "JMSType": lambda h: h.get("type"),
-    "JMSCorrelationID": lambda h: h.get("correlation-id"),
-    "JMSMessageID": lambda h: h.get(MESSAGE_ID),
-    "JMSRedelivered": lambda h: h.get(REDELIVERED) == "true",
-    "JMSDeliveryMode": lambda h: (
-        "PERSISTENT" if h.get("persistent") == "true" else "NON_PERSISTENT"
-    ),
-    "JMSPriority": _header_int("priority", 4, long=False),
-    "JMSExpiration": _header_int("expires", _Long(0), long=True),
-    "JMSTimestamp": _header_int("timestamp", None, long=True),
-}
-
-
-def _property(name: str) -> Eval:
-    special = _JMS.get(name)
-    if special is not None:
-        return special
-    if name in _HIDDEN:
-        return lambda h: None
-    return lambda h: h.get(name)
-
-
-def _is_null(run: Eval, negate: bool) -> Eval:
-    if negate:
-        return lambda h: run(h) is not None
-    return lambda h: run(h) is None
-
-
-def _not(run: Eval) -> Eval:
-    def not_(h: Headers) -> Value:
-        value = run(h)
-        return None if value is None else not value
-
-    return not_
-
-
-def _negate(value: Value) -> Value:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float):
-        return -value
-    return _wrap(-value, isinstance(value, _Long))
-
-
-def _any(runs: tuple[Eval, ...]) -> Eval:
-    def run(h: Headers) -> Value:
-        unknown = False
-        for part in runs:
-            value = part(h)
-            if value is True:
-                return True
-            unknown = unknown or value is None
-        return None if unknown else False
-
-    return run
-
-
-def _all(runs: tuple[Eval, ...]) -> Eval:
-    def run(h: Headers) -> Value:
-        unknown = False
-        for part in runs:
-            value = part(h)
-            if value is False:
-                return False
-            unknown = unknown or value is None
-        return None if unknown else True
-
-    return run
-
-
-def _equal(left: Eval, right: Eval, negate: bool) -> Eval:
-    def run(h: Headers) -> Value:
-        a, b = left(h), right(h)
-        if a is None or b is None:
-            if a is None and b is not None:
-                return None
-            result = a is None  # both NULL: TRUE; only the right one: FALSE
-        elif type(a) is type(b) and a == b and not (isinstance(a, float) and a == 0):
-            result = True
-        elif isinstance(a, bool) and isinstance(b, str):
-            raise _EvalError("=")  # ActiveMQ: ClassCastException
-        else:
-            result = _compare(a, b) == 0
-        if negate:
-            return not result
-        return result
-
-    return run
-
-
-_ORDER_TESTS: Final[dict[str, Callable[[int], bool]]] = {
-    "<": lambda c: c < 0,
-    ">": lambda c: c > 0,
-    "<=": lambda c: c <= 0,
-    ">=": lambda c: c >= 0,
-}
-
-
-def _ordering(op: str, left: Eval, right: Eval) -> Eval:
-    test = _ORDER_TESTS[op]
-
-    def run(h: Headers) -> Value:
-        a = left(h)
-        if a is None:
-            return None
-        b = right(h)
-        if b is None:
-            return None
-        if isinstance(a, bool) and isinstance(b, str):
-            raise _EvalError(op)  # ActiveMQ: ClassCastException
-        found = _compare(a, b)
-        return False if found is None else test(found)
-
-    return run
-
-
-def _between(value: Eval, low: Eval, high: Eval, negate: bool) -> Eval:
-    # ActiveMQ: x >= low AND x <= high; NOT BETWEEN: x < low OR x > high.
-    if negate:
-        return _any((_ordering("<", value, low), _ordering(">", value, high)))
-    return _all((_ordering(">=", value, low), _ordering("<=", value, high)))
-
-
-def _arithmetic(op: str, left: Eval, right: Eval) -> Eval:
-    def run(h: Headers) -> Value:
-        a = left(h)
-        if a is None:
-            return None
-        b = right(h)
-        if b is None:
-            return None
-        return _arith(op, a, b)
-
-    return run
-
-
-def _like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
-    """LIKE without backtracking: literal runs found left to right.
-
-    ``%`` splits the pattern into segments; the first is anchored at the
-    start, the last at the end, and each one in between is taken at its
-    leftmost match (which is always safe). A segment with ``_`` becomes a
-    regular expression of literals and ``.`` only: no repetition, so its
-    search costs at most its length times the value's.
-    """
-    segments: list[list[str | None]] = [[]]  # None stands for "_"
-    chars = iter(pattern)
-    for char in chars:
-        if escape is not None and char == escape:
-            segments[-1].append(next(chars, escape))
-        elif char == "%":
-            segments.append([])
-        elif char == "_":
-            segments[-1].append(None)
-        else:
-            segments[-1].append(char)
-    compiled = [
-        re.compile("".join("." if c is None else re.escape(c) for c in seg), re.DOTALL)
-        for seg in segments
-    ]
-    if len(compiled) == 1:
-        only = compiled[0]
-        return lambda value: only.fullmatch(value) is not None
-    first, middle, last = compiled[0], compiled[1:-1], compiled[-1]
-    last_size = len(segments[-1])
-
-    def match(value: str) -> bool:
-        head = first.match(value)
-        if head is None:
-            return False
-        at = head.end()
-        stop = len(value) - last_size
-        for segment in middle:
-            found = segment.search(value, at, max(stop, at))
-            if found is None:
-                return False
-            at = found.end()
-        return stop >= at and last.fullmatch(value, stop) is not None
-
-    return match
 
 
 # -- the public face ------------------------------------------------------------
@@ -797,20 +450,8 @@ class Selector:
             found[REDELIVERED] = "true"
         try:
             return self._run(found) is True
-        except _EvalError:
+        except EvalError:
             return False
-
-
-_NAMES_OF_JMS: Final = {
-    "JMSType": "type",
-    "JMSCorrelationID": "correlation-id",
-    "JMSMessageID": MESSAGE_ID,
-    "JMSRedelivered": REDELIVERED,
-    "JMSDeliveryMode": "persistent",
-    "JMSPriority": "priority",
-    "JMSExpiration": "expires",
-    "JMSTimestamp": "timestamp",
-}
 
 
 def compile_selector(text: str, *, max_length: int = 4096, max_depth: int = 40) -> Selector:
@@ -833,7 +474,7 @@ def compile_selector(text: str, *, max_length: int = 4096, max_depth: int = 40) 
         raise SelectorError("the selector is empty", 1)
     parser = _Parser(text, max_depth)
     node = parser.parse()
-    names = frozenset(_NAMES_OF_JMS.get(name, name) for name in parser.names)
+    names = frozenset(JMS_HEADERS.get(name, name) for name in parser.names)
     return Selector(text, names, node.run)
 
 
