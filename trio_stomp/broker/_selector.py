@@ -49,6 +49,7 @@ import attrs
 
 from ._selector_eval import (
     JMS_HEADERS,
+    LIKE_SEARCH_BUDGET,
     LONG_MAX,
     MESSAGE_ID,
     REDELIVERED,
@@ -160,6 +161,7 @@ class _Parser:
         self.max_depth = max_depth
         self.names: set[str] = set()
         self.nesting = 0
+        self.like_budget = LIKE_SEARCH_BUDGET
 
     @property
     def token(self) -> _Token:
@@ -281,14 +283,22 @@ class _Parser:
                 return left
 
     def like(self, left: _Node, negate: bool) -> _Node:
+        position = self.token.position
         pattern = self.string("a string pattern")
         escape = None
         if self.take("keyword", "ESCAPE"):
-            position = self.token.position
+            where = self.token.position
             escape = self.string("a string of one character")
             if len(escape) != 1:
-                raise SelectorError("ESCAPE takes exactly one character", position)
-        match = like_matcher(pattern, escape)
+                raise SelectorError("ESCAPE takes exactly one character", where)
+        match, cost = like_matcher(pattern, escape)
+        self.like_budget -= cost
+        if self.like_budget < 0:
+            raise SelectorError(
+                f"LIKE patterns with more than {LIKE_SEARCH_BUDGET} characters between "
+                "'%' and '%' in pieces holding '_'",
+                position,
+            )
         run = left.run
 
         def like(h: Headers) -> Value:

@@ -339,14 +339,26 @@ def arithmetic(op: str, left: Eval, right: Eval) -> Eval:
     return run
 
 
-def like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
-    """LIKE without backtracking: literal runs found left to right.
+#: The most characters of ``%...%`` pieces holding ``_`` that one selector's
+#: LIKE patterns may have: each costs up to its length times the value's.
+LIKE_SEARCH_BUDGET: Final = 64
 
-    ``%`` splits the pattern into segments; the first is anchored at the
+
+def like_matcher(pattern: str, escape: str | None) -> tuple[Callable[[str], bool], int]:
+    """LIKE without backtracking: pieces found left to right.
+
+    ``%`` splits the pattern into pieces; the first is anchored at the
     start, the last at the end, and each one in between is taken at its
-    leftmost match (which is always safe). A segment with ``_`` becomes a
-    regular expression of literals and ``.`` only: no repetition, so its
-    search costs at most its length times the value's.
+    leftmost match (which is always safe). Each piece is a regular
+    expression of literals and ``.`` only (``_``): no repetition, nothing to
+    backtrack into. Anchored pieces, and in-between pieces without ``_``
+    (found like a substring, in linear time), cost at most the value's
+    length; an in-between piece with ``_`` can cost its length times the
+    value's.
+
+    Returns:
+      The matcher, and the summed length of in-between pieces with ``_``
+      (checked against :data:`LIKE_SEARCH_BUDGET`).
     """
     segments: list[list[str | None]] = [[]]  # None stands for "_"
     chars = iter(pattern)
@@ -365,8 +377,9 @@ def like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
     ]
     if len(compiled) == 1:
         only = compiled[0]
-        return lambda value: only.fullmatch(value) is not None
+        return (lambda value: only.fullmatch(value) is not None), 0
     first, middle, last = compiled[0], compiled[1:-1], compiled[-1]
+    cost = sum(len(seg) for seg in segments[1:-1] if None in seg)
     last_size = len(segments[-1])
 
     def match(value: str) -> bool:
@@ -382,7 +395,7 @@ def like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
             at = found.end()
         return stop >= at and last.fullmatch(value, stop) is not None
 
-    return match
+    return match, cost
 
 
 #: The JMS names a selector may use, and the STOMP header each one reads.
