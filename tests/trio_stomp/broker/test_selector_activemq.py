@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
+import pytest
 import trio
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+import trio_stomp
 from trio_stomp.broker import open_broker
 from trio_stomp.testing import open_raw_client
 
-from conftest import require_real_broker
+from conftest import REAL_BROKERS, require_real_broker
 
 ACTIVEMQ_PORT = 61623
 EXAMPLES = int(os.environ.get("STOMP_SELECTOR_EXAMPLES", "40"))
@@ -214,3 +216,65 @@ def test_the_embedded_broker_selects_what_activemq_selects(
 ) -> None:
     require_real_broker("activemq")
     _compare(selector, batch)
+
+
+# -- the same behaviour, through the client, on both brokers ----------------------
+
+
+@pytest.fixture(params=["embedded", "activemq"])
+async def selecting_broker(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """The URL of each broker that has selectors: the embedded one and ActiveMQ."""
+    if request.param == "embedded":
+        async with open_broker() as broker:
+            yield broker.url
+    else:
+        require_real_broker("activemq")
+        yield REAL_BROKERS["activemq"]
+
+
+async def _bodies(sub: trio_stomp.Subscription, count: int) -> list[bytes]:
+    got: list[bytes] = []
+    with trio.fail_after(10):
+        async for message in sub:
+            got.append(message.body)
+            if len(got) == count:
+                return got
+    raise AssertionError(f"the subscription ended after {got}")
+
+
+async def test_a_skipped_queue_message_stays_for_another_consumer(
+    selecting_broker: str, unique: Callable[[str], str]
+) -> None:
+    queue = unique("queue")
+    async with trio_stomp.connect(selecting_broker) as client:
+        red = client.subscribe(queue, headers={"selector": "color = 'red'"}, receipt=True)
+        async with red as reds:
+            for color in ("red", "green", "red", "green"):
+                await client.send(queue, color, headers={"color": color}, receipt=True)
+            assert await _bodies(reds, 2) == [b"red", b"red"]
+        async with client.subscribe(queue, receipt=True) as everything:
+            assert await _bodies(everything, 2) == [b"green", b"green"]
+
+
+async def test_topic_subscribers_see_only_what_they_select(
+    selecting_broker: str, unique: Callable[[str], str]
+) -> None:
+    topic = unique("topic")
+    async with trio_stomp.connect(selecting_broker) as client:
+        picky = client.subscribe(topic, headers={"selector": "n > 1 AND n < 4"}, receipt=True)
+        async with picky as some, client.subscribe(topic, receipt=True) as every:
+            for n in range(5):
+                await client.send(topic, str(n), headers={"n": str(n)})
+            assert await _bodies(every, 5) == [b"0", b"1", b"2", b"3", b"4"]
+            assert await _bodies(some, 2) == [b"2", b"3"]
+
+
+async def test_a_bad_selector_is_refused_by_both(
+    selecting_broker: str, unique: Callable[[str], str]
+) -> None:
+    with pytest.raises(trio_stomp.ServerError):
+        async with (
+            trio_stomp.connect(selecting_broker) as client,
+            client.subscribe(unique("queue"), headers={"selector": "a = "}, receipt=True),
+        ):
+            pass
