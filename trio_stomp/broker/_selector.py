@@ -56,6 +56,7 @@ from ._selector_eval import (
     Eval,
     EvalError,
     Headers,
+    JavaLong,
     Value,
     all_of,
     any_of,
@@ -355,7 +356,16 @@ class _Parser:
         ):
             prefixes.append(self.token)
             self.at += 1
-        node = self.primary()
+        token = self.token
+        if prefixes and prefixes[-1].text == "-" and token.kind == "dec":
+            if int(token.text.rstrip("lL")) == LONG_MAX + 1:  # Long.MIN_VALUE, as in Java
+                self.at += 1
+                prefixes.pop()
+                node = _constant(JavaLong(-LONG_MAX - 1))
+            else:
+                node = self.primary()
+        else:
+            node = self.primary()
         for token in reversed(prefixes):
             if token.text == "-":
                 node = self.negate(node)
@@ -370,9 +380,9 @@ class _Parser:
             and isinstance(node.value, int | float)
             and not isinstance(node.value, bool)
         ):
-            value = node.value
-            negated = -value if isinstance(value, float) else java_integer(-value)
-            return _constant(negated, node.depth)
+            # Folded, keeping the type: -2147483648 is a negated long, as in
+            # ActiveMQ (so 0 - -2147483648 is 2147483648, not a wrapped int).
+            return _constant(negate_value(node.value), node.depth)
         run = node.run
         return self.node(lambda h: negate_value(run(h)), node)
 

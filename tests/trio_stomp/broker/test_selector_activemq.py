@@ -228,6 +228,7 @@ def _compare(selector: str, batch: list[Headers]) -> None:
 @example("'x' + 1e20 = 'x1.0E20'", [{}])  # Java's Double.toString
 @example("TRUE AND 0 IN ('')", [{}])  # IN needs a header on its left
 @example("0 NOT LIKE '%'", [{}])  # LIKE on a number is FALSE, so NOT LIKE is TRUE
+@example("0 < 0 - -2147483648", [{}])  # -2147483648 is a negated long: no int wrap
 @given(selector=conditions, batch=messages)
 def test_the_embedded_broker_selects_what_activemq_selects(
     selector: str, batch: list[Headers]
