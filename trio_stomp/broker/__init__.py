@@ -37,9 +37,9 @@ Policies:
   here the message is just not selected; an integer literal beyond 64 bits
   and ``XPATH``/``XQUERY`` are refused instead of never matching;
   ``JMSTimestamp`` is NULL unless the SEND had a ``timestamp``;
-  ``JMSMessageID`` is this broker's id; and a queue passes over at most
-  :attr:`Limits.selector_scan` (10,000) messages nobody selects per
-  dispatch, where ActiveMQ looks at a page of 200. A selector that does not
+  ``JMSMessageID`` is this broker's id; and a queue spends at most
+  :attr:`Limits.selector_scan` (10,000) evaluations that find no taker per
+  dispatch, where ActiveMQ looks at a page of 200 messages. A selector that does not
   parse, or is longer than :attr:`Limits.max_selector_length` (4096) or
   nested deeper than :attr:`Limits.max_selector_depth` (40), or whose
   LIKE patterns hold more than 64 characters of ``%...%`` pieces with

@@ -67,13 +67,13 @@ class Limits:
       max_selector_depth: the deepest nesting of a selector's expression
         (and of its parentheses); ``AND``/``OR`` chains do not nest. Bounds
         the stack that parsing and evaluating it takes.
-      selector_scan: how many waiting messages that no consumer with room
-        selects a queue passes over, per dispatch, looking for one that one
-        selects: what one event (an ACK, a new subscription) costs is bounded
-        by this many evaluations per consumer. A new message is looked at on
-        its own, however deep the queue. A message waiting deeper than this
-        behind messages nobody selects is looked at once those are consumed,
-        or when it arrived (ActiveMQ looks only at its page of 200).
+      selector_scan: how many selector evaluations that find no taker one
+        dispatch of a queue may spend (a consumer got room, a subscription
+        came): the cost of one event is bounded, however deep the backlog
+        nobody selects and however many consumers select. A new message is
+        looked at on its own (one evaluation per consumer with room). A
+        message waiting behind more unselected ones than that is reached
+        once they are consumed (ActiveMQ looks only at its page of 200).
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).

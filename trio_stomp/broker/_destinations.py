@@ -24,10 +24,10 @@ Policies:
   private queue. On a queue, a message no ready subscription selects stays
   where it is, in order, for another consumer (or a later one). A new
   message is looked at on its own; a consumer that gets room (or a new
-  subscription) makes the queue pass over at most ``selector_scan`` waiting
-  messages that nobody selects, so what an event costs is bounded, and a
-  queue whose consumers select none of its messages does no work until
-  something changes.
+  subscription) makes the queue look again from the front, until
+  ``selector_scan`` evaluations found no taker: what an event costs is
+  bounded, and a queue whose consumers select none of its messages does no
+  work until something changes.
 - Queues keep what is sent to them without a bound: a queue nobody consumes
   grows with what producers send. An empty queue with no subscriptions is
   forgotten.
@@ -242,8 +242,7 @@ class Queue:
             owner.backlog_changed(message.size)
         if self._settled and self.selecting:
             # Nothing waiting is selected by a consumer with room: only the
-            # new message needs a look (and a queue nobody selects does no
-            # work but this).
+            # new message needs a look, one evaluation per ready consumer.
             ready = self._ready()
             if not (ready and self._offer(message, ready)):
                 self.messages.append(message)
@@ -300,19 +299,21 @@ class Queue:
         """Dispatch when consumers select: each waiting message, oldest first,
         goes to the next ready consumer (round-robin) that selects it; one
         that none selects stays, in place. Stops when no consumer is ready,
-        or after passing over ``scan`` messages that none selects.
+        or once ``scan`` evaluations found no taker (the cost of one event
+        is bounded, whatever the backlog and the number of consumers).
         """
         messages = self.messages
         kept: list[Message] = []
-        scan = self.scan
+        budget = self.scan
         self._settled = False
-        while messages and len(kept) < scan:
+        while messages and budget > 0:
             ready = self._ready()
             if not ready:
                 break
             message = messages.popleft()
             if not self._offer(message, ready):
                 kept.append(message)
+                budget -= len(ready)
         else:
             # Every waiting message was looked at: until a consumer gets room
             # (which dispatches again), a new one is all there is to look at.

@@ -140,6 +140,34 @@ def test_a_queue_nobody_selects_does_one_evaluation_per_message(
     assert consumer.output() == []
 
 
+def test_an_event_costs_at_most_selector_scan_evaluations_however_many_consumers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = 0
+    original = Subscription.selects
+
+    def counting(self: Subscription, message: object) -> bool:
+        nonlocal calls
+        calls += 1
+        return original(self, message)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Subscription, "selects", counting)
+    router = Router(selector_scan=1000)
+    producer = connected(router)
+    for _ in range(5000):
+        send(producer, "/queue/crowd", b"x", k="nobody")
+    peers = [connected(router) for _ in range(10)]
+    for number, peer in enumerate(peers):
+        for sub in range(10):  # 100 consumers that select nothing
+            before = calls
+            subscribe(peer, "/queue/crowd", f"{number}-{sub}", "k = 'never'")
+            assert calls - before <= 1000 + 100  # the budget, and one message's round
+    before = calls
+    send(producer, "/queue/crowd", b"y", k="never")  # not settled: a full (bounded) look
+    assert calls - before <= 1000 + 100
+    assert router.depth("/queue/crowd") == 5001 - sum(len(p.output()) for p in peers)
+
+
 def test_dispatch_looks_at_most_selector_scan_messages_per_event() -> None:
     router = Router(selector_scan=100)
     producer = connected(router)
