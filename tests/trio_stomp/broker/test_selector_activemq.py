@@ -147,6 +147,14 @@ async def _connected(port: int, login: bool) -> AsyncIterator[RawClient]:
             return
 
 
+#: What ActiveMQ's ERROR says when it fails to evaluate a selector.
+EVALUATION_ERRORS = ("cannot be cast", "Cannot convert value", "Cannot call")
+
+
+class _Hiccup(Exception):
+    """An ERROR from ActiveMQ after the SUBSCRIBE that is not about evaluating."""
+
+
 async def _outcome(port: int, selector: str, batch: Sequence[Headers], login: bool) -> Outcome:
     destination = TOPIC
     async with _connected(port, login) as client:
@@ -170,6 +178,9 @@ async def _outcome(port: int, selector: str, batch: Sequence[Headers], login: bo
         while True:
             frame = await client.frame(within=WITHIN)
             if frame.command == "ERROR":
+                message = frame.headers.get("message", "")
+                if not any(sign in message for sign in EVALUATION_ERRORS):
+                    raise _Hiccup(message)
                 return "failed"
             assert frame.command == "MESSAGE", frame
             if frame.headers.get("sentinel") == "end":
@@ -177,15 +188,27 @@ async def _outcome(port: int, selector: str, batch: Sequence[Headers], login: bo
             got.append(int(frame.headers["i"]))
 
 
+async def _activemq_outcome(selector: str, batch: Sequence[Headers]) -> Outcome:
+    """ActiveMQ's outcome; an ERROR that is not about the selector (seen once in
+    thousands of examples, not reproducible) is tried twice more."""
+    for attempt in range(3):
+        try:
+            return await _outcome(ACTIVEMQ_PORT, selector, batch, login=True)
+        except _Hiccup as exc:
+            if attempt == 2:
+                raise AssertionError(f"ActiveMQ sent ERROR {exc}, three times") from None
+    raise AssertionError("unreachable")
+
+
 async def _activemq(selector: str, batch: Sequence[Headers]) -> tuple[Outcome, set[int]]:
     """ActiveMQ's outcome, and the messages it fails to evaluate (one by one)."""
-    outcome = await _outcome(ACTIVEMQ_PORT, selector, batch, login=True)
+    outcome = await _activemq_outcome(selector, batch)
     if outcome != "failed":
         return outcome, set()
     selected: list[int] = []
     failing: set[int] = set()
     for index, headers in enumerate(batch):
-        alone = await _outcome(ACTIVEMQ_PORT, selector, [headers], login=True)
+        alone = await _activemq_outcome(selector, [headers])
         if alone == "failed":
             failing.add(index)
         elif alone == [0]:
