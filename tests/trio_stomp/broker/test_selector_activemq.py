@@ -40,9 +40,11 @@ from conftest import REAL_BROKERS, require_real_broker
 
 ACTIVEMQ_PORT = 61623
 EXAMPLES = int(os.environ.get("STOMP_SELECTOR_EXAMPLES", "40"))
-#: One topic for the whole run (ActiveMQ keeps every topic it saw): examples
-#: run one after the other, and each one's subscription ends with it.
-TOPIC = f"/topic/trio-stomp-selector-{uuid.uuid4().hex[:12]}"
+#: A topic per example (ActiveMQ keeps each, which costs it little): on a
+#: shared one, a subscription whose connection ActiveMQ has not yet cleaned up
+#: evaluated the next example's messages, and its failures came back as
+#: ERRORs to that example's SENDs.
+RUN = uuid.uuid4().hex[:12]
 WITHIN = 10.0  # seconds for each frame: ActiveMQ on a loaded machine
 
 Headers = dict[str, str]
@@ -156,7 +158,7 @@ class _Hiccup(Exception):
 
 
 async def _outcome(port: int, selector: str, batch: Sequence[Headers], login: bool) -> Outcome:
-    destination = TOPIC
+    destination = f"/topic/trio-stomp-selector-{RUN}-{uuid.uuid4().hex[:8]}"
     async with _connected(port, login) as client:
         await client.send(
             "SUBSCRIBE",
