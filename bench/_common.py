@@ -114,9 +114,13 @@ def body_of(size: int) -> bytes:
 _ACK_ID: Final = re.compile(rb"\nack:([^\n]*)")
 
 
-def send_frames(destination: str, body: bytes, count: int) -> bytes:
-    """``count`` SEND frames as trio_stomp encodes them (destination, content-length)."""
-    frame = f"SEND\ndestination:{destination}\ncontent-length:{len(body)}\n\n".encode()
+def send_frames(
+    destination: str, body: bytes, count: int, headers: dict[str, str] | None = None
+) -> bytes:
+    """``count`` SEND frames as trio_stomp encodes them (destination, ``headers``
+    (no escaping needed), content-length)."""
+    extra = "".join(f"{name}:{value}\n" for name, value in (headers or {}).items())
+    frame = f"SEND\ndestination:{destination}\n{extra}content-length:{len(body)}\n\n".encode()
     return (frame + body + b"\0") * count
 
 
@@ -188,9 +192,14 @@ class RawClient:
                 raise BenchError(f"{self.target.label} sent ERROR: {reply[:300]!r}")
         self.sock.close()
 
-    def subscribe(self, destination: str, ack: str, *, receipt: bool = False) -> None:
-        """SUBSCRIBE with the common window; with ``receipt``, wait until the broker has it."""
+    def subscribe(
+        self, destination: str, ack: str, *, receipt: bool = False, selector: str | None = None
+    ) -> None:
+        """SUBSCRIBE with the common window (and ``selector``, when given); with
+        ``receipt``, wait until the broker has it."""
         headers = {"id": "1", "destination": destination, "ack": ack, **WINDOW_HEADERS}
+        if selector is not None:
+            headers["selector"] = selector
         if receipt:
             headers["receipt"] = "bench-subscribed"
         self.sock.sendall(frame("SUBSCRIBE", headers))

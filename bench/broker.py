@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/broker.py [--count 50000] [--size 100]
         [--brokers embedded,rabbitmq,activemq] [--ack auto,client-individual]
-        [--rounds 2] [--profile DIR]
+        [--rounds 2] [--profile DIR] [--selector [SELECTOR]]
 
 Needs the brokers of ``scripts/brokers up`` (RabbitMQ STOMP on 127.0.0.1:61613,
 ActiveMQ STOMP on 127.0.0.1:61623); one that does not answer is reported and
@@ -35,6 +35,14 @@ the real brokers' CPU also counts anything else that uses them meanwhile.
 
 The target printed at the end: the embedded broker at least 50% of
 RabbitMQ's rate, with each client and ack mode.
+
+``--selector``: what a selector costs. Every message then carries the
+headers of :data:`SELECTOR_HEADERS`, and each cell runs twice: plain, and
+with the consumer's SUBSCRIBE carrying the selector (by default
+:data:`SELECTOR`, which selects every message: the cost is the evaluation,
+not fewer messages). RabbitMQ has no selectors and is left out. A second
+table shows, per broker, client and ack mode, the rate with the selector
+over the rate without, and the broker's extra CPU per message.
 """
 
 from __future__ import annotations
@@ -79,6 +87,10 @@ from _common import (
 )
 
 CLIENTS: Final = ("trio_stomp", "raw")
+#: The headers every message carries in a --selector run (with or without it).
+SELECTOR_HEADERS: Final = {"region": "eu", "tier": "gold", "size": "42", "kind": "order"}
+#: A selector of the usual shape, true for every message of SELECTOR_HEADERS.
+SELECTOR: Final = "region = 'eu' AND tier IN ('gold', 'silver') AND size > 10 AND kind LIKE 'ord%'"
 CLIENT_LABELS: Final = {"trio_stomp": "trio_stomp", "raw": "raw socket"}
 TARGET_RATIO: Final = 0.5  # embedded / RabbitMQ, at least
 
@@ -90,9 +102,9 @@ def run_raw(spec: dict[str, Any], meter: Meter) -> None:
     target = Target(**spec["target"])
     count, destination, ack = spec["count"], spec["destination"], spec["ack"]
     consumer = RawClient(target, timeout=spec["timeout"])
-    consumer.subscribe(destination, ack, receipt=True)
+    consumer.subscribe(destination, ack, receipt=True, selector=spec.get("selector"))
     producer = RawClient(target, timeout=spec["timeout"])
-    data = send_frames(destination, body_of(spec["size"]), count)
+    data = send_frames(destination, body_of(spec["size"]), count, spec.get("headers"))
     failures: list[BaseException] = []
 
     def produce() -> None:
@@ -121,10 +133,14 @@ def run_trio_stomp(spec: dict[str, Any], meter: Meter) -> None:
     target = Target(**spec["target"])
     count, destination, ack = spec["count"], spec["destination"], spec["ack"]
     body = body_of(spec["size"])
+    headers = spec.get("headers") or {}
+    window = dict(WINDOW_HEADERS)
+    if spec.get("selector") is not None:
+        window["selector"] = spec["selector"]
 
     async def produce(client: trio_stomp.Client) -> None:
         for _ in range(count):
-            await client.send(destination, body)
+            await client.send(destination, body, headers=headers)
 
     async def main() -> None:
         with trio.fail_after(spec["timeout"]):
@@ -133,7 +149,7 @@ def run_trio_stomp(spec: dict[str, Any], meter: Meter) -> None:
                 trio_stomp.connect(target.url, heartbeat=(0, 0)) as producer,
             ):
                 subscription = consumer.subscribe(
-                    destination, ack=ack, headers=WINDOW_HEADERS, buffer_size=count, receipt=True
+                    destination, ack=ack, headers=window, buffer_size=count, receipt=True
                 )
                 async with subscription as sub, trio.open_nursery() as nursery:
                     meter.start()
@@ -156,16 +172,24 @@ def child(spec_json: str) -> None:
 Cell = tuple[Result, float | None] | str  # (client result, broker CPU s) or why none
 
 
-def measure(target: Target, client: str, ack: str, args: argparse.Namespace) -> Cell:
+def measure(
+    target: Target, client: str, ack: str, args: argparse.Namespace, selecting: bool = False
+) -> Cell:
     """:func:`measure_once`, and once more if the broker went away meanwhile."""
-    cell = measure_once(target, client, ack, args)
+    cell = measure_once(target, client, ack, args, selecting)
     if isinstance(cell, str) and broker_went_away(target, cell, args.timeout):
-        cell = measure_once(target, client, ack, args)
+        cell = measure_once(target, client, ack, args, selecting)
     return cell
 
 
-def measure_once(target: Target, client: str, ack: str, args: argparse.Namespace) -> Cell:
-    """One cell, in a fresh process, on a fresh queue; drains the queue if it fails."""
+def measure_once(
+    target: Target, client: str, ack: str, args: argparse.Namespace, selecting: bool = False
+) -> Cell:
+    """One cell, in a fresh process, on a fresh queue; drains the queue if it fails.
+
+    With ``--selector``, every message carries SELECTOR_HEADERS, and the
+    consumer subscribes with the selector when ``selecting``.
+    """
     destination = unique_queue(target.name, client, ack)
     spec: dict[str, Any] = {
         "client": client,
@@ -175,6 +199,8 @@ def measure_once(target: Target, client: str, ack: str, args: argparse.Namespace
         "count": args.count,
         "size": args.size,
         "timeout": args.timeout,
+        "headers": SELECTOR_HEADERS if args.selector else None,
+        "selector": args.selector if selecting else None,
     }
     if args.profile and client == "trio_stomp":
         spec["profile"] = str(Path(args.profile) / f"broker-{target.name}-{ack}.prof")
@@ -208,33 +234,92 @@ def best(cells: list[Cell]) -> Cell:
     )
 
 
+Cells = dict[tuple[str, str, str], Cell]
+
+
 def run_all(
     targets: list[Target], acks: list[str], args: argparse.Namespace
-) -> dict[tuple[str, str, str], Cell]:
+) -> tuple[Cells, Cells]:
     """Every cell; for each ack mode and client, the brokers one after the other.
 
     The brokers' order turns by one each round, so none always runs first.
+    Returns the plain cells, and (with ``--selector``) the selecting ones.
     """
-    runs: dict[tuple[str, str, str], list[Cell]] = {}
+    runs: dict[tuple[str, str, str, bool], list[Cell]] = {}
+    variants = (False, True) if args.selector else (False,)
     for round_ in range(args.rounds):
         shift = round_ % len(targets)
         order = targets[shift:] + targets[:shift]
         for ack in acks:
             for client in CLIENTS:
                 for target in order:
-                    cell = measure(target, client, ack, args)
-                    runs.setdefault((target.name, client, ack), []).append(cell)
-                    status = (
-                        cell
-                        if isinstance(cell, str)
-                        else f"{cell[0].rate:,.0f} msg/s, {cell[0].cpu_per_10k:.3f} CPU s/10k"
-                    )
-                    print(
-                        f"  {target.label:<9}{ack:<19}{CLIENT_LABELS[client]:<12}{status}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-    return {key: best(cells) for key, cells in runs.items()}
+                    for selecting in variants:
+                        cell = measure(target, client, ack, args, selecting)
+                        runs.setdefault((target.name, client, ack, selecting), []).append(cell)
+                        status = (
+                            cell
+                            if isinstance(cell, str)
+                            else f"{cell[0].rate:,.0f} msg/s, {cell[0].cpu_per_10k:.3f} CPU s/10k"
+                        )
+                        print(
+                            f"  {target.label:<9}{ack:<19}{CLIENT_LABELS[client]:<12}"
+                            f"{'selector  ' if selecting else ''}{status}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+    plain = {key[:3]: best(cells) for key, cells in runs.items() if not key[3]}
+    selected = {key[:3]: best(cells) for key, cells in runs.items() if key[3]}
+    return plain, selected
+
+
+def evaluation_us(selector: str, calls: int = 100_000) -> float:
+    """Microseconds per evaluation of ``selector`` on SELECTOR_HEADERS, sans-IO (best of 3)."""
+    from trio_stomp.broker._selector import compile_selector
+
+    compiled = compile_selector(selector)
+    headers = (("destination", "/queue/x"), *SELECTOR_HEADERS.items(), ("content-length", "100"))
+    best_s = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(calls):
+            compiled.matches(headers)
+        best_s = min(best_s, time.perf_counter() - started)
+    return best_s / calls * 1e6
+
+
+def print_selector_table(
+    targets: list[Target], acks: list[str], plain: Cells, selected: Cells, selector: str
+) -> None:
+    """Rate with the selector over the rate without; the broker's extra CPU per message."""
+    print()
+    print(f"selector cost: {selector}")
+    print(f"(every message carries {', '.join(f'{k}:{v}' for k, v in SELECTOR_HEADERS.items())})")
+    print(f"evaluation alone (Selector.matches, in this process): {evaluation_us(selector):.2f} us")
+    print(
+        f"{'broker':<10}{'client':<12}{'ack':<19}{'msg/s':>10}{'with':>10}{'ratio':>8}"
+        f"{'broker CPU us/msg':>20}{'with':>8}{'extra':>8}"
+    )
+    for target in targets:
+        for client in CLIENTS:
+            for ack in acks:
+                key = (target.name, client, ack)
+                without, with_ = plain.get(key), selected.get(key)
+                row = f"{target.label:<10}{CLIENT_LABELS[client]:<12}{ack:<19}"
+                if (
+                    without is None
+                    or with_ is None
+                    or isinstance(without, str)
+                    or isinstance(with_, str)
+                ):
+                    print(row + "FAILED")
+                    continue
+                (a, a_cpu), (b, b_cpu) = without, with_
+                row += f"{fmt_rate(a.rate):>10}{fmt_rate(b.rate):>10}{b.rate / a.rate:>8.2f}"
+                if a_cpu is None or b_cpu is None:
+                    print(row + f"{'-':>20}")
+                    continue
+                us_a, us_b = a_cpu / a.count * 1e6, b_cpu / b.count * 1e6
+                print(row + f"{us_a:>20.1f}{us_b:>8.1f}{us_b - us_a:>8.1f}")
 
 
 def print_table(
@@ -324,6 +409,14 @@ def main(argv: list[str]) -> int:
         help="comma-separated ack modes: auto, client-individual (default: both)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="runs per cell; best kept")
+    parser.add_argument(
+        "--selector",
+        nargs="?",
+        const=SELECTOR,
+        default=None,
+        help="also measure each cell with this selector on the SUBSCRIBE "
+        f"(without a value: {SELECTOR!r}); RabbitMQ, which has none, is left out",
+    )
     add_cell_options(parser)
     args = parser.parse_args(argv)
     if args.child is not None:
@@ -333,6 +426,8 @@ def main(argv: list[str]) -> int:
     if not acks or any(ack not in ACK_MODES for ack in acks):
         parser.error(f"--ack: expected names from {','.join(ACK_MODES)}")
     check_cell_options(parser, args)
+    if args.selector:
+        args.brokers = [name for name in args.brokers if name != "rabbitmq"]
 
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -340,9 +435,11 @@ def main(argv: list[str]) -> int:
         if not targets:
             print("no broker to measure; start them with: scripts/brokers up")
             return 1
-        cells = run_all(targets, acks, args)
+        cells, selected = run_all(targets, acks, args)
     print()
     print_table(targets, acks, cells, args)
+    if args.selector:
+        print_selector_table(targets, acks, cells, selected, args.selector)
     print_elapsed(started, args.profile)
     return 0
 

@@ -345,3 +345,37 @@ def test_every_example_has_a_test_here() -> None:
         "systemd",
     }
     assert {path.name for path in EXAMPLES.iterdir()} == tested
+
+
+@pytest.mark.parametrize("broker", ["embedded", "activemq"])
+def test_selector_tour_gives_each_consumer_what_it_selects(broker: str) -> None:
+    args = []
+    if broker == "activemq":
+        require_real_broker("activemq")
+        args = ["stomp://guest:guest@127.0.0.1:61623/"]
+    result = subprocess.run(
+        [str(BIN / "python"), str(EXAMPLES / "selector_tour.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:-1] == [
+        "eu      got order eu size 5",
+        "eu      got order eu size 42",
+        "us      got order us size 40",
+        "us      got order us size 12",
+        "size>10 got order us size 40",
+        "size>10 got order eu size 42",
+        "size>10 got order us size 12",
+        "anyone  got order apac size 7",
+    ]
+    assert lines[-1].startswith("refused: ")
+    if broker == "embedded":
+        assert lines[-1] == (
+            "refused: invalid selector: at position 10: "
+            "expected a value, a header name or '(', found the end"
+        )

@@ -27,6 +27,31 @@ Policies:
   to ``/temp-queue/<name>`` itself (as on ActiveMQ). It goes with the
   connection; a SEND to a ``/reply-queue/`` that is gone is dropped. See
   :mod:`trio_stomp.broker._temporary`.
+- Selectors: a SUBSCRIBE's ``selector`` header (ActiveMQ's dialect, an
+  SQL-92 subset over headers: ``=``, ``<>``, ``<``, ``>``, ``<=``, ``>=``,
+  ``[NOT] LIKE`` with ``ESCAPE``, ``[NOT] IN``, ``[NOT] BETWEEN``, ``IS [NOT]
+  NULL``, ``AND``/``OR``/``NOT``, ``+ - * / %``; string, number and boolean
+  literals; a missing header is NULL, with three-valued logic) delivers only
+  the messages it selects. Typed as ActiveMQ's STOMP transport types it: a
+  header compared with a number or boolean is read as one (``a > 3`` selects
+  ``a:5``), and ``NOT`` binds tighter than a comparison (write ``NOT (a =
+  'x')``); :mod:`._selector` lists the rules, and tests check them against
+  ActiveMQ. On a topic, a subscription never sees what it does not select;
+  on a queue, such a message stays, in order, for another consumer.
+  Differences from ActiveMQ: where ActiveMQ fails to evaluate (``1 + a``
+  with a string header, ``TRUE = a``) it answers the SEND with an ERROR,
+  here the message is just not selected; an integer literal beyond 64 bits
+  and ``XPATH``/``XQUERY`` are refused instead of never matching;
+  ``JMSTimestamp`` is NULL unless the SEND had a ``timestamp``;
+  ``JMSMessageID`` is this broker's id; and a queue spends at most
+  :attr:`Limits.selector_scan` (10,000) evaluations that find no taker per
+  dispatch, where ActiveMQ looks at a page of 200 messages. A selector that does not
+  parse, or is longer than :attr:`Limits.max_selector_length` (4096) or
+  nested deeper than :attr:`Limits.max_selector_depth` (40), or whose
+  LIKE patterns hold more than 64 characters of ``%...%`` pieces with
+  ``_`` (each costs its length times the value's), is an ERROR naming the
+  position. LIKE never backtracks. Durable subscriptions do not exist yet: when they
+  come, their selector is the one given at SUBSCRIBE, as here.
 - Acknowledgement: ``auto`` (the default), ``client`` (an ACK or NACK covers
   that message and every earlier unacknowledged one of the subscription) and
   ``client-individual``. STOMP 1.2 ACK/NACK name the MESSAGE's ``ack`` header

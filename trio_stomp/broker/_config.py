@@ -64,6 +64,18 @@ class Limits:
         ``auto`` subscriptions have no window.
       max_subscriptions: the most subscriptions one connection may hold, and
         the most temp queues (``/temp-queue/``) it may name.
+      max_selector_length: the longest ``selector`` a SUBSCRIBE may carry,
+        in characters.
+      max_selector_depth: the deepest nesting of a selector's expression
+        (and of its parentheses); ``AND``/``OR`` chains do not nest. Bounds
+        the stack that parsing and evaluating it takes.
+      selector_scan: how many selector evaluations that find no taker one
+        dispatch of a queue may spend (a consumer got room, a subscription
+        came): the cost of one event is bounded, however deep the backlog
+        nobody selects and however many consumers select. A new message is
+        looked at on its own (one evaluation per consumer with room). A
+        message waiting behind more unselected ones than that is reached
+        once they are consumed (ActiveMQ looks only at its page of 200).
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).
@@ -91,6 +103,9 @@ class Limits:
     outbound_high_water: int = attrs.field(default=64 * 1024, validator=_positive)
     default_prefetch: int = attrs.field(default=1000, validator=_positive)
     max_subscriptions: int = attrs.field(default=10_000, validator=_positive)
+    max_selector_length: int = attrs.field(default=4096, validator=_positive)
+    max_selector_depth: int = attrs.field(default=40, validator=_positive)
+    selector_scan: int = attrs.field(default=10_000, validator=_positive)
     max_transactions: int = attrs.field(default=1000, validator=_positive)
     max_transaction_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)

@@ -19,6 +19,15 @@ Policies:
   before acknowledging it) goes back to the front of its queue, in order,
   and carries ``redelivered:true`` from then on. On a topic it goes back to
   that subscription's private queue, or is dropped with it.
+- A subscription with a selector (see :mod:`._selector`) gets only the
+  messages its selector matches. On a topic, the others never enter its
+  private queue. On a queue, a message no ready subscription selects stays
+  where it is, in order, for another consumer (or a later one). A new
+  message is looked at on its own; a consumer that gets room (or a new
+  subscription) makes the queue look again from the front, until
+  ``selector_scan`` evaluations found no taker: what an event costs is
+  bounded, and a queue whose consumers select none of its messages does no
+  work until something changes.
 - Queues keep what is sent to them without a bound: a queue nobody consumes
   grows with what producers send. An empty queue with no subscriptions is
   forgotten.
@@ -44,11 +53,15 @@ import attrs
 from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
 
 if TYPE_CHECKING:
+    from ._selector import Selector
     from ._session import Session
 
 TOPIC_PREFIX: Final = "/topic/"
 #: The prefix of temporary queues' names (see :mod:`._temporary`).
 REPLY_QUEUE_PREFIX: Final = "/reply-queue/"
+
+#: How deep a queue with selecting consumers looks for a message to dispatch.
+SELECTOR_SCAN: Final = 10_000
 
 
 # Header bytes beyond names and values: rough, it only bounds memory.
@@ -166,6 +179,9 @@ class Subscription:
       destination: what it subscribed to.
       ack_mode: ``auto``, ``client`` or ``client-individual``.
       window: the most unacknowledged messages in flight; None for no limit.
+      selector: what it selects; None: every message. (A durable topic
+        subscription, issue 24 section 3, keeps its selector with it, and
+        filters at fan-out as a topic subscription does here.)
       queue: where its messages come from (shared, or private for a topic).
       unacked: delivered and not yet acknowledged, by message id, oldest first.
     """
@@ -175,6 +191,7 @@ class Subscription:
     destination: str
     ack_mode: AckMode
     window: int | None
+    selector: Selector | None = None
     queue: Queue = attrs.field(init=False)
     unacked: OrderedDict[str, Pending] = attrs.field(factory=OrderedDict)
 
@@ -182,6 +199,13 @@ class Subscription:
         """True when the subscription can take one more message now."""
         window = self.window
         return self.session.can_receive() and (window is None or len(self.unacked) < window)
+
+    def selects(self, message: Message) -> bool:
+        """True when ``message`` passes the subscription's selector (if any)."""
+        selector = self.selector
+        return selector is None or selector.matches(
+            message.headers, message_id=message.message_id, redelivered=message.redelivered
+        )
 
 
 class Queue:
@@ -191,14 +215,29 @@ class Queue:
     backlog counts against its session's outbound bound.
     """
 
-    __slots__ = ("_next", "consumers", "messages", "name", "owner")
+    __slots__ = (
+        "_next",
+        "_settled",
+        "consumers",
+        "messages",
+        "name",
+        "owner",
+        "scan",
+        "selecting",
+    )
 
-    def __init__(self, name: str, owner: Session | None = None) -> None:
+    def __init__(self, name: str, owner: Session | None = None, scan: int = SELECTOR_SCAN) -> None:
         self.name = name
         self.owner = owner
         self.messages: deque[Message] = deque()
         self.consumers: list[Subscription] = []
         self._next = 0
+        #: How many of the consumers have a selector.
+        self.selecting = 0
+        #: How deep dispatch looks when consumers select.
+        self.scan = scan
+        #: True while no waiting message is selected by a ready consumer.
+        self._settled = False
 
     def put(self, message: Message) -> None:
         """Add ``message`` at the back and deliver what can be delivered."""
@@ -207,6 +246,13 @@ class Queue:
             if owner.closing:
                 return  # a private queue whose session is ending takes nothing more
             owner.backlog_changed(message.size)
+        if self._settled and self.selecting:
+            # Nothing waiting is selected by a consumer with room: only the
+            # new message needs a look, one evaluation per ready consumer.
+            ready = self._ready()
+            if not (ready and self._offer(message, ready)):
+                self.messages.append(message)
+            return
         self.messages.append(message)
         self.dispatch()
 
@@ -223,6 +269,9 @@ class Queue:
 
     def dispatch(self) -> None:
         """Hand waiting messages to ready subscriptions, round-robin."""
+        if self.selecting:
+            self._dispatch_selected()
+            return
         messages = self.messages
         consumers = self.consumers
         owner = self.owner
@@ -252,16 +301,67 @@ class Queue:
                 owner.backlog_changed(-message.size)
             sub.session.deliver(sub, message)
 
+    def _dispatch_selected(self) -> None:
+        """Dispatch when consumers select: each waiting message, oldest first,
+        goes to the next ready consumer (round-robin) that selects it; one
+        that none selects stays, in place. Stops when no consumer is ready,
+        or once ``scan`` evaluations found no taker (the cost of one event
+        is bounded, whatever the backlog and the number of consumers).
+        """
+        messages = self.messages
+        kept: list[Message] = []
+        budget = self.scan
+        self._settled = False
+        while messages and budget > 0:
+            ready = self._ready()
+            if not ready:
+                break
+            message = messages.popleft()
+            if not self._offer(message, ready):
+                kept.append(message)
+                budget -= len(ready)
+        else:
+            # Every waiting message was looked at: until a consumer gets room
+            # (which dispatches again), a new one is all there is to look at.
+            self._settled = not messages
+        if kept:
+            messages.extendleft(reversed(kept))
+
+    def _ready(self) -> list[tuple[int, Subscription]]:
+        """The consumers with room, in round-robin order, with their index."""
+        consumers = self.consumers
+        count = len(consumers)
+        start = self._next
+        ready: list[tuple[int, Subscription]] = []
+        for step in range(count):
+            index = (start + step) % count
+            if consumers[index].ready():
+                ready.append((index, consumers[index]))
+        return ready
+
+    def _offer(self, message: Message, ready: list[tuple[int, Subscription]]) -> bool:
+        """Deliver ``message`` to the first of ``ready`` that selects it; False if none."""
+        for index, sub in ready:
+            if sub.selects(message):
+                self._next = (index + 1) % len(self.consumers)
+                sub.session.deliver(sub, message)
+                return True
+        return False
+
     def add(self, sub: Subscription) -> None:
         """Start delivering to ``sub``."""
         sub.queue = self
         self.consumers.append(sub)
+        if sub.selector is not None and self.owner is None:
+            self.selecting += 1  # (a topic filters before its private queue)
         self.dispatch()
 
     def remove(self, sub: Subscription) -> None:
         """Stop delivering to ``sub`` (its unacknowledged messages are the caller's)."""
         index = self.consumers.index(sub)
         del self.consumers[index]
+        if sub.selector is not None and self.owner is None:
+            self.selecting -= 1
         if index < self._next:
             self._next -= 1
         if self._next >= len(self.consumers):
@@ -282,10 +382,18 @@ class Router:
         repeat across broker runs.
       store: the durable store of queue messages; None keeps them in memory
         only. What it restored is queued at once, in order.
+      selector_scan: how deep a queue looks for a message that one of its
+        selecting consumers takes (see :class:`Queue`).
     """
 
-    def __init__(self, id_prefix: str | None = None, store: MessageLog | None = None) -> None:
+    def __init__(
+        self,
+        id_prefix: str | None = None,
+        store: MessageLog | None = None,
+        selector_scan: int = SELECTOR_SCAN,
+    ) -> None:
         self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
+        self._scan = selector_scan
         self._ids = itertools.count(1)
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, list[Subscription]] = {}
@@ -316,7 +424,8 @@ class Router:
             if subs:
                 message = Message(message_id, destination, kept, body, size)
                 for sub in tuple(subs):
-                    sub.queue.put(message)
+                    if sub.selects(message):
+                        sub.queue.put(message)
             return 0
         store = self.store
         if store is None:
@@ -335,7 +444,7 @@ class Router:
     def _queue(self, destination: str) -> Queue:
         queue = self.queues.get(destination)
         if queue is None:
-            queue = self.queues[destination] = Queue(destination)
+            queue = self.queues[destination] = Queue(destination, scan=self._scan)
         return queue
 
     def open_temporary(self, name: str, owner: Session) -> Queue:

@@ -59,7 +59,7 @@ class Broker:
         self._host = host
         self._users = users
         self._limits = limits
-        self._router = Router(store=store)
+        self._router = Router(store=store, selector_scan=self._limits.selector_scan)
         self._budget = Budget(limits.max_buffered_bytes)
         self._connections: set[Connection] = set()
         self._session_ids = itertools.count(1)

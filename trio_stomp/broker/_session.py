@@ -45,6 +45,7 @@ from ._negotiation import (
     encode_message,
     negotiate_heartbeats,
 )
+from ._selector import subscription_selector
 from ._temporary import TemporaryQueues
 from ._transactions import ClientError, Transactions
 
@@ -302,10 +303,15 @@ class Session:
             raise ClientError("invalid ack mode", "ack must be auto, client or client-individual")
         try:
             window = prefetch_window(headers, ack_mode, self.limits.default_prefetch)
+            selector = subscription_selector(
+                headers.get("selector"),
+                max_length=self.limits.max_selector_length,
+                max_depth=self.limits.max_selector_depth,
+            )
         except ValueError as exc:
             raise ClientError(*exc.args) from None
         temporary = self.temporary.to_subscribe(destination)
-        sub = Subscription(self, sub_id, destination, ack_mode, window)
+        sub = Subscription(self, sub_id, destination, ack_mode, window, selector)
         self.subscriptions[sub_id] = sub
         if temporary is not None:
             temporary.add(sub)
