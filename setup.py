@@ -67,8 +67,9 @@ def compiler_problem(include: str) -> str | None:
         source.write_text("#include <Python.h>\nint probe(void) { return 0; }\n")
         try:
             compiler.compile([str(source)], output_dir=tmp, include_dirs=[include])
-        except (CCompilerError, DistutilsError, OSError) as exc:
-            return f"no working C compiler ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+        except (CCompilerError, DistutilsError, OSError):
+            command = getattr(compiler, "compiler_so", None) or ["the C compiler"]
+            return f"no working C compiler ({command[0]} cannot compile against Python.h)"
     return None
 
 
