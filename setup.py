@@ -95,4 +95,5 @@ def codec_extensions() -> list[Extension]:
     return list(mypycify(["--follow-imports=silent", *paths], opt_level="3", group_name=GROUP))
 
 
-setup(ext_modules=codec_extensions())
+if __name__ == "__main__":  # as setuptools runs it; tests/test_setup.py imports it
+    setup(ext_modules=codec_extensions())
