@@ -76,8 +76,15 @@ def compiler_problem(include: str) -> str | None:
 def codec_extensions() -> list[Extension]:
     """The compiled codec, or none (a pure build) with a one-line notice saying why."""
     commands = set(sys.argv[1:])
+    if "editable_wheel" in commands:
+        print(
+            "trio-stomp: an editable install is pure Python "
+            "(scripts/compile-codec compiles the codec in place)",
+            file=sys.stderr,
+        )
+        return []
     if not commands & BUILDS:
-        return []  # metadata, sdist or an editable install: nothing compiled
+        return []  # metadata or the sdist: nothing compiled
     reason = why_pure()
     if reason is not None:
         print(
