@@ -34,9 +34,9 @@ CODEC = ("_escaping", "_frame", "_headers", "_head", "_parser", "_runs", "_shape
 GROUP = "trio_stomp.frame._codec"
 #: Set (to anything but "" or "0"), the build is pure Python.
 PURE_VARIABLE = "TRIO_STOMP_PURE"
-#: The setup.py commands that build modules (the PEP 517 hooks run ``bdist_wheel``
-#: and ``editable_wheel``; ``egg_info``, ``dist_info`` and ``sdist`` build none,
-#: so they never pay for mypyc).
+#: The setup.py commands that build modules and so compile the codec (of the PEP
+#: 517 hooks, ``bdist_wheel``; ``egg_info``, ``dist_info`` and ``sdist`` build none,
+#: so they never pay for mypyc, and ``editable_wheel`` stays pure).
 BUILDS = frozenset({"bdist_wheel", "build", "build_ext", "install"})
 
 
