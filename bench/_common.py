@@ -538,9 +538,16 @@ def process_cpu(pid: int | None) -> float | None:
 
 
 def environment_line() -> str:
-    """Python, CPU count and load: what the numbers depend on."""
+    """The build measured (trio-stomp's version and its codec's: compiled or pure
+    Python), Python, CPU count and load: what the numbers depend on. A bench prints
+    it first. Only the parent process calls it: trio_stomp is imported here."""
+    from trio_stomp._version import build, version
+
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load} at start"
+    return (
+        f"trio-stomp {version()} ({build()}); Python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs, load average {load} at start"
+    )
 
 
 def fmt_rate(value: float | None) -> str:

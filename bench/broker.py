@@ -328,11 +328,11 @@ def print_table(
     cells: dict[tuple[str, str, str], Cell],
     args: argparse.Namespace,
 ) -> None:
+    print(environment_line())
     print(
         f"STOMP broker throughput: 1 producer -> 1 queue -> 1 consumer, {args.count:,} "
         f"messages of {args.size} B, first SEND to last MESSAGE; best of {args.rounds} round(s)"
     )
-    print(environment_line())
     print()
     group = 36
     print(f"{'':<22}" + "".join(f"{ack:<{group}}" for ack in acks))

@@ -48,6 +48,7 @@ import stomp
 import stomp.protocol
 import stomp.transport
 import stomp.utils
+from _common import environment_line
 from stompest.protocol import StompFrame, StompParser
 
 from trio_stomp.frame import Frame, FrameParser, encode
@@ -332,6 +333,7 @@ def main(argv: Sequence[str]) -> None:
     rows = run(quick)
     table = {(op, body, impl): (fps, mbs) for op, body, impl, fps, mbs in rows}
 
+    print(environment_line())
     print(
         f"STOMP codec throughput: MESSAGE frames with 6 headers, parsed from "
         f"{CHUNK // 1024} KiB chunks; best of N interleaved runs"

@@ -46,7 +46,7 @@ from typing import Any
 
 import paho.mqtt.client as paho
 import trio
-from _common import HOST
+from _common import HOST, environment_line
 from _endpoints import add_ratios, private_server, run_from_memory, run_to_count, timed
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
@@ -285,6 +285,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
+    print(environment_line())
     print(
         f"MQTT 5, QoS 1, {args.count} messages of {args.size} B, batch {args.batch}, "
         f"window {args.window}; best of {args.rounds}; mosquitto on loopback"

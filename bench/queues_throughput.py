@@ -50,7 +50,7 @@ from typing import Any
 import aio_pika
 import nats
 import trio
-from _common import HOST
+from _common import HOST, environment_line
 from _endpoints import private_server, run_from_memory, run_to_count, timed
 
 from bridges import Context, Sink, Source
@@ -322,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for row in rows:
             print(json.dumps(row))
         return 0
+    print(environment_line())
     print(
         f"{args.count} messages of {args.size} B, batch {args.batch}, window {args.window}, "
         f"best of {args.rounds}; python {sys.version.split()[0]}"

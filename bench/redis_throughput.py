@@ -37,7 +37,7 @@ from typing import Any
 
 import coredis
 import trio
-from _common import HOST
+from _common import HOST, environment_line
 from _endpoints import add_ratios, private_server, run_from_memory, run_to_count, timed
 
 from bridges import Context
@@ -156,6 +156,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
+    print(environment_line())
     print(
         f"Redis Streams, {args.count} entries of {args.size} B, batch {args.batch}, "
         f"window {args.window}, appendfsync {args.fsync}; best of {args.rounds}; loopback"

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import start_embedded_broker, stop_process
+from _common import environment_line, start_embedded_broker, stop_process
 
 import bridges
 import trio_stomp
@@ -245,6 +245,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(results))
         return
+    print(environment_line())
     print(
         f"STOMP -> data lake, {os.cpu_count()} cores, window {args.window}; "
         f"plain {args.count}, cpu {args.cpu_count}"

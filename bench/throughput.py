@@ -420,11 +420,11 @@ def print_table(
 ) -> list[str]:
     """Print the table and the targets; return the footnotes to print below them."""
     notes: list[str] = []
+    print(environment_line())
     print(
         f"STOMP client throughput: {args.count:,} messages of {args.size} B per cell, "
         f"best of {args.rounds} round(s); msg/s and client CPU seconds per 10,000 messages"
     )
-    print(environment_line())
     print()
     print(f"{'':<34}" + "".join(f"{MODE_LABELS[mode]:<24}" for mode in MODES))
     print(f"{'broker':<10}{'client':<24}" + f"{'msg/s':>9}{'CPU s/10k':>11}    " * len(MODES))

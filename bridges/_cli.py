@@ -5,6 +5,7 @@
     bridges plugins          list the source, sink and transform types
     bridges unit             print the systemd unit bridges@.service for this install
     bridges --version        the installed version (pyproject.toml's, from the package metadata)
+                             and the codec's build: ``(compiled codec)`` or ``(pure Python)``
 
 Config problems are printed one per line (file, route, key) with status 2;
 nothing is printed as a traceback for an expected failure. ``run`` exits 0
@@ -64,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Move messages between STOMP and other systems, at least once.",
         epilog="The config format: bridges/README.md.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {trio_stomp.__version__}")
+    codec = "compiled codec" if trio_stomp.frame.compiled else "pure Python"
+    version = f"%(prog)s {trio_stomp.__version__} ({codec})"
+    parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.required = True
     check = commands.add_parser("check", help="validate a config without connecting")

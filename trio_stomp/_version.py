@@ -2,7 +2,8 @@
 
 One source for ``trio_stomp.__version__``, the embedded broker's ``server``
 header and both commands' ``--version``: a release changes pyproject.toml
-and nothing else. Read on first use and cached: importing
+and nothing else. :func:`build` names the codec's build that runs, which
+``--version`` and the benchmarks' first line add. Read on first use and cached: importing
 ``importlib.metadata`` costs some 25 ms, which ``import trio_stomp`` (a Spark
 executor importing the codec, say) should not pay.
 """
@@ -29,3 +30,11 @@ def version() -> str:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "0+unknown"
+
+
+def build() -> str:
+    """Which build of the codec runs: ``"compiled codec"`` (mypyc: the platform
+    wheel, or ``scripts/compile-codec`` in a clone) or ``"pure Python"``."""
+    from . import frame
+
+    return "compiled codec" if frame.compiled else "pure Python"

@@ -36,11 +36,21 @@ def test_importing_the_package_does_not_read_the_metadata() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_trio_stomp_version_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
+def codec_build() -> str:
+    """The codec's build as ``--version`` names it, told apart here by the parser's
+    file: a compiled module is an extension (``.so``), not its ``.py`` source."""
+    source = sys.modules[trio_stomp.frame.FrameParser.__module__].__file__ or ""
+    return "pure Python" if source.endswith(".py") else "compiled codec"
+
+
+def test_trio_stomp_version_prints_it_and_the_codecs_build(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out == f"trio-stomp {pyproject_version()}\n"
+    assert capsys.readouterr().out == f"trio-stomp {pyproject_version()} ({codec_build()})\n"
+    assert (codec_build() == "compiled codec") is trio_stomp.frame.compiled
 
 
 async def test_the_broker_says_its_version_in_connected() -> None:

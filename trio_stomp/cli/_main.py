@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from .._version import version
+from .._version import build, version
 from ..util import parse_host_port
 from ._bench import add_bench
 from ._common import EXIT_FAILED, EXIT_STATUS_HELP, PROG, URL_ENV, UsageError, say
@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"{EXIT_STATUS_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()} ({build()})")
     subcommands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     subcommands.required = True
     for add in _SUBCOMMANDS:

@@ -11,8 +11,9 @@ neither Trio nor the client (Spark executors use it without an event loop).
 - The error family: :class:`LocalProtocolError` (we were asked to produce
   something invalid), :class:`RemoteProtocolError` (the peer sent it).
 - The protocol's names: ack modes, prefetch headers, reserved header sets.
-- :data:`compiled`: True when the parser runs compiled (the optional mypyc
-  build of ``scripts/compile-codec``), False when it is pure Python.
+- :data:`compiled`: True when the parser runs compiled (mypyc: a wheel built
+  where a C compiler was, or ``scripts/compile-codec`` in a clone), False when
+  it is pure Python.
 """
 
 from typing import Final as _Final
@@ -44,7 +45,8 @@ from ._spec import AckMode as AckMode
 from ._splitter import FrameSplitter as FrameSplitter
 
 #: True when the parser's modules are the compiled (mypyc) build, False when
-#: they are the pure-Python ones (the default, and the fallback everywhere).
+#: they are the pure-Python ones (an editable install, a build without a C
+#: compiler or with TRIO_STOMP_PURE=1: see setup.py).
 compiled: _Final[bool] = not (_parser_module.__file__ or "").endswith(".py")
 
 

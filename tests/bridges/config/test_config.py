@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bridges
+import trio_stomp
 from bridges import (
     ConfigError,
     Problem,
@@ -357,11 +358,13 @@ def test_bridges_check_accepts_the_quickstart_and_reports_problems(
     assert "bad.toml: route 'in': source.settle: must be >= 0.0: -1.0" in capsys.readouterr().err
 
 
-def test_bridges_version_prints_the_package_version() -> None:
-    """From the installed command, as a user runs it: trio-stomp's version (one package)."""
+def test_bridges_version_prints_the_package_version_and_the_codecs_build() -> None:
+    """From the installed command, as a user runs it: trio-stomp's version (one package)
+    and which build of the codec runs."""
     out = subprocess.run([*bridges_command(), "--version"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == f"bridges {importlib.metadata.version('trio-stomp')}\n"
+    codec = "compiled codec" if trio_stomp.frame.compiled else "pure Python"
+    assert out.stdout == f"bridges {importlib.metadata.version('trio-stomp')} ({codec})\n"
 
 
 def test_every_example_config_passes_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
