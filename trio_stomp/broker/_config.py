@@ -64,6 +64,17 @@ class Limits:
         ``auto`` subscriptions have no window.
       max_subscriptions: the most subscriptions one connection may hold, and
         the most temp queues (``/temp-queue/``) it may name.
+      max_durable_subscriptions: the most durable topic subscriptions
+        (``client-id`` + ``activemq.subscriptionName``) the broker keeps, from
+        every client together: a SUBSCRIBE that would make one more gets an
+        ERROR.
+      max_durable_messages: the most messages one durable subscription holds
+        (waiting, or delivered and not acknowledged). A message sent to its
+        topic while it is full is not kept for it (its other subscribers get
+        it); the subscription counts it as dropped and the broker logs a
+        warning when it starts dropping.
+      max_durable_bytes: likewise, the most bytes of messages one durable
+        subscription holds.
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).
@@ -91,6 +102,9 @@ class Limits:
     outbound_high_water: int = attrs.field(default=64 * 1024, validator=_positive)
     default_prefetch: int = attrs.field(default=1000, validator=_positive)
     max_subscriptions: int = attrs.field(default=10_000, validator=_positive)
+    max_durable_subscriptions: int = attrs.field(default=1000, validator=_positive)
+    max_durable_messages: int = attrs.field(default=100_000, validator=_positive)
+    max_durable_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
     max_transactions: int = attrs.field(default=1000, validator=_positive)
     max_transaction_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)

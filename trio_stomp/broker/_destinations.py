@@ -44,6 +44,7 @@ import attrs
 from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
 
 if TYPE_CHECKING:
+    from ._durable import DurableSubscriptions
     from ._session import Session
 
 TOPIC_PREFIX: Final = "/topic/"
@@ -66,7 +67,9 @@ class Message:
       body: the payload.
       size: an estimate of its memory, in bytes.
       redelivered: True once it has been delivered and come back.
-      key: its key in the durable store; 0 when it is not stored.
+      key: its key in the durable store; 0 when it is not stored (a
+        negative key marks a durable subscription's message in a broker
+        without a store, see :mod:`._durable`).
     """
 
     message_id: str
@@ -131,9 +134,13 @@ class DestinationDepth:
         subscription and not yet acknowledged (it comes back if the
         subscription ends).
       consumers: the subscriptions reading it now.
-      durable: True when what it holds is in the broker's store (a queue of a
-        broker with a data dir), delivered again after a restart; False when
-        a stop loses it (every queue of a volatile broker, every topic).
+      durable: True when what it holds is in the broker's store (a queue or a
+        durable subscription of a broker with a data dir), delivered again
+        after a restart; False when a stop loses it (everything of a volatile
+        broker, every plain topic subscription).
+      subscription: for a durable topic subscription, ``CLIENT_ID:NAME`` (its
+        client-id and ``activemq.subscriptionName``; it has an entry of its
+        own, whether a consumer is attached or not); "" for everything else.
     """
 
     destination: str
@@ -141,6 +148,7 @@ class DestinationDepth:
     unacknowledged: int
     consumers: int
     durable: bool = False
+    subscription: str = ""
 
     @property
     def held(self) -> int:
@@ -282,9 +290,16 @@ class Router:
         repeat across broker runs.
       store: the durable store of queue messages; None keeps them in memory
         only. What it restored is queued at once, in order.
+      durables: the broker's durable topic subscriptions (see
+        :mod:`._durable`); None for none.
     """
 
-    def __init__(self, id_prefix: str | None = None, store: MessageLog | None = None) -> None:
+    def __init__(
+        self,
+        id_prefix: str | None = None,
+        store: MessageLog | None = None,
+        durables: DurableSubscriptions | None = None,
+    ) -> None:
         self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
         self._ids = itertools.count(1)
         self.queues: dict[str, Queue] = {}
@@ -292,6 +307,7 @@ class Router:
         #: The sessions' temporary queues, by their ``/reply-queue/`` name.
         self.temporary: dict[str, Queue] = {}
         self.store = store
+        self.durables = durables
         if store is not None:
             for message in store.restored:
                 self._queue(message.destination).put(message)
@@ -312,12 +328,11 @@ class Router:
                 queue.put(Message(message_id, destination, kept, body, size))
             return 0
         if destination.startswith(TOPIC_PREFIX):
-            subs = self.topics.get(destination)
-            if subs:
-                message = Message(message_id, destination, kept, body, size)
-                for sub in tuple(subs):
-                    sub.queue.put(message)
-            return 0
+            message = Message(message_id, destination, kept, body, size)
+            for sub in tuple(self.topics.get(destination, ())):
+                sub.queue.put(message)
+            durables = self.durables
+            return durables.publish(message) if durables is not None else 0
         store = self.store
         if store is None:
             self._queue(destination).put(Message(message_id, destination, kept, body, size))
@@ -329,8 +344,12 @@ class Router:
 
     def consumed(self, message: Message) -> None:
         """``message`` was acknowledged (or delivered without acks): forget it for good."""
-        if message.key and self.store is not None:
-            self.store.remove(message.key)
+        key = message.key
+        if key:
+            if self.durables is not None:
+                self.durables.consumed(key)
+            if key > 0 and self.store is not None:
+                self.store.remove(key)
 
     def _queue(self, destination: str) -> Queue:
         queue = self.queues.get(destination)
@@ -404,7 +423,9 @@ class Router:
             _depth(name, [queue], queue.consumers, durable=False)
             for name, queue in self.temporary.items()
         ]
-        return sorted(found, key=lambda depth: depth.destination)
+        if self.durables is not None:
+            found += self.durables.depths()
+        return sorted(found, key=lambda depth: (depth.destination, depth.subscription))
 
 
 def _depth(

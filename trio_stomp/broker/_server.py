@@ -18,6 +18,7 @@ from ._budget import Budget
 from ._config import Limits, freeze_users
 from ._connection import Connection
 from ._destinations import DestinationDepth, Router
+from ._durable import DurableSubscriptions
 from ._listeners import (
     PLAIN,
     TLS,
@@ -59,7 +60,7 @@ class Broker:
         self._host = host
         self._users = users
         self._limits = limits
-        self._router = Router(store=store)
+        self._router = Router(store=store, durables=DurableSubscriptions(limits, store))
         self._budget = Budget(limits.max_buffered_bytes)
         self._connections: set[Connection] = set()
         self._session_ids = itertools.count(1)
