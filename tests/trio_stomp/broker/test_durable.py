@@ -1,0 +1,285 @@
+"""Durable topic subscriptions in the broker's sans-IO core (``client-id`` +
+``activemq.subscriptionName``, as ActiveMQ names them): what they keep while
+their client is away, how they end, the client-id rule and the bounds a
+hostile peer meets. Restarts with a data dir: test_durable_store.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from trio_stomp.broker import DestinationDepth, Limits
+from trio_stomp.broker._destinations import Router
+from trio_stomp.broker._durable import DurableSubscriptions
+from trio_stomp.broker._session import Session
+from trio_stomp.frame import Frame, FrameParser, HeadersLike
+
+TOPIC = "/topic/news"
+NAME = "activemq.subscriptionName"
+
+
+def broker(limits: Limits | None = None) -> Router:
+    return Router(durables=DurableSubscriptions(limits or Limits()))
+
+
+class Peer:
+    """A session plus what it wrote, decoded (as in test_temporary.py)."""
+
+    def __init__(self, router: Router, client_id: str | None = "app", **kwargs: object) -> None:
+        self.session = Session(router, self, session_id="s", **kwargs)  # type: ignore[arg-type]
+        self.parser = FrameParser("1.2")
+        connect = {"accept-version": "1.2"}
+        if client_id is not None:
+            connect["client-id"] = client_id
+        self.send("CONNECT", connect)
+        self.connected = [f.command for f in self.output()] == ["CONNECTED"]
+
+    def wake(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+    def send(self, command: str, headers: HeadersLike = (), body: bytes = b"") -> None:
+        self.session.handle_frame(Frame(command, headers, body))
+
+    def output(self) -> list[Frame]:
+        data = self.session.take_output()
+        self.session.output_sent(len(data))
+        if not data:
+            return []
+        return [e for e in self.parser.feed(data) if isinstance(e, Frame)]
+
+    def subscribe(self, sub_id: str = "0", name: str = "daily", **headers: str) -> None:
+        self.send("SUBSCRIBE", {"destination": TOPIC, "id": sub_id, NAME: name, **headers})
+
+    def leave(self) -> None:
+        self.session.connection_lost()
+
+
+def bodies(frames: list[Frame]) -> list[bytes]:
+    return [f.body for f in frames if f.command == "MESSAGE"]
+
+
+def errors(frames: list[Frame]) -> list[str]:
+    return [f.headers["message"] for f in frames if f.command == "ERROR"]
+
+
+def test_messages_sent_while_away_wait_for_the_next_subscribe() -> None:
+    router = broker()
+    first = Peer(router)
+    first.subscribe()
+    first.leave()
+    producer = Peer(router, client_id=None)
+    for body in (b"a", b"b"):
+        producer.send("SEND", {"destination": TOPIC}, body)
+    again = Peer(router)
+    again.subscribe(sub_id="other-id")
+    frames = again.output()
+    assert bodies(frames) == [b"a", b"b"]
+    assert {f.headers["subscription"] for f in frames} == {"other-id"}
+    assert {f.headers["destination"] for f in frames} == {TOPIC}
+
+
+def test_a_plain_unsubscribe_keeps_it_and_unacked_come_back_first_redelivered() -> None:
+    router = broker()
+    peer = Peer(router)
+    peer.subscribe(ack="client-individual")
+    producer = Peer(router, client_id=None)
+    for body in (b"1", b"2", b"3"):
+        producer.send("SEND", {"destination": TOPIC}, body)
+    first, second, _ = peer.output()
+    peer.send("ACK", {"id": second.headers["ack"]})
+    peer.send("UNSUBSCRIBE", {"id": "0"})
+    producer.send("SEND", {"destination": TOPIC}, b"4")
+    peer.subscribe(sub_id="1")
+    frames = peer.output()
+    assert bodies(frames) == [b"1", b"3", b"4"]
+    assert [f.headers.get("redelivered") for f in frames] == ["true", "true", None]
+    assert frames[0].headers["message-id"] == first.headers["message-id"]
+
+
+def test_plain_topic_subscribers_still_get_every_message() -> None:
+    router = broker()
+    durable = Peer(router)
+    durable.subscribe()
+    plain = Peer(router, client_id=None)
+    plain.send("SUBSCRIBE", {"destination": TOPIC, "id": "p"})
+    Peer(router, client_id=None).send("SEND", {"destination": TOPIC}, b"x")
+    assert bodies(plain.output()) == [b"x"]
+    assert bodies(durable.output()) == [b"x"]
+
+
+def test_unsubscribe_naming_it_removes_it_as_activemq_does() -> None:
+    router = broker()
+    peer = Peer(router)
+    peer.subscribe()
+    peer.send("UNSUBSCRIBE", {"id": "0"})
+    # What the conformance test sends to ActiveMQ: an id that is no subscription.
+    peer.send("UNSUBSCRIBE", {"id": "remove", NAME: "daily", "receipt": "r"})
+    assert [f.command for f in peer.output()] == ["RECEIPT"]
+    Peer(router, client_id=None).send("SEND", {"destination": TOPIC}, b"gone")
+    peer.subscribe(sub_id="1")
+    assert bodies(peer.output()) == []  # a new subscription, which kept nothing from before
+
+
+def test_unsubscribe_naming_it_with_its_own_id_ends_the_consumer_then_removes_it() -> None:
+    router = broker()
+    peer = Peer(router)
+    peer.subscribe()
+    peer.send("UNSUBSCRIBE", {"id": "0", NAME: "daily", "receipt": "r"})
+    assert [f.command for f in peer.output()] == ["RECEIPT"]
+    assert router.durables is not None
+    assert len(router.durables) == 0
+    assert peer.session.subscriptions == {}
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("none", "unknown durable subscription"),
+        ("consumed", "durable subscription in use"),
+    ],
+)
+def test_removing_one_that_is_missing_or_consumed_under_another_id_is_an_error(
+    setup: str, message: str
+) -> None:
+    router = broker()
+    peer = Peer(router)
+    if setup == "consumed":
+        peer.subscribe()
+    peer.send("UNSUBSCRIBE", {"id": "x", NAME: "daily"})
+    assert errors(peer.output()) == [message]
+    assert peer.session.closing
+
+
+def test_a_second_connection_with_the_same_client_id_is_refused() -> None:
+    router = broker()
+    first = Peer(router)
+    second = Peer(router)
+    assert first.connected
+    assert not second.connected
+    second.leave()
+    assert second.session.closing
+    third = Peer(router, client_id="other")
+    assert third.connected
+    first.leave()  # frees it
+    assert Peer(router).connected
+
+
+def test_the_refused_connection_gets_an_error_naming_the_client_id() -> None:
+    router = broker()
+    Peer(router, client_id="app")
+    session = Session(router, Peer.__new__(Peer), session_id="t")
+    session.handle_frame(Frame("CONNECT", {"accept-version": "1.2", "client-id": "app"}))
+    out = session.take_output()
+    assert b"ERROR" in out
+    assert b"client-id in use" in out
+    assert b"'app'" in out
+
+
+def test_a_durable_subscribe_without_client_id_is_an_error() -> None:
+    router = broker()
+    peer = Peer(router, client_id=None)
+    peer.subscribe()
+    assert errors(peer.output()) == ["durable subscription without client-id"]
+
+
+def test_an_empty_name_is_an_error() -> None:
+    peer = Peer(broker())
+    peer.subscribe(name="")
+    assert errors(peer.output()) == [f"invalid {NAME} header"]
+
+
+def test_the_same_name_twice_on_one_connection_is_an_error() -> None:
+    peer = Peer(broker())
+    peer.subscribe()
+    peer.subscribe(sub_id="1")
+    assert errors(peer.output()) == ["durable subscription in use"]
+
+
+def test_the_name_on_a_queue_is_ignored_as_activemq_does() -> None:
+    router = broker()
+    peer = Peer(router)
+    peer.send("SUBSCRIBE", {"destination": "/queue/q", "id": "0", NAME: "daily"})
+    assert peer.output() == []
+    assert router.durables is not None
+    assert len(router.durables) == 0
+
+
+def test_naming_it_with_another_topic_replaces_it_and_what_it_held() -> None:
+    router = broker()
+    peer = Peer(router)
+    peer.subscribe()
+    peer.leave()
+    Peer(router, client_id=None).send("SEND", {"destination": TOPIC}, b"old")
+    again = Peer(router)
+    again.send("SUBSCRIBE", {"destination": "/topic/other", "id": "0", NAME: "daily"})
+    assert bodies(again.output()) == []
+    Peer(router, client_id=None).send("SEND", {"destination": "/topic/other"}, b"new")
+    assert bodies(again.output()) == [b"new"]
+
+
+def test_too_many_durable_subscriptions_is_an_error() -> None:
+    router = broker(Limits(max_durable_subscriptions=2))
+    peer = Peer(router)
+    peer.subscribe(sub_id="a", name="a")
+    peer.subscribe(sub_id="b", name="b")
+    peer.subscribe(sub_id="c", name="c")
+    assert errors(peer.output()) == ["too many durable subscriptions"]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [Limits(max_durable_messages=3), Limits(max_durable_bytes=3 * (64 + len(TOPIC) + 1))],
+    ids=["messages", "bytes"],
+)
+def test_a_full_subscription_keeps_no_more_and_counts_what_it_dropped(
+    limits: Limits, caplog: pytest.LogCaptureFixture
+) -> None:
+    router = broker(limits)
+    peer = Peer(router)
+    peer.subscribe(ack="client-individual")
+    peer.leave()
+    plain = Peer(router, client_id=None)
+    plain.send("SUBSCRIBE", {"destination": TOPIC, "id": "p"})
+    with caplog.at_level(logging.WARNING, logger="trio_stomp.broker"):
+        for body in b"12345":
+            plain.send("SEND", {"destination": TOPIC}, bytes([body]))
+    assert bodies(plain.output()) == [b"1", b"2", b"3", b"4", b"5"]
+    assert router.durables is not None
+    (durable,) = router.durables
+    assert (durable.count, durable.dropped) == (3, 2)
+    assert [r.message for r in caplog.records if "is full" in r.message] != []
+    assert len([r for r in caplog.records if "is full" in r.message]) == 1
+    again = Peer(router)
+    again.subscribe(ack="client-individual")
+    frames = again.output()
+    assert bodies(frames) == [b"1", b"2", b"3"]
+    again.send("ACK", {"id": frames[0].headers["ack"]})
+    Peer(router, client_id=None).send("SEND", {"destination": TOPIC}, b"6")
+    assert bodies(again.output()) == [b"6"]
+    assert durable.count == 3
+
+
+def test_depths_list_each_durable_subscription_with_its_name() -> None:
+    router = broker()
+    peer = Peer(router)
+    peer.subscribe(ack="client")
+    peer.leave()
+    producer = Peer(router, client_id=None)
+    for body in (b"a", b"b"):
+        producer.send("SEND", {"destination": TOPIC}, body)
+    assert router.depths() == [
+        DestinationDepth(TOPIC, 2, 0, 0, durable=False, subscription="app:daily")
+    ]
+    again = Peer(router)
+    again.subscribe(ack="client")
+    assert router.depths() == [
+        DestinationDepth(TOPIC, 0, 2, 1, durable=False, subscription="app:daily")
+    ]
+    (message, _) = again.output()
+    again.send("ACK", {"id": message.headers["ack"]})
+    assert [d.held for d in router.depths()] == [1]
