@@ -80,6 +80,9 @@ Policies:
   saying how many and from which store key on, unless ``accept_damage``.
 """
 
+from ._admin import DurableSubscriptionInfo as DurableSubscriptionInfo
+from ._admin import list_durable_subscriptions as list_durable_subscriptions
+from ._admin import remove_durable_subscription as remove_durable_subscription
 from ._config import Limits as Limits
 from ._config import UsersFileError as UsersFileError
 from ._config import load_users as load_users
@@ -94,12 +97,15 @@ from ._store import StoreError as StoreError
 __all__ = [
     "Broker",
     "DestinationDepth",
+    "DurableSubscriptionInfo",
     "Limits",
     "StoreDamaged",
     "StoreError",
     "UsersFileError",
+    "list_durable_subscriptions",
     "load_users",
     "open_broker",
     "parse_users",
+    "remove_durable_subscription",
     "serve_broker",
 ]

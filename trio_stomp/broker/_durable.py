@@ -55,7 +55,8 @@ from ._destinations import TOPIC_PREFIX, DestinationDepth, Message, Queue, Subsc
 from ._transactions import ClientError
 
 if TYPE_CHECKING:
-    from ._store import RestoredDurable, Store
+    from ._store import Store
+    from ._store_durable import RestoredDurable
 
 __all__ = ["CLIENT_ID_HEADER", "NAME_HEADER", "Durable", "DurableSubscriptions", "durable_name"]
 

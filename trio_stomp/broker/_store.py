@@ -50,32 +50,22 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final, Protocol
 
-import attrs
 import trio
 
 from ._destinations import Message, message_size
-from ._store_mark import (
-    MARK_FILE,
-    Damage,
-    MarkFile,
-    Tally,
-    assess,
-    durable_checksum,
-    row_checksum,
+from ._store_durable import (
+    DurableChanges,
+    DurableKey,
+    Restored,
+    durable_key,
+    read_durables,
+    restored,
+    stored_key,
+    write_durables,
 )
+from ._store_mark import MARK_FILE, Damage, MarkFile, Tally, assess, row_checksum
 
-__all__ = [
-    "STORE_FILE",
-    "DurableChanges",
-    "Restored",
-    "RestoredDurable",
-    "Store",
-    "StoreDamaged",
-    "StoreError",
-    "StoredDurable",
-    "open_data_dir",
-    "open_store",
-]
+__all__ = ["STORE_FILE", "Store", "StoreDamaged", "StoreError", "open_data_dir", "open_store"]
 
 log = logging.getLogger("trio_stomp.broker")
 
@@ -120,106 +110,6 @@ class StoreDamaged(StoreError):
             "accept the damage (accept_damage=True, trio-stomp broker --accept-damage) "
             "to start with what is left"
         )
-
-
-#: A durable subscription's key: its client-id and its name.
-DurableKey = tuple[str, str]
-
-
-@attrs.frozen
-class StoredDurable:
-    """A durable subscription as the store keeps it (see :mod:`._durable`)."""
-
-    client_id: str
-    name: str
-    destination: str
-
-
-@attrs.frozen
-class RestoredDurable:
-    """A durable subscription found in the store, with its messages in order."""
-
-    client_id: str
-    name: str
-    destination: str
-    messages: list[Message]
-
-
-@attrs.frozen
-class Restored:
-    """What the store held when it opened.
-
-    Attributes:
-      messages: queue messages, in the order they were sent.
-      durables: durable subscriptions, each with what it held.
-    """
-
-    messages: list[Message]
-    durables: list[RestoredDurable] = attrs.field(factory=list)
-
-
-@attrs.define
-class DurableChanges:
-    """What one commit writes of durable subscriptions.
-
-    Attributes:
-      owners: the durable subscription (its stored key, :func:`stored_key`)
-        of each message added in this commit that belongs to one.
-      subscriptions: by key, the destination to write (created or changed),
-        or None to delete it.
-    """
-
-    owners: dict[int, str] = attrs.field(factory=dict)
-    subscriptions: dict[DurableKey, str | None] = attrs.field(factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.owners or self.subscriptions)
-
-
-def stored_key(key: DurableKey) -> str:
-    """How a message row names its durable subscription (JSON: client-id, name)."""
-    return json.dumps(list(key))
-
-
-def _durable_key(text: str) -> DurableKey:
-    """The key a message row names; ValueError or TypeError when it is not one."""
-    client_id, name = json.loads(text)
-    if not isinstance(client_id, str) or not isinstance(name, str):
-        raise TypeError("not a durable subscription's key")
-    return client_id, name
-
-
-def _restored(messages: list[tuple[Message, str]], durables: list[StoredDurable]) -> Restored:
-    """Queue messages apart, and each durable subscription with its own (a
-    subscription whose record was damaged is rebuilt from its messages)."""
-    found: dict[DurableKey, RestoredDurable] = {
-        (d.client_id, d.name): RestoredDurable(d.client_id, d.name, d.destination, [])
-        for d in durables
-    }
-    queued: list[Message] = []
-    for message, owner in messages:
-        if not owner:
-            queued.append(message)
-            continue
-        key = _durable_key(owner)
-        durable = found.get(key)
-        if durable is None:
-            durable = found[key] = RestoredDurable(*key, message.destination, [])
-        durable.messages.append(message)
-    return Restored(queued, list(found.values()))
-
-
-def _write_durables(connection: sqlite3.Connection, changes: DurableChanges) -> None:
-    for (client_id, name), destination in changes.subscriptions.items():
-        if destination is None:
-            connection.execute(
-                "DELETE FROM durables WHERE client_id = ? AND name = ?", (client_id, name)
-            )
-        else:
-            connection.execute(
-                "INSERT OR REPLACE INTO durables VALUES (?, ?, ?, ?)",
-                (client_id, name, destination, durable_checksum(client_id, name, destination)),
-            )
 
 
 class Watcher(Protocol):
@@ -343,7 +233,7 @@ class _Database:
             self._write_tally(Tally(0, count, 0, high))
         execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         messages, damaged = self._read_rows()
-        durables, damaged_durables = self._read_durables()
+        durables, damaged_durables = read_durables(self.connection)
         rows = len(messages) + len(damaged)
         mark, problem = MarkFile.read(self.path.with_name(MARK_FILE))
         row = execute("SELECT commits, adds, removes, high, checksum FROM tally").fetchone()
@@ -368,7 +258,7 @@ class _Database:
             damage = Damage(findings, 0 if damage is None else damage.lost, None)
         self.tally = tally
         if damage is None:
-            return _restored(messages, durables)
+            return restored(messages, durables)
         if not accept_damage:
             raise StoreDamaged(self.path, damage)
         # Accepted: drop the damaged rows, and count on from past everything the
@@ -381,7 +271,7 @@ class _Database:
         high = max(tally.high, mark.high if mark is not None else 0)
         self._write_tally(Tally(newest + 1, len(messages), 0, high))
         self.damage = damage
-        return _restored(messages, durables)
+        return restored(messages, durables)
 
     def _read_rows(self) -> tuple[list[tuple[Message, str]], list[int]]:
         """Every row whose checksum holds, in order, with the durable subscription it
@@ -402,7 +292,7 @@ class _Database:
                     raise ValueError("checksum")
                 headers = tuple((str(n), str(v)) for n, v in json.loads(headers_json))
                 if owner:
-                    _durable_key(owner)
+                    durable_key(owner)
             except (ValueError, TypeError):  # (also a row that is not ours)
                 damaged.append(key)
                 continue
@@ -410,20 +300,6 @@ class _Database:
             message = Message(message_id, destination, headers, bytes(body), size, True, key)
             messages.append((message, owner))
         return messages, damaged
-
-    def _read_durables(self) -> tuple[list[StoredDurable], list[tuple[str, str]]]:
-        """Every durable subscription whose checksum holds; and the keys of those that fail."""
-        found: list[StoredDurable] = []
-        damaged: list[tuple[str, str]] = []
-        query = "SELECT client_id, name, destination, checksum FROM durables ORDER BY rowid"
-        for client_id, name, destination, checksum in self.connection.execute(query):
-            if not all(isinstance(v, str) for v in (client_id, name, destination)) or (
-                durable_checksum(client_id, name, destination) != checksum
-            ):
-                damaged.append((client_id, name))
-                continue
-            found.append(StoredDurable(client_id, name, destination))
-        return found, damaged
 
     def _write_tally(self, tally: Tally) -> None:
         self.connection.execute(
@@ -459,7 +335,7 @@ class _Database:
         execute("BEGIN")
         try:
             if durables is not None:
-                _write_durables(self.connection, durables)
+                write_durables(self.connection, durables)
             self.connection.executemany(
                 "INSERT INTO messages (key, id, destination, headers, body, checksum, "
                 "subscription) VALUES (?, ?, ?, ?, ?, ?, ?)",
