@@ -155,6 +155,14 @@ class DestinationDepth:
         """Messages accepted and not yet consumed: ``queued + unacknowledged``."""
         return self.queued + self.unacknowledged
 
+    @property
+    def label(self) -> str:
+        """A name for this entry, unique among a broker's: the destination, and
+        for a durable subscription ``DESTINATION durable:CLIENT_ID:NAME``."""
+        if self.subscription:
+            return f"{self.destination} durable:{self.subscription}"
+        return self.destination
+
 
 @attrs.define(slots=True, eq=False)
 class Pending:

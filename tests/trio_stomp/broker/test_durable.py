@@ -283,3 +283,19 @@ def test_depths_list_each_durable_subscription_with_its_name() -> None:
     (message, _) = again.output()
     again.send("ACK", {"id": message.headers["ack"]})
     assert [d.held for d in router.depths()] == [1]
+
+
+def test_each_depth_has_a_label_of_its_own() -> None:
+    router = broker()
+    for client_id in ("a", "b"):
+        peer = Peer(router, client_id=client_id)
+        peer.subscribe()
+        peer.leave()
+    plain = Peer(router, client_id=None)
+    plain.send("SUBSCRIBE", {"destination": TOPIC, "id": "p"})
+    plain.send("SEND", {"destination": TOPIC}, b"x")
+    assert [(d.label, d.held) for d in router.depths()] == [
+        (TOPIC, 0),
+        (f"{TOPIC} durable:a:daily", 1),
+        (f"{TOPIC} durable:b:daily", 1),
+    ]
