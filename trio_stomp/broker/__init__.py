@@ -27,6 +27,20 @@ Policies:
   to ``/temp-queue/<name>`` itself (as on ActiveMQ). It goes with the
   connection; a SEND to a ``/reply-queue/`` that is gone is dropped. See
   :mod:`trio_stomp.broker._temporary`.
+- Durable topic subscriptions, named as ActiveMQ names them: a SUBSCRIBE to
+  a ``/topic/`` with ``activemq.subscriptionName``, from a connection whose
+  CONNECT carried ``client-id``, keeps what is sent to the topic while its
+  client is away (with ``data_dir``, across restarts; without one, while the
+  broker runs), until consumed. A plain UNSUBSCRIBE keeps it; one with
+  ``activemq.subscriptionName`` removes it. A client-id is held by one
+  connection at a time (a second CONNECT with it: ERROR, "client-id in
+  use"). Bounded by :attr:`Limits.max_durable_subscriptions`, and per
+  subscription :attr:`Limits.max_durable_messages` and
+  :attr:`Limits.max_durable_bytes` (a message past them is not kept for it,
+  and counted). List and remove them on a stopped broker's data dir with
+  :func:`list_durable_subscriptions` and :func:`remove_durable_subscription`
+  (``trio-stomp broker --list-subscriptions``, ``--remove-subscription``).
+  See :mod:`trio_stomp.broker._durable`.
 - Acknowledgement: ``auto`` (the default), ``client`` (an ACK or NACK covers
   that message and every earlier unacknowledged one of the subscription) and
   ``client-individual``. STOMP 1.2 ACK/NACK name the MESSAGE's ``ack`` header
@@ -73,7 +87,8 @@ Policies:
   only once every queue message its connection sent before it is on disk,
   a message is deleted once acknowledged (or delivered to an ``auto``
   subscription), and at the next start what was left is queued again, in
-  order, with ``redelivered:true``. Topic messages are never stored. A data
+  order, with ``redelivered:true``. Durable topic subscriptions (below) and
+  what they hold are stored the same way; other topic messages never are. A data
   dir that cannot be opened or written is a :class:`StoreError`. A store
   that lost messages since the broker last wrote it (a damaged WAL, an
   emptied or recreated file, a damaged row) is a :class:`StoreDamaged`

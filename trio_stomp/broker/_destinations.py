@@ -26,6 +26,9 @@ Policies:
   queue is also added to the store, and removed from it once consumed: acked,
   or delivered to an ``auto`` subscription. Topic messages never are. The
   router starts with what the store restored, in order.
+- Durable topic subscriptions (:mod:`._durable`) get a copy of every message
+  sent to their topic, through :attr:`Router.durables`; their queues are not
+  the router's (they outlive their consumers).
 - Temporary queues (``/reply-queue/...``, see :mod:`._temporary`) belong to
   one session and go with it; a message sent to one that does not exist is
   dropped. They are never stored.

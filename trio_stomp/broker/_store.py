@@ -21,7 +21,9 @@ Why SQLite, and how:
   started is never written at all (a consumer that keeps up costs no I/O).
 
 What is stored: messages sent to queues, until they are acknowledged (or,
-for ``auto`` subscriptions, delivered). Topic messages are never stored.
+for ``auto`` subscriptions, delivered); durable topic subscriptions and the
+messages kept for them (see :mod:`._store_durable`). Other topic messages are
+never stored.
 When the broker starts again, every stored message goes back to the front of
 its queue in the order it was sent, marked ``redelivered:true`` (it may have
 been delivered before the stop: the broker does not write deliveries).
