@@ -150,3 +150,27 @@ async def test_a_damaged_durable_message_is_damage_like_a_queue_message(tmp_path
         with pytest.raises(StoreDamaged, match=r"1 stored message\(s\) damaged"):
             async with open_broker(data_dir=tmp_path):
                 pytest.fail("the broker started")
+
+
+async def test_a_store_of_schema_2_is_upgraded_and_keeps_its_queue_messages(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(data_dir=tmp_path) as broker:
+            async with open_raw_client(broker) as producer:
+                for body in (b"1", b"2"):
+                    await producer.publish("/queue/a", body)
+                await producer.sync()
+        with contextlib.closing(sqlite3.connect(tmp_path / "broker.sqlite3")) as db, db:
+            db.execute("ALTER TABLE messages DROP COLUMN subscription")
+            db.execute("DROP TABLE durables")
+            db.execute("PRAGMA user_version=2")
+        async with open_broker(data_dir=tmp_path) as broker:
+            assert broker.queue_depth("/queue/a") == 2
+            async with open_raw_client(broker, client_id="app") as client:
+                await _subscribe(client)
+        async with open_broker(data_dir=tmp_path) as broker:
+            assert [(d.destination, d.subscription, d.held) for d in broker.depths()] == [
+                ("/queue/a", "", 2),
+                (TOPIC, "app:daily", 0),
+            ]
