@@ -74,7 +74,8 @@ class Limits:
         it); the subscription counts it as dropped and the broker logs a
         warning when it starts dropping.
       max_durable_bytes: likewise, the most bytes of messages one durable
-        subscription holds.
+        subscription holds; a subscription that holds nothing still keeps
+        one message larger than this (up to ``max_frame_size``).
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).

@@ -28,7 +28,8 @@ is consumed there (acknowledged, or delivered to an ``auto`` subscription).
 - Bounds (:class:`~trio_stomp.broker.Limits`): at most
   ``max_durable_subscriptions`` in the broker (one more is an ERROR to its
   SUBSCRIBE), each holding at most ``max_durable_messages`` messages and
-  ``max_durable_bytes`` bytes. A message that would pass either bound is not
+  ``max_durable_bytes`` bytes (one message larger than that is still kept
+  while it holds nothing). A message that would pass either bound is not
   kept for that subscription (the others, and the topic's plain
   subscribers, still get it); the subscription counts it in
   :attr:`Durable.dropped` and the broker logs a warning when it starts
@@ -177,7 +178,9 @@ class DurableSubscriptions:
         limits = self._limits
         store = self._store
         for durable in durables:
-            if (
+            # (One message is always kept: a frame the broker accepted, up to
+            # max_frame_size, fits an empty subscription whatever its bound.)
+            if durable.count and (
                 durable.count >= limits.max_durable_messages
                 or durable.size + message.size > limits.max_durable_bytes
             ):

@@ -299,3 +299,19 @@ def test_each_depth_has_a_label_of_its_own() -> None:
         (f"{TOPIC} durable:a:daily", 1),
         (f"{TOPIC} durable:b:daily", 1),
     ]
+
+
+def test_one_message_larger_than_the_byte_bound_is_kept_when_it_holds_nothing() -> None:
+    router = broker(Limits(max_durable_bytes=10))
+    peer = Peer(router)
+    peer.subscribe()
+    peer.leave()
+    producer = Peer(router, client_id=None)
+    producer.send("SEND", {"destination": TOPIC}, b"x" * 100)
+    producer.send("SEND", {"destination": TOPIC}, b"y")
+    assert router.durables is not None
+    (durable,) = router.durables
+    assert (durable.count, durable.dropped) == (1, 1)
+    again = Peer(router)
+    again.subscribe()
+    assert bodies(again.output()) == [b"x" * 100]
