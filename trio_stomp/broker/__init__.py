@@ -34,10 +34,11 @@ Policies:
   broker runs), until consumed. A plain UNSUBSCRIBE keeps it; one with
   ``activemq.subscriptionName`` removes it. A client-id is held by one
   connection at a time (a second CONNECT with it: ERROR, "client-id in
-  use"). Bounded by :attr:`Limits.max_durable_subscriptions`, and per
-  subscription :attr:`Limits.max_durable_messages` and
-  :attr:`Limits.max_durable_bytes` (a message past them is not kept for it,
-  and counted). List and remove them on a stopped broker's data dir with
+  use"). Bounded by :attr:`Limits.max_durable_subscriptions`, per
+  subscription by :attr:`Limits.max_durable_messages` and
+  :attr:`Limits.max_durable_bytes`, and together by
+  :attr:`Limits.max_durable_total_bytes` (a message past them is not kept
+  for it, and counted). List and remove them on a stopped broker's data dir with
   :func:`list_durable_subscriptions` and :func:`remove_durable_subscription`
   (``trio-stomp broker --list-subscriptions``, ``--remove-subscription``).
   See :mod:`trio_stomp.broker._durable`.

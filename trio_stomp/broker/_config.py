@@ -76,6 +76,9 @@ class Limits:
       max_durable_bytes: likewise, the most bytes of messages one durable
         subscription holds; a subscription that holds nothing still keeps
         one message larger than this (up to ``max_frame_size``).
+      max_durable_total_bytes: the most bytes of messages all durable
+        subscriptions hold together; past it, a message is not kept for a
+        subscription that already holds one (as when that one is full).
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).
@@ -106,6 +109,7 @@ class Limits:
     max_durable_subscriptions: int = attrs.field(default=1000, validator=_positive)
     max_durable_messages: int = attrs.field(default=100_000, validator=_positive)
     max_durable_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
+    max_durable_total_bytes: int = attrs.field(default=1024 * _MiB, validator=_positive)
     max_transactions: int = attrs.field(default=1000, validator=_positive)
     max_transaction_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)

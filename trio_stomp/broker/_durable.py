@@ -29,7 +29,8 @@ is consumed there (acknowledged, or delivered to an ``auto`` subscription).
   ``max_durable_subscriptions`` in the broker (one more is an ERROR to its
   SUBSCRIBE), each holding at most ``max_durable_messages`` messages and
   ``max_durable_bytes`` bytes (one message larger than that is still kept
-  while it holds nothing). A message that would pass either bound is not
+  while it holds nothing), and all of them together at most
+  ``max_durable_total_bytes``. A message that would pass a bound is not
   kept for that subscription (the others, and the topic's plain
   subscribers, still get it); the subscription counts it in
   :attr:`Durable.dropped` and the broker logs a warning when it starts
@@ -138,6 +139,8 @@ class DurableSubscriptions:
         self._by_topic: dict[str, list[Durable]] = {}
         #: Message key -> the subscription holding it, and its size.
         self._held: dict[int, tuple[Durable, int]] = {}
+        #: Bytes held by every durable subscription together.
+        self.size = 0
         self._volatile_keys = itertools.count(-1, -1)  # (keys of messages not stored)
         #: client-id -> the session that holds it.
         self._clients: dict[str, object] = {}
@@ -183,16 +186,19 @@ class DurableSubscriptions:
             if durable.count and (
                 durable.count >= limits.max_durable_messages
                 or durable.size + message.size > limits.max_durable_bytes
+                or self.size + message.size > limits.max_durable_total_bytes
             ):
                 if not durable.full:
                     durable.full = True
                     log.warning(
                         "durable subscription %r of client-id %r is full (%d message(s), "
-                        "%d bytes): messages sent to %s are not kept for it until it is read",
+                        "%d bytes; all durable subscriptions: %d bytes): messages sent to %s "
+                        "are not kept for it until it is read",
                         durable.name,
                         durable.client_id,
                         durable.count,
                         durable.size,
+                        self.size,
                         durable.destination,
                     )
                 durable.dropped += 1
@@ -212,12 +218,14 @@ class DurableSubscriptions:
             durable, size = found
             durable.count -= 1
             durable.size -= size
+            self.size -= size
             durable.full = False
 
     def _hold(self, durable: Durable, message: Message) -> None:
         self._held[message.key] = (durable, message.size)
         durable.count += 1
         durable.size += message.size
+        self.size += message.size
 
     # -- subscribing ---------------------------------------------------------------
 
@@ -301,7 +309,8 @@ class DurableSubscriptions:
             del self._by_topic[durable.destination]
         store = self._store
         for message in durable.queue.messages:
-            self._held.pop(message.key, None)
+            if self._held.pop(message.key, None) is not None:
+                self.size -= message.size
             if store is not None:
                 store.remove(message.key)
         durable.queue.drop_all()

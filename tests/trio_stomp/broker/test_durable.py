@@ -233,8 +233,12 @@ def test_too_many_durable_subscriptions_is_an_error() -> None:
 
 @pytest.mark.parametrize(
     "limits",
-    [Limits(max_durable_messages=3), Limits(max_durable_bytes=3 * (64 + len(TOPIC) + 1))],
-    ids=["messages", "bytes"],
+    [
+        Limits(max_durable_messages=3),
+        Limits(max_durable_bytes=3 * (64 + len(TOPIC) + 1)),
+        Limits(max_durable_total_bytes=3 * (64 + len(TOPIC) + 1)),
+    ],
+    ids=["messages", "bytes", "total-bytes"],
 )
 def test_a_full_subscription_keeps_no_more_and_counts_what_it_dropped(
     limits: Limits, caplog: pytest.LogCaptureFixture
@@ -315,3 +319,22 @@ def test_one_message_larger_than_the_byte_bound_is_kept_when_it_holds_nothing() 
     again = Peer(router)
     again.subscribe()
     assert bodies(again.output()) == [b"x" * 100]
+
+
+def test_the_total_bound_is_shared_by_every_durable_subscription() -> None:
+    size = 64 + len(TOPIC) + 1
+    router = broker(Limits(max_durable_total_bytes=3 * size))
+    for client_id in ("a", "b"):
+        peer = Peer(router, client_id=client_id)
+        peer.subscribe()
+        peer.leave()
+    producer = Peer(router, client_id=None)
+    for body in (b"1", b"2", b"3"):
+        producer.send("SEND", {"destination": TOPIC}, body)
+    assert router.durables is not None
+    assert [(d.count, d.dropped) for d in router.durables] == [(2, 1), (1, 2)]
+    assert router.durables.size == 3 * size
+    reader = Peer(router, client_id="a")
+    reader.subscribe()
+    assert bodies(reader.output()) == [b"1", b"2"]
+    assert router.durables.size == size
