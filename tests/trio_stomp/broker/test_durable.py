@@ -7,8 +7,12 @@ hostile peer meets. Restarts with a data dir: test_durable_store.py.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trio_stomp.broker import DestinationDepth, Limits
 from trio_stomp.broker._destinations import Router
@@ -338,3 +342,106 @@ def test_the_total_bound_is_shared_by_every_durable_subscription() -> None:
     reader.subscribe()
     assert bodies(reader.output()) == [b"1", b"2"]
     assert router.durables.size == size
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("subscribe"), st.sampled_from(["auto", "client-individual"])),
+        st.tuples(st.just("send"), st.binary(max_size=40)),
+        st.tuples(st.just("ack"), st.booleans()),  # (True: NACK)
+        st.tuples(st.just("leave"), st.none()),
+        st.tuples(st.just("remove"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+def _check_counts(durables: DurableSubscriptions) -> None:
+    for durable in durables:
+        pending = [p.message for sub in durable.queue.consumers for p in sub.unacked.values()]
+        assert durable.count == len(durable.queue.messages) + len(pending)
+        assert durable.size == sum(m.size for m in [*durable.queue.messages, *pending])
+    assert durables.size == sum(d.size for d in durables)
+
+
+class Client:
+    """One client-id's life in the property below: what was kept and consumed."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        assert router.durables is not None
+        self.durables = router.durables
+        self.producer = Peer(router, client_id=None)
+        self.peer: Peer | None = None
+        self.kept: list[bytes] = []  # kept for the subscription since it was (re)made
+        self.consumed: list[bytes] = []
+        self.pending: list[Frame] = []  # delivered to a client-individual consumer
+
+    def read(self) -> None:
+        for frame in self.peer.output() if self.peer is not None else ():
+            if "ack" in frame.headers:
+                self.pending.append(frame)
+            else:
+                self.consumed.append(frame.body)
+
+    def subscribe(self, ack: str) -> None:
+        if self.peer is None:
+            self.peer = Peer(self.router)
+            self.peer.subscribe(ack=ack)
+
+    def send(self, body: bytes) -> None:
+        dropped = sum(d.dropped for d in self.durables)
+        self.producer.send("SEND", {"destination": TOPIC}, body)
+        if len(self.durables) and sum(d.dropped for d in self.durables) == dropped:
+            self.kept.append(body)
+
+    def ack(self, nack: bool) -> None:
+        if self.peer is not None and self.pending:
+            frame = self.pending.pop(0)
+            self.peer.send("NACK" if nack else "ACK", {"id": frame.headers["ack"]})
+            if not nack:
+                self.consumed.append(frame.body)
+
+    def leave(self) -> None:
+        if self.peer is not None:
+            self.peer.leave()
+            self.peer, self.pending = None, []
+
+    def remove(self) -> None:
+        self.leave()
+        if len(self.durables):
+            remover = Peer(self.router)
+            remover.send("UNSUBSCRIBE", {"id": "x", NAME: "daily"})
+            remover.leave()
+            self.kept, self.consumed = [], []
+
+
+OPERATIONS: dict[str, Callable[[Client, Any], None]] = {
+    "subscribe": lambda client, arg: client.subscribe(arg),
+    "send": lambda client, arg: client.send(arg),
+    "ack": lambda client, arg: client.ack(arg),
+    "leave": lambda client, _: client.leave(),
+    "remove": lambda client, _: client.remove(),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=OPS, max_messages=st.integers(1, 6))
+def test_what_a_durable_subscription_keeps_is_consumed_once_and_counted_exactly(
+    ops: list[tuple[str, Any]], max_messages: int
+) -> None:
+    """Whatever a client does (subscribe, leave, ACK, NACK, remove), ``count`` and
+    ``size`` are what each subscription holds (waiting plus unacknowledged), the
+    broker's total is their sum, and every message kept for it is consumed exactly
+    once: by an ``auto`` delivery, by an ACK, or by the last reader here."""
+    client = Client(broker(Limits(max_durable_messages=max_messages)))
+    for op, arg in ops:
+        OPERATIONS[op](client, arg)
+        client.read()
+        _check_counts(client.durables)
+    client.leave()
+    if len(client.durables):
+        client.subscribe("auto")
+        client.read()
+    assert sorted(client.consumed) == sorted(client.kept)
+    _check_counts(client.durables)
