@@ -39,7 +39,12 @@ is consumed there (acknowledged, or delivered to an ``auto`` subscription).
 Differences from ActiveMQ: a durable SUBSCRIBE without a ``client-id`` is an
 ERROR (ActiveMQ makes one up for the connection, and the subscription can
 never be consumed again); under STOMP 1.0 the client-id is the
-connection's too (ActiveMQ 1.0 removes by name alone).
+connection's too (ActiveMQ 1.0 removes by name alone); an UNSUBSCRIBE naming
+both the subscription and its consumer's ``id`` ends the consumer and removes
+the subscription (ActiveMQ refuses to remove one whose consumer is active).
+Which messages a subscription took is not written (as for queues): a restart
+delivers what it holds again, ``redelivered:true``; how many it dropped
+(:attr:`Durable.dropped`) is counted from the start of the broker.
 """
 
 from __future__ import annotations
