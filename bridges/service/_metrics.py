@@ -224,11 +224,12 @@ class RouteMetrics:
         if self.broker is not None:
             held = GaugeMetricFamily(
                 "bridges_embedded_held",
-                "Messages each destination of the embedded broker holds (queued + unacked).",
+                "Messages each destination of the embedded broker holds (queued + unacked); "
+                "a durable topic subscription is DESTINATION durable:CLIENT_ID:NAME.",
                 labels=["destination"],
             )
             for destination in self.broker.depths():
-                held.add_metric([destination.destination], destination.held)
+                held.add_metric([destination.label], destination.held)
             yield held
 
     async def metrics_app(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -190,7 +190,7 @@ class _Stopping:
         kept: list[tuple[str, int]] = []
         for depth in self.broker.depths() if self.broker is not None else ():
             if depth.held:
-                (kept if depth.durable else lost).append((depth.destination, depth.held))
+                (kept if depth.durable else lost).append((depth.label, depth.held))
         return tuple(lost), tuple(kept)
 
     def result(self) -> Stopped:

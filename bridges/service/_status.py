@@ -59,7 +59,7 @@ def route_line(route: Route, rate: float, width: int = 0) -> str:
 
 def broker_line(depths: Sequence[DestinationDepth]) -> str:
     """The embedded broker's destinations with what each holds (queued + unacknowledged)."""
-    held = ", ".join(f"{depth.destination} {depth.held:,}" for depth in depths)
+    held = ", ".join(f"{depth.label} {depth.held:,}" for depth in depths)
     return f"embedded broker: {held or 'no queues yet'}"
 
 

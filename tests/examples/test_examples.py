@@ -293,6 +293,26 @@ def test_request_reply_answers_on_the_embedded_broker_and_gives_up_on_nobody() -
     assert gave_up.startswith("gave up: no reply to the request to '/queue/nobody-serves-this'")
 
 
+def test_durable_subscription_keeps_orders_across_a_restart_then_is_removed() -> None:
+    result = subprocess.run(
+        [str(BIN / "python"), str(EXAMPLES / "durable_subscription.py")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "got 'order 1'",
+        "published 'order 2', 'order 3' while it was away; restarting the broker",
+        "got 'order 2' (redelivered: kept in the store)",
+        "got 'order 3' (redelivered: kept in the store)",
+        "kept: billing orders /topic/orders (0 held)",
+        "removed; left: []",
+    ]
+
+
 @pytest.mark.deadline(120)
 async def test_spark_stream_upper_cases_on_its_own_broker(tmp_path: Path) -> None:
     from trio_stomp.broker import open_broker
@@ -341,6 +361,7 @@ def test_every_example_has_a_test_here() -> None:
         "spark-stomp-to-parquet.toml",
         "hello.py",
         "request_reply.py",
+        "durable_subscription.py",
         "spark_stream.py",
         "systemd",
     }

@@ -50,8 +50,23 @@ Policies:
   nested deeper than :attr:`Limits.max_selector_depth` (40), or whose
   LIKE patterns hold more than 64 characters of ``%...%`` pieces with
   ``_`` (each costs its length times the value's), is an ERROR naming the
-  position. LIKE never backtracks. Durable subscriptions do not exist yet: when they
-  come, their selector is the one given at SUBSCRIBE, as here.
+  position. LIKE never backtracks. A durable subscription (below) takes no
+  selector yet: its SUBSCRIBE with one gets an ERROR.
+- Durable topic subscriptions, named as ActiveMQ names them: a SUBSCRIBE to
+  a ``/topic/`` with ``activemq.subscriptionName``, from a connection whose
+  CONNECT carried ``client-id``, keeps what is sent to the topic while its
+  client is away (with ``data_dir``, across restarts; without one, while the
+  broker runs), until consumed. A plain UNSUBSCRIBE keeps it; one with
+  ``activemq.subscriptionName`` removes it. A client-id is held by one
+  connection at a time (a second CONNECT with it: ERROR, "client-id in
+  use"). Bounded by :attr:`Limits.max_durable_subscriptions`, per
+  subscription by :attr:`Limits.max_durable_messages` and
+  :attr:`Limits.max_durable_bytes`, and together by
+  :attr:`Limits.max_durable_total_bytes` (a message past them is not kept
+  for it, and counted). List and remove them on a stopped broker's data dir with
+  :func:`list_durable_subscriptions` and :func:`remove_durable_subscription`
+  (``trio-stomp broker --list-subscriptions``, ``--remove-subscription``).
+  See :mod:`trio_stomp.broker._durable`.
 - Acknowledgement: ``auto`` (the default), ``client`` (an ACK or NACK covers
   that message and every earlier unacknowledged one of the subscription) and
   ``client-individual``. STOMP 1.2 ACK/NACK name the MESSAGE's ``ack`` header
@@ -98,13 +113,17 @@ Policies:
   only once every queue message its connection sent before it is on disk,
   a message is deleted once acknowledged (or delivered to an ``auto``
   subscription), and at the next start what was left is queued again, in
-  order, with ``redelivered:true``. Topic messages are never stored. A data
+  order, with ``redelivered:true``. Durable topic subscriptions (below) and
+  what they hold are stored the same way; other topic messages never are. A data
   dir that cannot be opened or written is a :class:`StoreError`. A store
   that lost messages since the broker last wrote it (a damaged WAL, an
   emptied or recreated file, a damaged row) is a :class:`StoreDamaged`
   saying how many and from which store key on, unless ``accept_damage``.
 """
 
+from ._admin import DurableSubscriptionInfo as DurableSubscriptionInfo
+from ._admin import list_durable_subscriptions as list_durable_subscriptions
+from ._admin import remove_durable_subscription as remove_durable_subscription
 from ._config import Limits as Limits
 from ._config import UsersFileError as UsersFileError
 from ._config import load_users as load_users
@@ -119,12 +138,15 @@ from ._store import StoreError as StoreError
 __all__ = [
     "Broker",
     "DestinationDepth",
+    "DurableSubscriptionInfo",
     "Limits",
     "StoreDamaged",
     "StoreError",
     "UsersFileError",
+    "list_durable_subscriptions",
     "load_users",
     "open_broker",
     "parse_users",
+    "remove_durable_subscription",
     "serve_broker",
 ]

@@ -76,6 +76,21 @@ class Limits:
         looked at on its own (one evaluation per consumer with room). A
         message waiting behind more unselected ones than that is reached
         once they are consumed (ActiveMQ looks only at its page of 200).
+      max_durable_subscriptions: the most durable topic subscriptions
+        (``client-id`` + ``activemq.subscriptionName``) the broker keeps, from
+        every client together: a SUBSCRIBE that would make one more gets an
+        ERROR.
+      max_durable_messages: the most messages one durable subscription holds
+        (waiting, or delivered and not acknowledged). A message sent to its
+        topic while it is full is not kept for it (its other subscribers get
+        it); the subscription counts it as dropped and the broker logs a
+        warning when it starts dropping.
+      max_durable_bytes: likewise, the most bytes of messages one durable
+        subscription holds; a subscription that holds nothing still keeps
+        one message larger than this (up to ``max_frame_size``).
+      max_durable_total_bytes: the most bytes of messages all durable
+        subscriptions hold together; past it, a message is not kept for a
+        subscription that already holds one (as when that one is full).
       max_transactions: the most open transactions one connection may hold.
       max_transaction_bytes: the most bytes of frames one connection may
         buffer in its open transactions (bodies plus headers).
@@ -106,6 +121,10 @@ class Limits:
     max_selector_length: int = attrs.field(default=4096, validator=_positive)
     max_selector_depth: int = attrs.field(default=40, validator=_positive)
     selector_scan: int = attrs.field(default=10_000, validator=_positive)
+    max_durable_subscriptions: int = attrs.field(default=1000, validator=_positive)
+    max_durable_messages: int = attrs.field(default=100_000, validator=_positive)
+    max_durable_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
+    max_durable_total_bytes: int = attrs.field(default=1024 * _MiB, validator=_positive)
     max_transactions: int = attrs.field(default=1000, validator=_positive)
     max_transaction_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)

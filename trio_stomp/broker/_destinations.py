@@ -35,6 +35,9 @@ Policies:
   queue is also added to the store, and removed from it once consumed: acked,
   or delivered to an ``auto`` subscription. Topic messages never are. The
   router starts with what the store restored, in order.
+- Durable topic subscriptions (:mod:`._durable`) get a copy of every message
+  sent to their topic, through :attr:`Router.durables`; their queues are not
+  the router's (they outlive their consumers).
 - Temporary queues (``/reply-queue/...``, see :mod:`._temporary`) belong to
   one session and go with it; a message sent to one that does not exist is
   dropped. They are never stored.
@@ -53,6 +56,7 @@ import attrs
 from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
 
 if TYPE_CHECKING:
+    from ._durable import DurableSubscriptions
     from ._selector import Selector
     from ._session import Session
 
@@ -79,7 +83,9 @@ class Message:
       body: the payload.
       size: an estimate of its memory, in bytes.
       redelivered: True once it has been delivered and come back.
-      key: its key in the durable store; 0 when it is not stored.
+      key: its key in the durable store; 0 when it is not stored (a
+        negative key marks a durable subscription's message in a broker
+        without a store, see :mod:`._durable`).
     """
 
     message_id: str
@@ -144,9 +150,13 @@ class DestinationDepth:
         subscription and not yet acknowledged (it comes back if the
         subscription ends).
       consumers: the subscriptions reading it now.
-      durable: True when what it holds is in the broker's store (a queue of a
-        broker with a data dir), delivered again after a restart; False when
-        a stop loses it (every queue of a volatile broker, every topic).
+      durable: True when what it holds is in the broker's store (a queue or a
+        durable subscription of a broker with a data dir), delivered again
+        after a restart; False when a stop loses it (everything of a volatile
+        broker, every plain topic subscription).
+      subscription: for a durable topic subscription, ``CLIENT_ID:NAME`` (its
+        client-id and ``activemq.subscriptionName``; it has an entry of its
+        own, whether a consumer is attached or not); "" for everything else.
     """
 
     destination: str
@@ -154,11 +164,20 @@ class DestinationDepth:
     unacknowledged: int
     consumers: int
     durable: bool = False
+    subscription: str = ""
 
     @property
     def held(self) -> int:
         """Messages accepted and not yet consumed: ``queued + unacknowledged``."""
         return self.queued + self.unacknowledged
+
+    @property
+    def label(self) -> str:
+        """A name for this entry, unique among a broker's: the destination, and
+        for a durable subscription ``DESTINATION durable:CLIENT_ID:NAME``."""
+        if self.subscription:
+            return f"{self.destination} durable:{self.subscription}"
+        return self.destination
 
 
 @attrs.define(slots=True, eq=False)
@@ -384,6 +403,8 @@ class Router:
         only. What it restored is queued at once, in order.
       selector_scan: how deep a queue looks for a message that one of its
         selecting consumers takes (see :class:`Queue`).
+      durables: the broker's durable topic subscriptions (see
+        :mod:`._durable`); None for none.
     """
 
     def __init__(
@@ -391,6 +412,7 @@ class Router:
         id_prefix: str | None = None,
         store: MessageLog | None = None,
         selector_scan: int = SELECTOR_SCAN,
+        durables: DurableSubscriptions | None = None,
     ) -> None:
         self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
         self._scan = selector_scan
@@ -400,6 +422,7 @@ class Router:
         #: The sessions' temporary queues, by their ``/reply-queue/`` name.
         self.temporary: dict[str, Queue] = {}
         self.store = store
+        self.durables = durables
         if store is not None:
             for message in store.restored:
                 self._queue(message.destination).put(message)
@@ -420,13 +443,12 @@ class Router:
                 queue.put(Message(message_id, destination, kept, body, size))
             return 0
         if destination.startswith(TOPIC_PREFIX):
-            subs = self.topics.get(destination)
-            if subs:
-                message = Message(message_id, destination, kept, body, size)
-                for sub in tuple(subs):
-                    if sub.selects(message):
-                        sub.queue.put(message)
-            return 0
+            message = Message(message_id, destination, kept, body, size)
+            for sub in tuple(self.topics.get(destination, ())):
+                if sub.selects(message):
+                    sub.queue.put(message)
+            durables = self.durables
+            return durables.publish(message) if durables is not None else 0
         store = self.store
         if store is None:
             self._queue(destination).put(Message(message_id, destination, kept, body, size))
@@ -438,8 +460,12 @@ class Router:
 
     def consumed(self, message: Message) -> None:
         """``message`` was acknowledged (or delivered without acks): forget it for good."""
-        if message.key and self.store is not None:
-            self.store.remove(message.key)
+        key = message.key
+        if key:
+            if self.durables is not None:
+                self.durables.consumed(key)
+            if key > 0 and self.store is not None:
+                self.store.remove(key)
 
     def _queue(self, destination: str) -> Queue:
         queue = self.queues.get(destination)
@@ -513,7 +539,9 @@ class Router:
             _depth(name, [queue], queue.consumers, durable=False)
             for name, queue in self.temporary.items()
         ]
-        return sorted(found, key=lambda depth: depth.destination)
+        if self.durables is not None:
+            found += self.durables.depths()
+        return sorted(found, key=lambda depth: (depth.destination, depth.subscription))
 
 
 def _depth(

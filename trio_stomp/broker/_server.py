@@ -18,6 +18,7 @@ from ._budget import Budget
 from ._config import Limits, freeze_users
 from ._connection import Connection
 from ._destinations import DestinationDepth, Router
+from ._durable import DurableSubscriptions
 from ._listeners import (
     PLAIN,
     TLS,
@@ -59,7 +60,11 @@ class Broker:
         self._host = host
         self._users = users
         self._limits = limits
-        self._router = Router(store=store, selector_scan=self._limits.selector_scan)
+        self._router = Router(
+            store=store,
+            selector_scan=self._limits.selector_scan,
+            durables=DurableSubscriptions(limits, store),
+        )
         self._budget = Budget(limits.max_buffered_bytes)
         self._connections: set[Connection] = set()
         self._session_ids = itertools.count(1)
@@ -148,9 +153,11 @@ class Broker:
         still holds messages) and shows queue depths while it runs. Unlike
         :meth:`queue_depth` it also counts messages delivered and not yet
         acknowledged, since those come back to the queue when their consumer
-        goes. A queue that is empty and has no consumer is not listed (the
-        broker forgets it). Cheap enough to call every second: one pass over
-        destinations and subscriptions, no copy of any message.
+        goes. Each durable topic subscription has an entry of its own (its
+        :attr:`~DestinationDepth.subscription` set), with or without a
+        consumer. A queue that is empty and has no consumer is not listed
+        (the broker forgets it). Cheap enough to call every second: one pass
+        over destinations and subscriptions, no copy of any message.
         """
         return self._router.depths()
 
@@ -306,11 +313,13 @@ async def open_broker(
         (:attr:`Broker.wss_url`).
       ssl_context: the server's TLS settings (certificate and key loaded),
         required with ``tls_port`` or ``wss_port``.
-      data_dir: keep queue messages on disk in this directory (created when
-        missing): a RECEIPT comes once the messages sent before it are
-        fsynced, and what is not consumed is delivered again at the next
-        start (see :mod:`trio_stomp.broker._store`). None (the default):
-        volatile, queued messages are lost when the broker stops.
+      data_dir: keep queue messages, and durable topic subscriptions with
+        what they hold, on disk in this directory (created when missing): a
+        RECEIPT comes once the messages sent before it are fsynced, and what
+        is not consumed is delivered again at the next start (see
+        :mod:`trio_stomp.broker._store`). None (the default): volatile,
+        queued messages (and durable subscriptions) are lost when the broker
+        stops.
       accept_damage: start even when the store in ``data_dir`` is damaged
         (it lost or damaged messages since the broker last wrote it: a
         damaged write-ahead log, an emptied file, a damaged row). The loss is

@@ -38,6 +38,7 @@ from ._destinations import (
     Subscription,
     prefetch_window,
 )
+from ._durable import CLIENT_ID_HEADER, NAME_HEADER, durable_name
 from ._negotiation import (
     SUPPORTED,
     check_credentials,
@@ -120,6 +121,8 @@ class Session:
         self.heartbeat_send_ms = 0
         self.heartbeat_receive_ms = 0
         self.subscriptions: dict[str, Subscription] = {}
+        #: The CONNECT's ``client-id``, which this session holds (see :mod:`._durable`).
+        self.client_id: str | None = None
         self.temporary = TemporaryQueues(router, self, limits.max_subscriptions)
         self._acks: dict[str, Pending] = {}
         self._ack_subs: dict[str, Subscription] = {}
@@ -258,6 +261,7 @@ class Session:
         heartbeats = negotiate_heartbeats(client, self.limits.min_heartbeat_ms)
         if not check_credentials(self.users, headers.get("login"), headers.get("passcode")):
             raise ClientError("access refused", "the login or passcode is not valid")
+        self._claim_client_id(headers.get(CLIENT_ID_HEADER))
         self.version = version
         self.parser.version = version
         self.parser.max_frame_size = self.limits.max_frame_size
@@ -267,6 +271,16 @@ class Session:
         server = f"{SERVER}/{package_version()}"
         connected = {"version": version, "server": server, "session": self.session_id}
         self._emit_frame(Frame("CONNECTED", {**connected, "heart-beat": f"{sx},{sy}"}))
+
+    def _claim_client_id(self, client_id: str | None) -> None:
+        durables = self.router.durables
+        if not client_id or durables is None:
+            return
+        if not durables.claim(client_id, self):
+            raise ClientError(
+                "client-id in use", f"client-id {client_id!r} is held by another connection"
+            )
+        self.client_id = client_id
 
     def _on_send(self, frame: Frame, committing: bool) -> None:
         headers = frame.headers
@@ -311,7 +325,18 @@ class Session:
         except ValueError as exc:
             raise ClientError(*exc.args) from None
         temporary = self.temporary.to_subscribe(destination)
+        durable = durable_name(headers, destination)
         sub = Subscription(self, sub_id, destination, ack_mode, window, selector)
+        if durable is not None and self.router.durables is not None:
+            if selector is not None:
+                raise ClientError(
+                    "selector on a durable subscription",
+                    "a durable subscription takes no selector (not supported yet)",
+                )
+            ticket = self.router.durables.attach(sub, self.client_id, durable)
+            self._ticket = max(self._ticket, ticket)
+            self.subscriptions[sub_id] = sub
+            return
         self.subscriptions[sub_id] = sub
         if temporary is not None:
             temporary.add(sub)
@@ -320,6 +345,17 @@ class Session:
 
     def _on_unsubscribe(self, frame: Frame, committing: bool) -> None:
         headers = frame.headers
+        durable = headers.get(NAME_HEADER)
+        if durable is not None and self.router.durables is not None:
+            # Removes the durable subscription (ActiveMQ's way), after ending
+            # the connection's subscription ``id`` names, if any.
+            sub = self.subscriptions.pop(headers.get("id", ""), None)
+            if sub is not None:
+                self._forget_acks(sub)
+                self.router.unsubscribe(sub)
+            ticket = self.router.durables.remove(self.client_id, durable)
+            self._ticket = max(self._ticket, ticket)
+            return
         sub_id = headers.get("id")
         if sub_id is None:
             if self.version != "1.0" or "destination" not in headers:
@@ -526,6 +562,8 @@ class Session:
         for sub in subs:
             self.router.unsubscribe(sub)
         self.temporary.release()
+        if self.client_id is not None and self.router.durables is not None:
+            self.router.durables.release(self.client_id, self)
         self._out = []
 
     # -- internals -------------------------------------------------------------

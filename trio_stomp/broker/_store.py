@@ -21,7 +21,9 @@ Why SQLite, and how:
   started is never written at all (a consumer that keeps up costs no I/O).
 
 What is stored: messages sent to queues, until they are acknowledged (or,
-for ``auto`` subscriptions, delivered). Topic messages are never stored.
+for ``auto`` subscriptions, delivered); durable topic subscriptions and the
+messages kept for them (see :mod:`._store_durable`). Other topic messages are
+never stored.
 When the broker starts again, every stored message goes back to the front of
 its queue in the order it was sent, marked ``redelivered:true`` (it may have
 been delivered before the stop: the broker does not write deliveries).
@@ -53,6 +55,16 @@ from typing import Final, Protocol
 import trio
 
 from ._destinations import Message, message_size
+from ._store_durable import (
+    DurableChanges,
+    DurableKey,
+    Restored,
+    durable_key,
+    read_durables,
+    restored,
+    stored_key,
+    write_durables,
+)
 from ._store_mark import MARK_FILE, Damage, MarkFile, Tally, assess, row_checksum
 
 __all__ = ["STORE_FILE", "Store", "StoreDamaged", "StoreError", "open_data_dir", "open_store"]
@@ -61,7 +73,7 @@ log = logging.getLogger("trio_stomp.broker")
 
 #: The store's file name inside the data dir.
 STORE_FILE: Final = "broker.sqlite3"
-_SCHEMA_VERSION: Final = 2
+_SCHEMA_VERSION: Final = 3
 #: The longest a commit waits for more messages from connections it expects, s.
 GATHER_DELAY: Final = 0.0005
 
@@ -125,7 +137,7 @@ class _Database:
         self._mark: MarkFile | None = None
 
     @classmethod
-    def open(cls, path: Path, accept_damage: bool = False) -> tuple[_Database, list[Message], int]:
+    def open(cls, path: Path, accept_damage: bool = False) -> tuple[_Database, Restored, int]:
         """Open (or create) the store; return it, what it holds in order, and the next key.
 
         Raises:
@@ -161,7 +173,7 @@ class _Database:
                 found.unlink()
         return database, messages, database.tally.high + 1
 
-    def prepare(self, accept_damage: bool = False) -> list[Message]:
+    def prepare(self, accept_damage: bool = False) -> Restored:
         execute = self.connection.execute
         execute("PRAGMA locking_mode=EXCLUSIVE")
         mode = execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -179,7 +191,7 @@ class _Database:
             raise
         return messages
 
-    def _check(self, accept_damage: bool) -> list[Message]:
+    def _check(self, accept_damage: bool) -> Restored:
         """Create or upgrade the schema, read every row, compare the tallies."""
         execute = self.connection.execute
         version = execute("PRAGMA user_version").fetchone()[0]
@@ -202,6 +214,16 @@ class _Database:
             execute(
                 "UPDATE messages SET checksum = checksum_of(key, id, destination, headers, body)"
             )
+        if not new and version < 3:  # (schema 2: no durable subscriptions)
+            execute("ALTER TABLE messages ADD COLUMN subscription TEXT NOT NULL DEFAULT ''")
+        if new:
+            execute("ALTER TABLE messages ADD COLUMN subscription TEXT NOT NULL DEFAULT ''")
+        if "durables" not in tables:
+            execute(
+                "CREATE TABLE durables (client_id TEXT NOT NULL, name TEXT NOT NULL, "
+                "destination TEXT NOT NULL, checksum INTEGER NOT NULL, "
+                "PRIMARY KEY (client_id, name))"
+            )
         if "tally" not in tables:
             execute(
                 "CREATE TABLE tally (id INTEGER PRIMARY KEY CHECK (id = 1), "
@@ -213,49 +235,72 @@ class _Database:
             self._write_tally(Tally(0, count, 0, high))
         execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         messages, damaged = self._read_rows()
+        durables, damaged_durables = read_durables(self.connection)
         rows = len(messages) + len(damaged)
         mark, problem = MarkFile.read(self.path.with_name(MARK_FILE))
         row = execute("SELECT commits, adds, removes, high, checksum FROM tally").fetchone()
         tally = Tally(*row[:4])
         whole = row[4] == tally.checksum()
         if not whole:  # (then only the mark can tell what the database held)
-            tally = Tally(0, rows, 0, max([tally.high, *damaged, *(m.key for m in messages[-1:])]))
-        damage = assess(tally, rows, damaged, mark, new=new, mark_problem=problem, pages=pages)
+            last = [message.key for message, _ in messages[-1:]]
+            tally = Tally(0, rows, 0, max([tally.high, *damaged, *last]))
+        damage = assess(
+            tally,
+            rows,
+            damaged,
+            mark,
+            new=new,
+            mark_problem=problem,
+            pages=pages,
+            damaged_subscriptions=len(damaged_durables),
+        )
         if not whole:
             first = "the database's own tally is damaged"
             findings = (first, *(damage.findings if damage is not None else ()))
             damage = Damage(findings, 0 if damage is None else damage.lost, None)
         self.tally = tally
         if damage is None:
-            return messages
+            return restored(messages, durables)
         if not accept_damage:
             raise StoreDamaged(self.path, damage)
         # Accepted: drop the damaged rows, and count on from past everything the
         # mark or the database ever had (the new tally is ahead of both).
         self.connection.executemany("DELETE FROM messages WHERE key = ?", ((k,) for k in damaged))
+        self.connection.executemany(
+            "DELETE FROM durables WHERE client_id = ? AND name = ?", damaged_durables
+        )
         newest = max(tally.commits, mark.commits if mark is not None else 0)
         high = max(tally.high, mark.high if mark is not None else 0)
         self._write_tally(Tally(newest + 1, len(messages), 0, high))
         self.damage = damage
-        return messages
+        return restored(messages, durables)
 
-    def _read_rows(self) -> tuple[list[Message], list[int]]:
-        """Every row whose checksum holds, in order; and the keys of those that fail."""
-        messages: list[Message] = []
+    def _read_rows(self) -> tuple[list[tuple[Message, str]], list[int]]:
+        """Every row whose checksum holds, in order, with the durable subscription it
+        belongs to ("" for a queue's); and the keys of those that fail."""
+        messages: list[tuple[Message, str]] = []
         damaged: list[int] = []
-        query = "SELECT key, id, destination, headers, body, checksum FROM messages ORDER BY key"
-        for key, message_id, destination, headers_json, body, checksum in self.connection.execute(
-            query
-        ):
+        query = (
+            "SELECT key, id, destination, headers, body, checksum, subscription "
+            "FROM messages ORDER BY key"
+        )
+        for row in self.connection.execute(query):
+            key, message_id, destination, headers_json, body, checksum, owner = row
             try:
-                if row_checksum(key, message_id, destination, headers_json, body) != checksum:
+                if (
+                    row_checksum(key, message_id, destination, headers_json, body, owner)
+                    != checksum
+                ):
                     raise ValueError("checksum")
                 headers = tuple((str(n), str(v)) for n, v in json.loads(headers_json))
+                if owner:
+                    durable_key(owner)
             except (ValueError, TypeError):  # (also a row that is not ours)
                 damaged.append(key)
                 continue
             size = message_size(destination, headers, body)
-            messages.append(Message(message_id, destination, headers, bytes(body), size, True, key))
+            message = Message(message_id, destination, headers, bytes(body), size, True, key)
+            messages.append((message, owner))
         return messages, damaged
 
     def _write_tally(self, tally: Tally) -> None:
@@ -265,9 +310,16 @@ class _Database:
         )
         self.tally = tally
 
-    def commit(self, adds: Iterable[Message], removes: Iterable[int]) -> None:
-        """Write one group: insert ``adds``, delete ``removes``, one fsync; then the mark."""
+    def commit(
+        self,
+        adds: Iterable[Message],
+        removes: Iterable[int],
+        durables: DurableChanges | None = None,
+    ) -> None:
+        """Write one group: insert ``adds``, delete ``removes``, write the durable
+        subscriptions' changes; one fsync; then the mark."""
         execute = self.connection.execute
+        owners = durables.owners if durables is not None else {}
         rows = [
             (
                 m.key,
@@ -275,15 +327,22 @@ class _Database:
                 m.destination,
                 headers,
                 m.body,
-                row_checksum(m.key, m.message_id, m.destination, headers, m.body),
+                row_checksum(m.key, m.message_id, m.destination, headers, m.body, owner),
+                owner,
             )
             for m in adds
-            for headers in (json.dumps(m.headers),)
+            for headers, owner in ((json.dumps(m.headers), owners.get(m.key, "")),)
         ]
         before = self.tally
         execute("BEGIN")
         try:
-            self.connection.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?)", rows)
+            if durables is not None:
+                write_durables(self.connection, durables)
+            self.connection.executemany(
+                "INSERT INTO messages (key, id, destination, headers, body, checksum, "
+                "subscription) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
             deleted = self.connection.executemany(
                 "DELETE FROM messages WHERE key = ?", ((key,) for key in removes)
             ).rowcount
@@ -335,10 +394,13 @@ class Store:
     :attr:`durable`, and calls :meth:`watch` to hear when that changes.
     """
 
-    def __init__(self, database: _Database, restored: list[Message], next_key: int) -> None:
+    def __init__(self, database: _Database, restored: Restored, next_key: int) -> None:
         self.path = database.path
-        #: What the store held when it was opened, oldest first (redelivered).
-        self.restored = restored
+        #: The queue messages the store held when it was opened, oldest first
+        #: (redelivered).
+        self.restored = restored.messages
+        #: The durable subscriptions it held, each with its messages.
+        self.restored_durables = restored.durables
         #: The number of the last group known to be on disk.
         self.durable = 0
         #: Commits done since the store opened (each one fsync).
@@ -348,6 +410,7 @@ class Store:
         self._batch = 1  # the group now collecting
         self._adds: dict[int, Message] = {}
         self._removes: list[int] = []
+        self._durables = DurableChanges()
         self._watchers: dict[Watcher, None] = {}
         self._wakeup = trio.Event()
         self._closing = False
@@ -359,14 +422,17 @@ class Store:
         self._next_key = key + 1
         return key
 
-    def add(self, message: Message) -> int:
-        """Write ``message`` (its ``key`` from :meth:`next_key`) in the next group.
+    def add(self, message: Message, subscription: DurableKey | None = None) -> int:
+        """Write ``message`` (its ``key`` from :meth:`next_key`) in the next group,
+        as a message of the durable ``subscription`` when one is given.
 
         Returns:
           The group's number: the message is on disk once :attr:`durable`
           reaches it.
         """
         self._adds[message.key] = message
+        if subscription is not None:
+            self._durables.owners[message.key] = stored_key(subscription)
         self._wakeup.set()
         return self._batch
 
@@ -375,6 +441,25 @@ class Store:
         if self._adds.pop(key, None) is None:
             self._removes.append(key)
             self._wakeup.set()
+        else:
+            self._durables.owners.pop(key, None)
+
+    def save_durable(self, key: DurableKey, destination: str) -> int:
+        """Write the durable subscription ``key`` (of ``destination``) in the next group.
+
+        Returns:
+          The group's number, as :meth:`add`.
+        """
+        self._durables.subscriptions[key] = destination
+        self._wakeup.set()
+        return self._batch
+
+    def drop_durable(self, key: DurableKey) -> int:
+        """Delete the durable subscription ``key`` in the next group (its messages
+        are removed one by one, :meth:`remove`)."""
+        self._durables.subscriptions[key] = None
+        self._wakeup.set()
+        return self._batch
 
     def watch(self, watcher: Watcher) -> None:
         """Call ``watcher.durable`` after each commit until it returns False."""
@@ -389,7 +474,12 @@ class Store:
         """Adds and removes waiting for the next commit."""
         return len(self._adds) + len(self._removes)
 
-    async def write_loop(self, commit: Callable[[list[Message], list[int]], None]) -> None:
+    def _waiting(self) -> bool:
+        return bool(self._adds or self._removes or self._durables)
+
+    async def write_loop(
+        self, commit: Callable[[list[Message], list[int], DurableChanges], None]
+    ) -> None:
         """Commit group after group until :meth:`close_soon`, then flush and return.
 
         Raises:
@@ -397,7 +487,7 @@ class Store:
             cannot be kept).
         """
         while True:
-            if not (self._adds or self._removes or self._closing):
+            if not (self._waiting() or self._closing):
                 await self._wakeup.wait()
             await self._gather()
             self._wakeup = trio.Event()
@@ -405,11 +495,13 @@ class Store:
             self._batch = batch + 1
             adds = list(self._adds.values())
             removes = self._removes
+            durables = self._durables
             self._adds = {}
             self._removes = []
-            if adds or removes:
+            self._durables = DurableChanges()
+            if adds or removes or durables:
                 try:
-                    await trio.to_thread.run_sync(commit, adds, removes)
+                    await trio.to_thread.run_sync(commit, adds, removes, durables)
                 except (sqlite3.Error, OSError) as exc:
                     raise _store_error(self.path, "write", exc) from None
                 self.commits += 1
@@ -418,7 +510,7 @@ class Store:
             for watcher in list(self._watchers):
                 if not watcher.durable(batch):
                     self._watchers.pop(watcher, None)
-            if self._closing and not (self._adds or self._removes):
+            if self._closing and not self._waiting():
                 return
 
     async def _gather(self) -> None:
@@ -479,7 +571,7 @@ async def open_store(
     log.info(
         "broker store %s: %d message(s) restored (durable: on disk before each RECEIPT)",
         path,
-        len(restored),
+        len(restored.messages) + sum(len(d.messages) for d in restored.durables),
     )
     failed: StoreError | None = None
     error: BaseException | None = None

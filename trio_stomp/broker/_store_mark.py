@@ -43,7 +43,15 @@ from typing import Final
 
 import attrs
 
-__all__ = ["MARK_FILE", "Damage", "MarkFile", "Tally", "assess", "row_checksum"]
+__all__ = [
+    "MARK_FILE",
+    "Damage",
+    "MarkFile",
+    "Tally",
+    "assess",
+    "durable_checksum",
+    "row_checksum",
+]
 
 #: The mark file's name inside the data dir.
 MARK_FILE: Final = "broker.mark"
@@ -53,10 +61,24 @@ _SLOTS: Final = 2
 _MAX_LISTED: Final = 10  # keys of damaged rows named in a report
 
 
-def row_checksum(key: int, message_id: str, destination: str, headers: str, body: bytes) -> int:
-    """The CRC-32 a stored row carries (``headers`` as stored: JSON)."""
-    head = f"{key}\0{message_id}\0{destination}\0{headers}\0".encode("utf-8", "surrogatepass")
-    return zlib.crc32(body, zlib.crc32(head))
+def row_checksum(
+    key: int, message_id: str, destination: str, headers: str, body: bytes, subscription: str = ""
+) -> int:
+    """The CRC-32 a stored row carries (``headers`` as stored: JSON).
+
+    ``subscription`` (a durable subscription's stored key; "" for a queue's
+    message, so older rows keep their checksum) counts when it is set.
+    """
+    head = f"{key}\0{message_id}\0{destination}\0{headers}\0"
+    if subscription:
+        head += f"{subscription}\0"
+    return zlib.crc32(body, zlib.crc32(head.encode("utf-8", "surrogatepass")))
+
+
+def durable_checksum(client_id: str, name: str, destination: str) -> int:
+    """The CRC-32 a stored durable subscription carries."""
+    text = f"durable\0{client_id}\0{name}\0{destination}\0"
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
 @attrs.frozen
@@ -134,6 +156,7 @@ def assess(
     new: bool,
     mark_problem: str | None = None,
     pages: tuple[str, ...] = (),
+    damaged_subscriptions: int = 0,
 ) -> Damage | None:
     """Compare what the database holds with what was written; None when it is whole.
 
@@ -146,8 +169,15 @@ def assess(
         was emptied or deleted).
       mark_problem: the mark file exists but no slot of it can be read.
       pages: what ``PRAGMA quick_check`` reported, when not "ok".
+      damaged_subscriptions: durable subscriptions whose checksum failed
+        (a subscription whose messages remain is rebuilt from them; one that
+        held none is gone).
     """
     findings: list[str] = [f"quick_check: {line}" for line in pages]
+    if damaged_subscriptions:
+        findings.append(
+            f"{damaged_subscriptions} durable subscription record(s) damaged (checksum failed)"
+        )
     lost = lost_most = from_key = redelivered = 0
     known = not pages
     if damaged:

@@ -29,6 +29,7 @@ from ._bench import add_bench
 from ._common import EXIT_FAILED, EXIT_STATUS_HELP, PROG, URL_ENV, UsageError, say
 from ._listen import add_listen
 from ._send import add_send
+from ._subscriptions import add_subscription_options, run_subscriptions
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -38,7 +39,14 @@ Subparsers = Any  # argparse's _SubParsersAction is private
 _USERS_HELP = """\
 users file format: one "login:passcode" per line; the passcode is everything
 after the first colon; blank lines and lines starting with "#" are ignored.
-Without --users the broker accepts any login."""
+Without --users the broker accepts any login.
+
+durable topic subscriptions (as ActiveMQ names them): a SUBSCRIBE to a /topic/
+with an activemq.subscriptionName header, from a connection whose CONNECT has a
+client-id header, keeps what is sent to the topic while its client is away (on
+disk with --data-dir, across restarts). A plain UNSUBSCRIBE keeps it; one with
+activemq.subscriptionName removes it, as do --remove-subscription (on a stopped
+broker's --data-dir). A client-id is held by one connection at a time."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -54,8 +62,9 @@ def _add_broker(subcommands: Subparsers) -> None:
         "broker",
         help="run the embedded STOMP broker",
         description="Run the embedded STOMP broker (1.0, 1.1, 1.2) until SIGINT or "
-        "SIGTERM. Without --data-dir it is volatile: queued messages live in memory "
-        "and are lost when it stops. Besides plain STOMP it can listen for STOMP over TLS "
+        "SIGTERM. Without --data-dir it is volatile: queued messages (and what durable "
+        "topic subscriptions keep) live in memory and are lost when it stops. Besides "
+        "plain STOMP it can listen for STOMP over TLS "
         "(--tls-listen, with --cert) and over WebSocket (--ws-listen; --wss-listen "
         "for WebSocket over TLS); all listeners serve the same destinations.",
         epilog=_USERS_HELP,
@@ -74,9 +83,10 @@ def _add_broker(subcommands: Subparsers) -> None:
     parser.add_argument(
         "--data-dir",
         metavar="DIR",
-        help="keep queue messages on disk in DIR (SQLite, created when missing): each "
-        "RECEIPT comes after an fsync, and what is not consumed is delivered again "
-        "(redelivered:true) at the next start",
+        help="keep queue messages, and durable topic subscriptions (client-id + "
+        "activemq.subscriptionName) with what they hold, on disk in DIR (SQLite, created "
+        "when missing): each RECEIPT comes after an fsync, and what is not consumed is "
+        "delivered again (redelivered:true) at the next start",
     )
     parser.add_argument(
         "--accept-damage",
@@ -86,6 +96,7 @@ def _add_broker(subcommands: Subparsers) -> None:
         "was lost is logged. Without it such a store is refused: exit 1, with what was "
         "lost (how many, from which store key on)",
     )
+    add_subscription_options(parser)
     parser.add_argument(
         "--tls-listen",
         metavar="HOST:PORT",
@@ -122,6 +133,11 @@ def _add_broker(subcommands: Subparsers) -> None:
 def _run_broker(args: argparse.Namespace) -> int:
     from ..broker import StoreError, UsersFileError, load_users
 
+    if args.accept_damage and args.data_dir is None:
+        raise UsageError("--accept-damage needs --data-dir")
+    status = run_subscriptions(args)
+    if status is not None:
+        return status
     users = None
     if args.users is not None:
         try:
@@ -129,8 +145,6 @@ def _run_broker(args: argparse.Namespace) -> int:
         except UsersFileError as exc:
             raise UsageError(str(exc)) from None
     host, port = args.listen
-    if args.accept_damage and args.data_dir is None:
-        raise UsageError("--accept-damage needs --data-dir")
     options: dict[str, Any] = {
         "tls_port": args.tls_listen,
         "ws_port": args.ws_listen,

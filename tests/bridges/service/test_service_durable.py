@@ -249,7 +249,7 @@ async def test_a_durable_broker_keeps_unread_queues_and_loses_a_held_topic_messa
 async def test_a_store_that_cannot_write_stops_the_bridge_with_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def commit(self: Any, adds: Any, removes: Any) -> None:
+    def commit(self: Any, adds: Any, removes: Any, *rest: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr("trio_stomp.broker._store._Database.commit", commit)

@@ -61,13 +61,16 @@ def test_public_surface() -> None:
     assert sorted(trio_stomp.broker.__all__) == [
         "Broker",
         "DestinationDepth",
+        "DurableSubscriptionInfo",
         "Limits",
         "StoreDamaged",
         "StoreError",
         "UsersFileError",
+        "list_durable_subscriptions",
         "load_users",
         "open_broker",
         "parse_users",
+        "remove_durable_subscription",
         "serve_broker",
     ]
     assert all(hasattr(trio_stomp.broker, name) for name in trio_stomp.broker.__all__)

@@ -60,10 +60,10 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Gate]:
     gate = _Gate()
     original = _Database.commit
 
-    def commit(self: Any, adds: Any, removes: Any) -> None:
+    def commit(self: Any, adds: Any, removes: Any, *rest: Any) -> None:
         gate.entered.set()
         gate.release.wait(TIMEOUT)
-        original(self, adds, removes)
+        original(self, adds, removes, *rest)
 
     monkeypatch.setattr(COMMIT, commit)
     yield gate
@@ -235,10 +235,10 @@ async def test_group_commit_many_senders_share_commits(
     commits: list[int] = []
     original = _Database.commit
 
-    def commit(self: Any, adds: Any, removes: Any) -> None:
+    def commit(self: Any, adds: Any, removes: Any, *rest: Any) -> None:
         adds = list(adds)
         commits.append(len(adds))
-        original(self, adds, removes)
+        original(self, adds, removes, *rest)
 
     monkeypatch.setattr(COMMIT, commit)
 
@@ -294,7 +294,7 @@ async def test_a_second_broker_on_the_same_data_dir_is_refused(tmp_path: Path) -
 async def test_a_failed_write_stops_the_broker_without_a_receipt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def commit(self: Any, adds: Any, removes: Any) -> None:
+    def commit(self: Any, adds: Any, removes: Any, *rest: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr(COMMIT, commit)

@@ -184,7 +184,10 @@ async def test_a_store_row_that_is_not_ours_is_damage_naming_the_file(tmp_path: 
         async with open_broker(data_dir=tmp_path):
             pass
     with contextlib.closing(sqlite3.connect(tmp_path / "broker.sqlite3")) as db, db:
-        db.execute("INSERT INTO messages VALUES (1, 'x', '/queue/a', 'not json', x'00', 0)")
+        db.execute(
+            "INSERT INTO messages (key, id, destination, headers, body, checksum) "
+            "VALUES (1, 'x', '/queue/a', 'not json', x'00', 0)"
+        )
     with trio.fail_after(TIMEOUT), pytest.raises(StoreError, match=r"broker\.sqlite3"):
         async with open_broker(data_dir=tmp_path):
             pytest.fail("the broker started")

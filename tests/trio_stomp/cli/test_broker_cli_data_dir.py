@@ -1,4 +1,5 @@
-"""``trio-stomp broker --data-dir``: what a RECEIPT confirmed survives SIGKILL."""
+"""``trio-stomp broker --data-dir``: what a RECEIPT confirmed survives SIGKILL (queues and
+durable topic subscriptions); listing and removing durable subscriptions of a stopped broker."""
 
 from __future__ import annotations
 
@@ -121,4 +122,95 @@ def test_a_data_dir_that_cannot_be_opened_is_a_clear_error(
     assert status == 1
     err = capsys.readouterr().err
     assert str(plain) in err
+    assert "Traceback" not in err
+
+
+# -- durable topic subscriptions ----------------------------------------------------
+
+DURABLE = {"destination": "/topic/news", "id": "0", "activemq.subscriptionName": "daily"}
+
+
+@pytest.mark.deadline(40)
+async def test_a_durable_subscriptions_receipted_messages_survive_sigkill(tmp_path: Path) -> None:
+    async with _broker(tmp_path) as (process, port, _):
+        with trio.fail_after(10):
+            async with open_raw_client(port, client_id="app") as client:
+                await client.send("SUBSCRIBE", {**DURABLE, "ack": "client", "receipt": "s"})
+                await client.receipt("s")
+            async with open_raw_client(port) as producer:
+                for i in range(20):
+                    receipt = str(i)
+                    await producer.send(
+                        "SEND", {"destination": "/topic/news", "receipt": receipt}, b"%d" % i
+                    )
+                await producer.receipt("19")
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    async with _broker(tmp_path) as (process, port, _):
+        with trio.fail_after(10):
+            async with open_raw_client(port, client_id="app") as client:
+                await client.send("SUBSCRIBE", {**DURABLE, "ack": "client", "receipt": "s"})
+                await client.receipt("s")
+                frames = [await client.expect("MESSAGE") for _ in range(20)]
+    assert [f.body for f in frames] == [b"%d" % i for i in range(20)]
+    assert {f.headers["redelivered"] for f in frames} == {"true"}
+    assert {f.headers["destination"] for f in frames} == {"/topic/news"}
+
+
+async def _keep_two(data_dir: Path) -> None:
+    from trio_stomp.broker import open_broker
+
+    async with open_broker(data_dir=data_dir) as broker:
+        for client_id in ("app", "tab\there"):
+            async with open_raw_client(broker, client_id=client_id) as client:
+                await client.send("SUBSCRIBE", {**DURABLE, "receipt": "s"})
+                await client.receipt("s")
+        async with open_raw_client(broker) as producer:
+            await producer.send("SEND", {"destination": "/topic/news", "receipt": "r"}, b"x")
+            await producer.receipt("r")
+
+
+def test_list_and_remove_subscriptions_of_a_stopped_broker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trio.run(_keep_two, tmp_path)
+    data_dir = ["broker", "--data-dir", str(tmp_path)]
+    assert main([*data_dir, "--list-subscriptions"]) == 0
+    out = capsys.readouterr().out
+    size = len(b"x") + 64 + len("/topic/news")
+    assert out.splitlines() == [
+        "client-id\tname\ttopic\tmessages\tbytes",
+        f"app\tdaily\t/topic/news\t1\t{size}",
+        f"tab\\there\tdaily\t/topic/news\t1\t{size}",
+    ]
+    assert main([*data_dir, "--remove-subscription", "app", "daily"]) == 0
+    err = capsys.readouterr().err
+    assert "removed durable subscription 'daily' of client-id 'app'" in err
+    assert "1 message(s)" in err
+    assert main([*data_dir, "--list-subscriptions"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        f"tab\\there\tdaily\t/topic/news\t1\t{size}"
+    ]
+    assert main([*data_dir, "--remove-subscription", "app", "daily"]) == 1
+    err = capsys.readouterr().err
+    assert "no durable subscription 'daily' of client-id 'app'" in err
+    assert "Traceback" not in err
+
+
+def test_subscription_commands_need_a_data_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["broker", "--list-subscriptions"]) == 2
+    assert "--list-subscriptions needs --data-dir" in capsys.readouterr().err
+    assert main(["broker", "--remove-subscription", "a", "b"]) == 2
+    assert "--remove-subscription needs --data-dir" in capsys.readouterr().err
+
+
+@pytest.mark.deadline(30)
+async def test_listing_the_store_of_a_running_broker_is_a_clear_error(tmp_path: Path) -> None:
+    async with _broker(tmp_path):
+        command = [*_command(), "broker", "--data-dir", str(tmp_path), "--list-subscriptions"]
+        with trio.fail_after(15):
+            refused = await trio.run_process(command, capture_stderr=True, check=False)
+    err = refused.stderr.decode()
+    assert refused.returncode == 1, err
+    assert "is another broker using this data dir?" in err
     assert "Traceback" not in err

@@ -135,13 +135,18 @@ def test_connect_headers_connect_cannot_carry_are_refused() -> None:
         StompSink(StompSinkConfig(connect_headers={"client-id": "a\nb"}), CTX)
 
 
+@pytest.mark.parametrize("broker", ["embedded", "activemq"])
 async def test_a_durable_stomp_source_gets_what_came_while_it_was_down(
-    unique: Callable[[str], str],
+    broker: str, embedded: Target, unique: Callable[[str], str]
 ) -> None:
-    """ActiveMQ: ``connect_headers`` gives the connection its ``client-id``, and
+    """ActiveMQ (and the embedded broker, which names durable subscriptions the
+    same way): ``connect_headers`` gives the connection its ``client-id``, and
     ``subscribe_headers`` names the durable subscription."""
-    require_real_broker("activemq")
-    url = REAL_BROKERS["activemq"]
+    if broker == "activemq":
+        require_real_broker("activemq")
+        url = REAL_BROKERS["activemq"]
+    else:
+        url = embedded.url
     topic = unique("topic")
     name = topic.rsplit("/", 1)[1]
     config = StompSourceConfig(
