@@ -199,8 +199,7 @@ class Subscription:
       ack_mode: ``auto``, ``client`` or ``client-individual``.
       window: the most unacknowledged messages in flight; None for no limit.
       selector: what it selects; None: every message. (A durable topic
-        subscription, issue 24 section 3, keeps its selector with it, and
-        filters at fan-out as a topic subscription does here.)
+        subscription takes none yet: its SUBSCRIBE with one is refused.)
       queue: where its messages come from (shared, or private for a topic).
       unacked: delivered and not yet acknowledged, by message id, oldest first.
     """
