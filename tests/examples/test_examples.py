@@ -362,6 +362,7 @@ def test_every_example_has_a_test_here() -> None:
         "hello.py",
         "request_reply.py",
         "durable_subscription.py",
+        "selector_tour.py",
         "spark_stream.py",
         "systemd",
     }
