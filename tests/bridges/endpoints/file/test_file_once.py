@@ -110,6 +110,11 @@ def test_a_window_smaller_than_in_flight_is_a_config_error(tmp_path: Path) -> No
 async def test_a_file_per_message_named_by_its_id_is_written_once(tmp_path: Path) -> None:
     sink = FileSink(FileSinkConfig("out", format="files"), ctx(tmp_path))  # name = "{id}"
     source = FakeSource([*messages(4), *messages(4)], end=True)  # every message delivered twice
+    async with sink.open() as writer:
+        await writer.write(messages(2))
+        await writer.write(messages(3))
+        assert writer.skipped == 2
     await Route("r", source, sink, batch_count=3, batch_time=0).run()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["m0", "m1", "m2", "m3"]
     assert len(source.acked) == 8
+    assert (tmp_path / "out" / "m3").read_bytes() == b"m3"
