@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Final
 
 import attrs
 from attrs.validators import ge, optional
@@ -22,6 +23,10 @@ import trio_stomp
 from ..._endpoint import Context, InvalidSetting
 from ..._message import ACKED, NACKED, OPEN, Envelope, trusted_message
 from ._connection import ID_HEADER, Connector, StompConnection
+
+#: The header RabbitMQ carries a publisher's AMQP ``message_id`` in: stable, where its
+#: own ``message-id`` is not.
+AMQP_MESSAGE_ID: Final = "amqp-message-id"
 
 
 @attrs.frozen
@@ -113,7 +118,9 @@ class _StompEnvelope(Envelope):
 
     def __init__(self, received: trio_stomp.Message, origin: str) -> None:
         # The message to hand on: the MESSAGE's body and headers, less those about
-        # its delivery; its id is ``bridge-id`` when there is one, else ``message-id``.
+        # its delivery; its id is ``bridge-id`` when there is one, else the publisher's
+        # ``amqp-message-id`` (RabbitMQ), else ``message-id`` (stable on the embedded
+        # broker and ActiveMQ, new on each delivery on RabbitMQ: tests/.../test_stomp_ids.py).
         # (Here, not in a function of its own: this runs for every message.)
         headers = received.headers.as_dict()  # (a repeated header: the first one wins)
         pop = headers.pop
@@ -121,7 +128,8 @@ class _StompEnvelope(Envelope):
         pop("subscription", None)
         pop("ack", None)
         pop("content-length", None)
-        self.message = trusted_message(received.body, headers, pop(ID_HEADER, "") or message_id)
+        stable = pop(ID_HEADER, "") or headers.get(AMQP_MESSAGE_ID, "") or message_id
+        self.message = trusted_message(received.body, headers, stable)
         self.origin = origin
         self.state = OPEN
         self.received = received
