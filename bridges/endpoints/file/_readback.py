@@ -40,11 +40,16 @@ _decode = json.JSONDecoder().raw_decode
 
 
 class RecentIds:
-    """The ids of the last ``window`` messages written, oldest first: a bounded set."""
+    """The ids of the last ``window`` messages written: a set bounded by first-written order.
+
+    A set for the lookups and a deque for the order, so that a batch of new
+    ids goes in with two C calls (:meth:`add_new`): this runs for every batch.
+    """
 
     def __init__(self, window: int) -> None:
         self.window = window
-        self._ids: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._ids: set[str] = set()
+        self._order: collections.deque[str] = collections.deque()
 
     def __contains__(self, message_id: object) -> bool:
         return message_id in self._ids
@@ -52,15 +57,32 @@ class RecentIds:
     def __len__(self) -> int:
         return len(self._ids)
 
+    def none_of(self, ids: list[str]) -> bool:
+        """Whether ``ids`` are all non-empty, different, and none of them kept."""
+        return "" not in ids and self._ids.isdisjoint(ids) and len(set(ids)) == len(ids)
+
+    def add_new(self, ids: list[str]) -> None:
+        """Remember ``ids``, for which :meth:`none_of` was true, as the newest."""
+        self._ids.update(ids)
+        self._order.extend(ids)
+        self._trim()
+
     def add(self, ids: Iterable[str]) -> None:
-        """Remember ``ids`` as the newest; forget the oldest beyond the window."""
-        kept = self._ids
+        """Remember ``ids`` (empty or known ones left out) as the newest."""
+        kept, order = self._ids, self._order
         for message_id in ids:
-            if message_id:
-                kept[message_id] = None
-                kept.move_to_end(message_id)
-        while len(kept) > self.window:
-            kept.popitem(last=False)
+            if message_id and message_id not in kept:
+                kept.add(message_id)
+                order.append(message_id)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Forget the oldest beyond the window."""
+        excess = len(self._order) - self.window
+        if excess > 0:
+            popleft, discard = self._order.popleft, self._ids.discard
+            for _ in range(excess):
+                discard(popleft())
 
 
 def read_back(dir_fd: int, names: Iterable[str], window: int) -> RecentIds:

@@ -155,10 +155,16 @@ class _JsonlWriter:
 
     async def write(self, batch: Sequence[Message]) -> None:
         recent = self.recent
+        fresh: list[str] | None = None
         if recent is not None:
-            batch = self._new_only(batch, recent)
-            if not batch:
-                return
+            ids = [message.id for message in batch]
+            if recent.none_of(ids):  # (the common case: checked and kept in C)
+                fresh = ids
+                self.skipped = 0
+            else:
+                batch = self._new_only(batch, recent)
+                if not batch:
+                    return
         body = self._config.body
         try:
             lines = record_lines(batch, body)
@@ -170,7 +176,10 @@ class _JsonlWriter:
             data = b"".join(encode_record(message, body) for message in batch)
         async with self.lock:
             await trio.to_thread.run_sync(self._append, data)
-        if recent is not None:
+        if fresh is not None:
+            assert recent is not None
+            recent.add_new(fresh)
+        elif recent is not None:
             recent.add(message.id for message in batch)
 
     def _new_only(self, batch: Sequence[Message], recent: RecentIds) -> Sequence[Message]:

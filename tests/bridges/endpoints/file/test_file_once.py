@@ -72,6 +72,15 @@ async def test_the_window_keeps_the_last_ids_only(tmp_path: Path) -> None:
     assert ids(tmp_path / "out") == ["m0", "m1", "m2", "m3", "m4", "m1"]
 
 
+async def test_a_running_writer_keeps_the_window_too(tmp_path: Path) -> None:
+    sink = FileSink(FileSinkConfig("out", dedup_window=3), ctx(tmp_path, in_flight=3))
+    async with sink.open() as writer:
+        await writer.write(messages(5))  # the common path: every id new
+        await writer.write([messages(5)[1], messages(5)[4]])  # m1 left the window; m4 not
+        assert writer.skipped == 1
+    assert ids(tmp_path / "out") == ["m0", "m1", "m2", "m3", "m4", "m1"]
+
+
 async def test_off_and_empty_ids_write_every_time(tmp_path: Path) -> None:
     sink = FileSink(FileSinkConfig("out", dedup_window=0), ctx(tmp_path))
     async with sink.open() as writer:
