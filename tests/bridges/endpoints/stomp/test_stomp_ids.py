@@ -23,11 +23,14 @@ from conftest import Target
 CTX = Context(route="ids", in_flight=10)
 
 
-async def delivered_twice(url: str, destination: str, headers: dict[str, str]) -> tuple[str, ...]:
+async def delivered_twice(
+    url: str, destination: str, headers: dict[str, str], id_template: str | None = None
+) -> tuple[str, ...]:
     """The id of one message as handed out first, after a nack, and after a close."""
     async with trio_stomp.connect(url) as client:
         await client.send(destination, b"once", headers=headers, receipt=True)
-    source = StompSource(StompSourceConfig(url=url, destination=destination), CTX)
+    config = StompSourceConfig(url=url, destination=destination, id_template=id_template)
+    source = StompSource(config, CTX)
     ids = []
     for settle in ("nack", "close", "ack"):  # nacked; left unsettled at a close; acked
         with trio.fail_after(10):
@@ -64,6 +67,15 @@ async def test_a_publishers_amqp_message_id_is_stable_on_every_broker(
 ) -> None:
     ids = await delivered_twice(target.url, unique("queue"), {"amqp-message-id": "a-1"})
     assert ids == ("a-1", "a-1", "a-1")
+
+
+async def test_an_id_template_makes_a_stable_id_on_every_broker(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    headers = {"order": "o-1"}
+    ids = await delivered_twice(target.url, unique("queue"), headers, "{header:order}:{body_hash}")
+    assert len(set(ids)) == 1
+    assert ids[0].startswith("o-1:")
 
 
 async def test_the_embedded_brokers_store_keeps_the_message_id_across_a_restart(
