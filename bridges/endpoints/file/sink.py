@@ -43,7 +43,7 @@ from typing import Literal
 
 import attrs
 import trio
-from attrs.validators import ge
+from attrs.validators import ge, optional
 
 from ..._endpoint import Context, InvalidSetting, prepare_each
 from ..._message import Message
@@ -57,7 +57,8 @@ log = logging.getLogger("bridges.file")
 
 #: Bound on finishing the current file when the sink closes, s.
 CLOSE_TIMEOUT = 10.0
-#: Ids of the last lines written that a JSON-lines sink keeps to skip repeats (default).
+#: Ids of the last lines written that a JSON-lines sink keeps to skip repeats, by default
+#: (or the route's in_flight, when that is more).
 DEFAULT_DEDUP_WINDOW = 10_000
 
 
@@ -74,7 +75,7 @@ class FileSinkConfig:
     name: str = "{id}"
     conflict: Literal["fail", "replace", "ignore", "rename"] = "fail"
     fsync: bool = True
-    dedup_window: int = attrs.field(default=DEFAULT_DEDUP_WINDOW, validator=ge(0))
+    dedup_window: int | None = attrs.field(default=None, validator=optional(ge(0)))
 
 
 class FileSink:
@@ -86,10 +87,15 @@ class FileSink:
         self._create = not context.checking
         if "/" in config.prefix or config.prefix.startswith("."):
             raise InvalidSetting("prefix", "must be a plain file name prefix")
-        if config.format == "jsonl" and 0 < config.dedup_window < context.in_flight:
+        window = config.dedup_window
+        #: Ids of the last lines kept to skip repeats (0: off).
+        self.dedup_window = (
+            max(DEFAULT_DEDUP_WINDOW, context.in_flight) if window is None else window
+        )
+        if config.format == "jsonl" and 0 < self.dedup_window < context.in_flight:
             raise InvalidSetting(
                 "dedup_window",
-                f"{config.dedup_window} is less than the route's in_flight "
+                f"{self.dedup_window} is less than the route's in_flight "
                 f"({context.in_flight}): repeats after a crash could fall outside it "
                 "(0 turns it off)",
             )
@@ -311,8 +317,9 @@ class _JsonlWriter:
             log.info("finished %s left by an earlier run (%d bytes)", part, keep)
         if self._config.fsync:
             os.fsync(self._dir_fd)
-        if self._config.dedup_window:
-            self.recent = read_back(self._dir_fd, self._finished(), self._config.dedup_window)
+        window = self._sink.dedup_window
+        if window:
+            self.recent = read_back(self._dir_fd, self._finished(), window)
 
     def _finished(self) -> list[str]:
         """This sink's finished files in the directory, newest first (by name: its timestamp)."""

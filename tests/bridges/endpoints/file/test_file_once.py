@@ -106,6 +106,11 @@ async def test_what_is_read_back_is_only_the_sinks_own_regular_files(tmp_path: P
         assert writer.skipped == 0
 
 
+def test_the_default_window_grows_with_in_flight(tmp_path: Path) -> None:
+    assert FileSink(FileSinkConfig("out"), ctx(tmp_path, in_flight=10)).dedup_window == 10_000
+    assert FileSink(FileSinkConfig("out"), ctx(tmp_path, in_flight=50_000)).dedup_window == 50_000
+
+
 def test_a_window_smaller_than_in_flight_is_a_config_error(tmp_path: Path) -> None:
     config = tmp_path / "bridge.toml"
     config.write_text(
