@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 
 from bridges import ConfigError, Context, Message, Route, default_registry, load_config
-from bridges.endpoints.file import FileSink, FileSinkConfig
+from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
 from bridges.endpoints.file._records import encode_record
 from bridges.testing import FakeSource, messages
 
@@ -132,3 +133,24 @@ async def test_a_file_per_message_named_by_its_id_is_written_once(tmp_path: Path
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["m0", "m1", "m2", "m3"]
     assert len(source.acked) == 8
     assert (tmp_path / "out" / "m3").read_bytes() == b"m3"
+
+
+async def test_a_rotated_input_gives_new_ids_kept_across_a_restart(tmp_path: Path) -> None:
+    log_file = tmp_path / "app.jsonl"
+    log_file.write_bytes(b"same\n")
+    config = FileSourceConfig("app.jsonl", mode="jsonl", poll_interval=0.01)
+    ids = []
+    with trio.fail_after(10):
+        async with FileSource(config, ctx(tmp_path)).open() as receiver:
+            first = await receiver.receive()
+            ids.append(first.message.id)
+            await first.ack()
+            (tmp_path / "new.jsonl").write_bytes(b"same\nnext\n")
+            (tmp_path / "new.jsonl").rename(log_file)  # rotated: the same first line, anew
+            again = await receiver.receive()
+            ids.append(again.message.id)
+            await again.ack()
+            await trio.sleep(0.2)  # the position is persisted
+        async with FileSource(config, ctx(tmp_path)).open() as receiver:  # a restart
+            ids.append((await receiver.receive()).message.id)
+    assert ids == ["app.jsonl:0", "app.jsonl#1:0", "app.jsonl#1:5"]
