@@ -9,7 +9,8 @@ with SIGKILL once the far side holds a random share of the messages (plus
 once, at one of the kills), then runs until everything arrived and is
 stopped with SIGTERM (a clean exit is required). Figures: arrived (must be
 all), missing, duplicates and the most copies of one id, against the bound
-at-least-once promises (``kills * in_flight``).
+at-least-once promises (``kills * in_flight``), or 0 for a scenario whose
+source and sink claim effectively once together (``Scenario.once``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class Scenario:
     final: Callable[[], Counter[str]]  # copies per body (id) at the end
     finished: Callable[[], bool]  # everything arrived (and the source is drained)
     restart_server: Callable[[], None]
+    once: bool = False  # source and sink claim effectively once: the bound is 0 duplicates
 
 
 #: Builds a scenario in a working directory for the message ids.
@@ -225,7 +227,7 @@ def run_scenario(
             "missing": len(set(ids) - set(copies)),
             "duplicates": total - len(copies),
             "max_copies": max(copies.values(), default=0),
-            "bound": kills * IN_FLIGHT,
+            "bound": 0 if scenario.once else kills * IN_FLIGHT,
             "exit_status": status,
             "seconds": round(time.monotonic() - started, 1),
             "log_tail": log_path.read_text()[-1500:] if status != 0 else "",

@@ -17,7 +17,11 @@ went out, then sent again) are counted by id.
 are put in a queue; ``bridges run`` (stomp source -> http sink) posts them to a
 receiver in this process (hypercorn, answering 204), and is killed ``kills``
 times the same way. The receiver must end with every message; duplicates are
-identified by ``webhook-id`` and bounded by ``kills x in_flight``.
+identified by ``webhook-id`` and bounded by ``kills x in_flight``. The
+receiver also honours ``Idempotency-Key`` (it takes effect once per key, as
+bridges/README.md's contract says): ``effects`` counts what took effect, and
+must be one per message, 0 duplicates (a request without the key, or a key
+that is not its message's id, would show here).
 
 The broker runs in its own process and survives every kill: ``embedded`` is
 ``trio-stomp broker --listen 127.0.0.1:0``; RabbitMQ is the one of
@@ -270,6 +274,7 @@ async def outbound(target: Target, count: int, kills: int, rng: random.Random) -
             await client.send(queue, b"", headers={"bridge-id": "end"}, receipt=True)
         ids.append("end")
         received: collections.Counter[str] = collections.Counter()
+        effects: dict[str, str] = {}  # Idempotency-Key -> webhook-id of its first request
 
         async def app(scope: Any, receive: Any, send: Any) -> None:
             while True:  # a request cut off by a kill is not received
@@ -278,9 +283,11 @@ async def outbound(target: Target, count: int, kills: int, rng: random.Random) -
                     return
                 if not event.get("more_body"):
                     break
-            for name, value in scope["headers"]:
-                if name == b"webhook-id":
-                    received[value.decode()] += 1
+            found = dict(scope["headers"])
+            msg_id = found.get(b"webhook-id", b"").decode()
+            received[msg_id] += 1
+            key = found.get(b"idempotency-key", b"").decode()
+            effects.setdefault(key or f"no key {len(effects)}", msg_id)
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
 
@@ -312,6 +319,9 @@ async def outbound(target: Target, count: int, kills: int, rng: random.Random) -
             "duplicates": total - len(received),
             "max_copies": max(received.values(), default=0),
             "bound": kills * IN_FLIGHT,
+            "effects": len(effects),
+            "effect_duplicates": len(effects) - len(set(effects.values())),
+            "keys_not_the_id": sum(key != f'"{i}"' for key, i in effects.items()),
             "answers": {},
             "exit_status": status,
             "seconds": round(time.monotonic() - started, 1),
@@ -324,6 +334,8 @@ def ok(result: dict[str, Any]) -> bool:
         result["lost"] == 0
         and result["unexpected"] == 0
         and result["duplicates"] <= result["bound"]
+        and result.get("effect_duplicates", 0) == 0
+        and result.get("keys_not_the_id", 0) == 0
         and result["exit_status"] == 0
     )
 
@@ -395,6 +407,11 @@ def main() -> int:
         )
         if r["answers"]:
             print(f"  answers the sender got: {r['answers']}")
+        if "effects" in r:
+            print(
+                f"  an Idempotency-Key receiver: {r['effects']:,} effects, "
+                f"{r['effect_duplicates']} duplicated, {r['keys_not_the_id']} keys not the id"
+            )
         if r["log_tail"]:
             print(r["log_tail"])
     return 0 if passed else 1

@@ -207,12 +207,18 @@ def redis_call(url: str, work: Callable[[coredis.Redis[bytes]], Any]) -> Any:
     return trio.run(call)
 
 
-def redis_fill(url: str, stream: str, ids: list[str]) -> None:
+def redis_fill(url: str, stream: str, ids: list[str], *, stable: bool = True) -> None:
+    """``ids`` as entries of ``stream``; with ``bridge-id`` unless not ``stable`` (then a
+    source's id is the entry id)."""
+
     async def fill(client: coredis.Redis[bytes]) -> None:
         for start in range(0, len(ids), 1000):
             async with client.pipeline(transaction=False) as pipe:
                 for message_id in ids[start : start + 1000]:
-                    pipe.xadd(stream, {"body": message_id, "bridge-id": message_id})
+                    fields = {"body": message_id}
+                    if stable:
+                        fields["bridge-id"] = message_id
+                    pipe.xadd(stream, fields)
 
     redis_call(url, fill)
 

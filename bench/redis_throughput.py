@@ -21,7 +21,11 @@ publish (``count`` entries):
 
 - *coredis bare*: pipelines of ``--batch`` ``XADD`` (body and an id field);
 - *bridge redis sink*: a route from an in-memory source to the ``redis`` sink,
-  batches of ``--batch`` (one pipeline each).
+  batches of ``--batch``: one script call each (the idempotent append, the
+  default);
+- *bridge redis sink, dedup off*: the same with ``dedup_window = 0``, one
+  pipeline of XADDs per batch: the cost of the idempotent append is the ratio
+  of the two.
 """
 
 from __future__ import annotations
@@ -94,8 +98,9 @@ async def publish_bare(url: str, stream: str, count: int, size: int, batch: int)
                     pipe.xadd(stream, {"body": body, "bridge-id": f"m{i}"})
 
 
-async def publish_bridge(url: str, stream: str, count: int, args: Any) -> None:
-    sink = RedisSink(RedisSinkConfig(url=url, stream=stream), Context(route="bench", role="sink"))
+async def publish_bridge(url: str, stream: str, count: int, args: Any, window: int) -> None:
+    config = RedisSinkConfig(url=url, stream=stream, dedup_window=window)
+    sink = RedisSink(config, Context(route="bench", role="sink"))
     await run_from_memory(sink, count, args.size, in_flight=args.window, batch_count=args.batch)
 
 
@@ -134,7 +139,13 @@ def measure(url: str, args: Any) -> list[dict[str, Any]]:
     case(
         "(publish) -> redis",
         "bridge redis sink",
-        lambda s: trio.run(publish_bridge, url, s, count, args),
+        lambda s: trio.run(publish_bridge, url, s, count, args, 100_000),
+        False,
+    )
+    case(
+        "(publish) -> redis",
+        "bridge sink, dedup off",
+        lambda s: trio.run(publish_bridge, url, s, count, args, 0),
         False,
     )
     add_ratios(rows)

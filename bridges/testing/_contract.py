@@ -13,7 +13,11 @@ Source (:func:`check_source`):
   unsettled messages come again after a reopen, and no task of the source
   outlives its ``async with``;
 - a cancelled ``receive()`` hands out nothing: what it was about to return
-  is still there for the next call.
+  is still there for the next call;
+- a message handed out again (after a nack, a close or a cancelled
+  ``async with``) has the same non-empty :attr:`~bridges.Message.id` as the
+  first time: the stable id a sink de-duplicates on (unless
+  :attr:`SourceCase.stable_ids` says the source has none for these messages).
 
 A source whose receiver is a :class:`~bridges.BulkReceiver` is taken from
 with ``receive_some()`` (which must hand out at least one envelope and no
@@ -84,11 +88,14 @@ class SourceCase:
       nack_redelivers: False when ``nack(error)`` dead-letters the message
         instead of offering it again (ActiveMQ's redelivery policy, say);
         ``nack(None)``, a release, must always make it available again.
+      stable_ids: False when the source gives the published messages no id
+        that stays the same across redelivery (its docs must say so).
     """
 
     source: Source
     publish: Publish
     nack_redelivers: bool = True
+    stable_ids: bool = True
 
 
 @attrs.frozen
@@ -238,6 +245,18 @@ async def _take(
             taken[body] = envelope
 
 
+def _check_same_ids(
+    case: SourceCase, first: dict[bytes, Envelope], again: dict[bytes, Envelope], rule: str
+) -> None:
+    """Each message handed out again has the id it had the first time (and one at all)."""
+    if not case.stable_ids:
+        return
+    for body, envelope in again.items():
+        before, after = first[body].message.id, envelope.message.id
+        if not before or before != after:
+            raise _fail(rule, f"{body!r} came again with id {after!r}, first {before!r}")
+
+
 async def _nothing_more(receiver: Receiver, quiet: float, rule: str) -> None:
     with trio.move_on_after(quiet):
         envelope = await receiver.receive()
@@ -274,6 +293,7 @@ async def _source_nack_makes_available_again(
         publishing.start_soon(case.publish, sent)
         taken: dict[bytes, Envelope] = {}
         await _take(receiver, {m.body for m in sent}, taken, rule)
+        first = dict(taken)
         await taken.pop(released).nack(None)
         await taken.pop(failed).nack(RuntimeError("contract check: a failed delivery"))
         for envelope in taken.values():
@@ -281,6 +301,7 @@ async def _source_nack_makes_available_again(
     async with _opened(case, publishing) as receiver:
         retaken: dict[bytes, Envelope] = {}
         await _take(receiver, again, retaken, rule)
+        _check_same_ids(case, first, retaken, "a message handed out again keeps its id")
         for envelope in retaken.values():
             await envelope.ack()
         await _nothing_more(receiver, quiet, "an ack is final (after a nack and a reopen)")
@@ -311,6 +332,7 @@ async def _source_close_and_cancel_lose_nothing(
     async with _opened(case, publishing) as receiver:
         retaken: dict[bytes, Envelope] = {}
         await _take(receiver, unsettled, retaken, f"{rule} (unsettled come again, acked do not)")
+        _check_same_ids(case, taken, retaken, "a message handed out again keeps its id")
         for envelope in retaken.values():
             await envelope.ack()
         await _nothing_more(receiver, quiet, "an ack is final (after a cancelled close)")

@@ -60,8 +60,15 @@ DELIVERED: Final = tuple(
 )
 
 
-def to_headers(incoming: aiormq.abc.DeliveredMessage) -> tuple[dict[str, str], str]:
-    """The headers and the stable id of a delivered message."""
+def to_headers(
+    incoming: aiormq.abc.DeliveredMessage, *, id_from_content: bool = False
+) -> tuple[dict[str, str], str]:
+    """The headers and the stable id of a delivered message.
+
+    The id: ``bridge-id`` from the headers table, else the ``message_id``
+    property; else, with ``id_from_content``, a digest of the body and the
+    headers (less ``amqp-redelivered``, which a redelivery adds), else empty.
+    """
     properties = incoming.header.properties
     headers: dict[str, str] = {}
     for name, value in (properties.headers or {}).items():
@@ -75,15 +82,15 @@ def to_headers(incoming: aiormq.abc.DeliveredMessage) -> tuple[dict[str, str], s
         headers[PRIORITY] = str(properties.priority)
     headers["amqp-exchange"] = incoming.exchange or ""
     headers["amqp-routing-key"] = incoming.routing_key or ""
-    if incoming.redelivered:
-        headers["amqp-redelivered"] = "true"
     stable = headers.pop(ID_HEADER, "") or properties.message_id or ""
-    if not stable:
+    if not stable and id_from_content:
         # Nothing upstream named it: the content is what stays the same when it
-        # is delivered again.
+        # is delivered again (so the digest is taken before amqp-redelivered).
         digest = hashlib.sha256(incoming.body)
         digest.update(repr(sorted(headers.items())).encode())
         stable = "sha256:" + digest.hexdigest()[:32]
+    if incoming.redelivered:
+        headers["amqp-redelivered"] = "true"
     return headers, stable
 
 

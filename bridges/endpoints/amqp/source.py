@@ -9,6 +9,12 @@ of settled tags from the oldest open one, and single acks only for tags
 settled out of order. A nack (with an error, or a release at shutdown) is
 ``basic.nack(requeue=true)``: the broker delivers it again, flagged
 ``redelivered``. Closing the channel returns whatever is still unacked.
+
+The id: the ``bridge-id`` header, else the ``message_id`` property, both
+stable. A message with neither has no stable id: its id is empty (no sink
+de-duplicates it), unless ``id_from_content = true`` makes it a digest of
+its body and headers (then two identical messages are one to a
+de-duplicating sink, which is why it is a choice).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class AmqpSourceConfig(AmqpConnection):
     declare: bool = False
     bind_exchange: str | None = None
     bind_key: str = ""
+    id_from_content: bool = False
 
 
 class AmqpSource:
@@ -90,6 +97,7 @@ class AmqpSource:
             sender: AsyncioSender[aiormq.abc.DeliveredMessage]
             sender, deliveries = aio.channel(self._window + 1)
             receiver = _AmqpReceiver(aio, underlay, deliveries, f"amqp {name}")
+            receiver.id_from_content = self._config.id_from_content
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.settler.run)
                 nursery.start_soon(receiver.watch, channel)
@@ -140,10 +148,12 @@ class _AmqpReceiver:
         #: Settled tags not yet sent: tag -> True (ack) or False (requeue).
         self._settled: dict[int, bool] = {}
         self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self.send_settled)
+        #: Without bridge-id or message_id: the id from body and headers (else empty).
+        self.id_from_content = False
 
     async def receive(self) -> Envelope:
         incoming = await self._deliveries.receive()
-        headers, stable = to_headers(incoming)
+        headers, stable = to_headers(incoming, id_from_content=self.id_from_content)
         tag = incoming.delivery_tag
         assert tag is not None  # (no_ack=False: every delivery has one)
         self.note_delivered((tag,))

@@ -73,6 +73,8 @@ class FilesWriter:
         self._name = name
         self._conflict = conflict
         self._fsync = fsync
+        #: Messages the last write found written already (their name holds their bytes).
+        self.skipped = 0
 
     async def write(self, batch: Sequence[Message]) -> None:
         files: list[tuple[int, str, bytes]] = []
@@ -94,9 +96,10 @@ class FilesWriter:
     def _write(self, files: list[tuple[int, str, bytes]]) -> list[tuple[int, str]]:
         """Write every file; return the (index, reason) of those rejected."""
         rejected = []
+        self.skipped = 0
         for index, name, body in files:
             try:
-                self._write_one(name, body)
+                self.skipped += not self._write_one(name, body)
             except _Rejected as exc:
                 rejected.append((index, str(exc)))
             except OSError as exc:
@@ -107,21 +110,22 @@ class FilesWriter:
             os.fsync(self._dir_fd)
         return rejected
 
-    def _write_one(self, name: str, body: bytes) -> None:
+    def _write_one(self, name: str, body: bytes) -> bool:
+        """Write one file; False when its name already held exactly ``body``."""
         dir_fd = self._dir_fd
         temporary = write_temporary(dir_fd, body, fsync=self._fsync)
         try:
             if self._conflict == "replace":
                 rename(dir_fd, temporary, dir_fd, name)
-                return
+                return True
             for candidate in _candidates(name, self._conflict == "rename"):
                 if link_new(dir_fd, temporary, candidate):
-                    return
+                    return True
                 if same_content(dir_fd, candidate, body):
-                    return  # this message, delivered again: written already
+                    return False  # this message, delivered again: written already
                 if self._conflict == "ignore":
                     log.info("%s exists; message not written (conflict = ignore)", name)
-                    return
+                    return True
             if self._conflict == "fail":
                 raise _Rejected(f"{name!r} exists with other content (conflict = fail)")
             raise _Rejected(f"no free name for {name!r} (conflict = rename)")

@@ -11,8 +11,18 @@ that take ``*.jsonl`` only ever see complete files. A batch that fails
 ``.part`` files left by a process that was killed are finished at the next
 start: cut after their last complete line, then renamed.
 
+Repeats (``dedup_window``, JSON lines only, on by default): on open, after
+finishing the ``.part`` files, the sink reads back the ids of the last
+``dedup_window`` lines of its files (see :mod:`._readback`), and adds each
+batch's ids once the batch is fsynced; a message whose id is among them is
+not written again (counted in :attr:`_JsonlWriter.skipped`). With a source
+whose ids are stable, a repeat after a crash is then a no-op: effectively
+once, within the window and while the files stay in the directory.
+
 File-per-message mode (``format = "files"``): see :mod:`._files` (names of
-at most 255 bytes, ``conflict`` = fail / replace / ignore / rename).
+at most 255 bytes, ``conflict`` = fail / replace / ignore / rename). The
+default name is the id, so a repeat finds its own file (same bytes: nothing
+written; ``conflict = "replace"``: replaced): effectively once by name.
 
 Nothing planted in the directory is written through (see :mod:`._fs`): the
 sink works relative to the directory's descriptor, ``.part`` files are
@@ -33,19 +43,23 @@ from typing import Literal
 
 import attrs
 import trio
-from attrs.validators import ge
+from attrs.validators import ge, optional
 
 from ..._endpoint import Context, InvalidSetting, prepare_each
 from ..._message import Message
 from ..._template import Template, TemplateError
 from ._files import FilesWriter
 from ._fs import Refused, link_new, open_directory, open_regular, unlink_quietly, write_all
+from ._readback import RecentIds, read_back
 from ._records import encode_record, record_lines, record_text
 
 log = logging.getLogger("bridges.file")
 
 #: Bound on finishing the current file when the sink closes, s.
 CLOSE_TIMEOUT = 10.0
+#: Ids of the last lines written that a JSON-lines sink keeps to skip repeats, by default
+#: (or the route's in_flight, when that is more).
+DEFAULT_DEDUP_WINDOW = 10_000
 
 
 @attrs.frozen
@@ -61,6 +75,7 @@ class FileSinkConfig:
     name: str = "{id}"
     conflict: Literal["fail", "replace", "ignore", "rename"] = "fail"
     fsync: bool = True
+    dedup_window: int | None = attrs.field(default=None, validator=optional(ge(0)))
 
 
 class FileSink:
@@ -72,6 +87,18 @@ class FileSink:
         self._create = not context.checking
         if "/" in config.prefix or config.prefix.startswith("."):
             raise InvalidSetting("prefix", "must be a plain file name prefix")
+        window = config.dedup_window
+        #: Ids of the last lines kept to skip repeats (0: off).
+        self.dedup_window = (
+            max(DEFAULT_DEDUP_WINDOW, context.in_flight) if window is None else window
+        )
+        if config.format == "jsonl" and 0 < self.dedup_window < context.in_flight:
+            raise InvalidSetting(
+                "dedup_window",
+                f"{self.dedup_window} is less than the route's in_flight "
+                f"({context.in_flight}): repeats after a crash could fall outside it "
+                "(0 turns it off)",
+            )
         try:
             self.name = Template.parse(config.name)
         except TemplateError as exc:
@@ -127,8 +154,23 @@ class _JsonlWriter:
         self._part: str | None = None
         self._size = 0
         self._opened_at = 0.0
+        #: The ids of the last lines written (read back on open); None: not kept.
+        self.recent: RecentIds | None = None
+        #: Messages the last write did not write again (their ids were recent).
+        self.skipped = 0
 
     async def write(self, batch: Sequence[Message]) -> None:
+        recent = self.recent
+        fresh: list[str] | None = None
+        if recent is not None:
+            ids = [message.id for message in batch]
+            if recent.none_of(ids):  # (the common case: checked and kept in C)
+                fresh = ids
+                self.skipped = 0
+            else:
+                batch = self._new_only(batch, recent)
+                if not batch:
+                    return
         body = self._config.body
         try:
             lines = record_lines(batch, body)
@@ -140,6 +182,26 @@ class _JsonlWriter:
             data = b"".join(encode_record(message, body) for message in batch)
         async with self.lock:
             await trio.to_thread.run_sync(self._append, data)
+        if fresh is not None:
+            assert recent is not None
+            recent.add_new(fresh)
+        elif recent is not None:
+            recent.add(message.id for message in batch)
+
+    def _new_only(self, batch: Sequence[Message], recent: RecentIds) -> Sequence[Message]:
+        """``batch`` without the messages whose id is recent (or earlier in the batch)."""
+        fresh: list[Message] = []
+        ids: set[str] = set()
+        for message in batch:
+            message_id = message.id
+            if message_id and (message_id in recent or message_id in ids):
+                continue
+            ids.add(message_id)
+            fresh.append(message)
+        self.skipped = len(batch) - len(fresh)
+        if self.skipped:
+            log.debug("%d message(s) written already; skipped", self.skipped)
+        return fresh if self.skipped else batch
 
     def _append(self, data: bytes) -> None:
         config = self._config
@@ -255,6 +317,16 @@ class _JsonlWriter:
             log.info("finished %s left by an earlier run (%d bytes)", part, keep)
         if self._config.fsync:
             os.fsync(self._dir_fd)
+        window = self._sink.dedup_window
+        if window:
+            self.recent = read_back(self._dir_fd, self._finished(), window)
+
+    def _finished(self) -> list[str]:
+        """This sink's finished files in the directory, newest first (by name: its timestamp)."""
+        prefix = f"{self._config.prefix}-"
+        with os.scandir(self._dir_fd) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+        return sorted((n for n in names if n.endswith(".jsonl")), reverse=True)
 
     async def rotate_when_old(self) -> None:
         """Rename a file that reached ``rotate_seconds`` even when no write comes."""

@@ -1,9 +1,13 @@
 """The ``file`` source's JSON-lines mode: tail one file, persist the acked offset.
 
 Each complete line (ending in a newline) is one message, its id
-``NAME:OFFSET``. Acks may come in any order; the offset below which every
-line is acked is persisted (temporary file, fsync, rename) after each burst
-of acks, with the offsets of the lines acked beyond it (at most the
+``NAME:OFFSET``; once the file was replaced or truncated (read again from
+its start), ``NAME#GEN:OFFSET``, GEN counting those starts over (kept in the
+position file): the new file's lines must not take the ids of the old one's,
+or a de-duplicating sink would skip them as repeats. Acks may come in any
+order; the offset below which every line is acked is persisted (temporary
+file, fsync, rename) after each burst of acks, with the offsets of the
+lines acked beyond it (at most the
 in-flight window), so a restart resumes after the last acked line, skips
 those acked out of order, and repeats only what was in flight: an ack is
 final. A nacked line is handed out again before new ones. A file
@@ -49,8 +53,9 @@ READ_SIZE: Final = 256 * 1024
 #: The largest position file read (two numbers and the offsets acked out of order).
 _MAX_POSITION: Final = 4 * 1024 * 1024
 
-#: The position file's content: inode, committed offset, line starts acked beyond it.
-_Position = tuple[int | None, int, tuple[int, ...]]
+#: The position file's content: inode, committed offset, line starts acked beyond it,
+#: and the generation (how many times the file was read again from its start).
+_Position = tuple[int | None, int, tuple[int, ...], int]
 
 
 class JsonlReceiver:
@@ -75,13 +80,24 @@ class JsonlReceiver:
         self._skip: set[int] = set()  # line starts acked out of order before a restart
         self._persisted: _Position | None = None
         self._dirty = trio.Event()
+        #: How many times the file was replaced or truncated: part of each line's id.
+        self.generation = 0
+        self._id_prefix = f"{self._name}:"
+
+    def _started_over(self) -> None:
+        """The file is read again from its start: its lines are new messages."""
+        self.generation += 1
+        self._id_prefix = f"{self._name}#{self.generation}:"
 
     async def start(self) -> None:
-        inode, offset, acked = await trio.to_thread.run_sync(self._load_position)
+        inode, offset, acked, generation = await trio.to_thread.run_sync(self._load_position)
         self._inode, self.committed = inode, offset
         self._skip = set(acked)
         self._read_at = offset
-        self._persisted = (inode, offset, acked)
+        self._persisted = (inode, offset, acked, generation)
+        if generation:
+            self.generation = generation - 1
+            self._started_over()
 
     def _load_position(self) -> _Position:
         position = self._source.position
@@ -98,9 +114,9 @@ class JsonlReceiver:
             data = json.loads(text)
             offset = int(data["offset"])
             acked = tuple(sorted({int(start) for start in data.get("acked", ()) if start > offset}))
-            return (data.get("inode"), offset, acked)
+            return (data.get("inode"), offset, acked, int(data.get("generation", 0)))
         except FileNotFoundError:
-            return (None, 0, ())
+            return (None, 0, (), 0)
         except Refused as exc:
             raise OSError(f"the position file {position} is {exc.strerror}: refused") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -142,7 +158,7 @@ class JsonlReceiver:
                 f"(the dead letter holds its first {len(line)})"
             )
             log.warning("%s at offset %d: %s; skipped", self._name, start, error)
-            message = Message(line, {}, f"{self._name}:{start}")
+            message = Message(line, {}, f"{self._id_prefix}{start}")
         elif not text.strip():
             self._settle(start)
             return None
@@ -152,11 +168,11 @@ class JsonlReceiver:
             except ValueError as exc:
                 error = ValueError(f"not a record ({exc})")
                 log.error("%s at offset %d: %s; skipped", self._name, start, error)
-                message = Message(text, {}, f"{self._name}:{start}")
+                message = Message(text, {}, f"{self._id_prefix}{start}")
             if not message.id:
-                message = attrs.evolve(message, id=f"{self._name}:{start}")
+                message = attrs.evolve(message, id=f"{self._id_prefix}{start}")
         else:
-            message = Message(text, {}, f"{self._name}:{start}")
+            message = Message(text, {}, f"{self._id_prefix}{start}")
         ack = partial(self._ack, start)
         nack = partial(self._nack, start, end, line, error is not None)
         origin = f"file {self._source.path}:{start}"
@@ -183,6 +199,7 @@ class JsonlReceiver:
         self._file = os.fdopen(fd, "rb")
         if self._inode is not None and info.st_ino != self._inode:
             log.warning("%s was replaced; reading the new file from its start", self._name)
+            self._started_over()
             self._read_at = self.committed = 0
             self._buffer, self._skipping = b"", None  # (the old file's unfinished last line)
             self._skip.clear()
@@ -238,6 +255,7 @@ class JsonlReceiver:
             self.close()  # reopened (from offset 0) by the next read
         elif stat.st_ino == self._inode and stat.st_size < self._read_at and not self._open:
             log.warning("%s was truncated; reading it from its start", self._name)
+            self._started_over()
             self._read_at = self.committed = 0
             self._buffer = b""
             self._skipping = None
@@ -283,7 +301,7 @@ class JsonlReceiver:
         # Acked before a restart and not read again yet: still acked.
         if self._skip:
             ahead = tuple(sorted({*ahead, *(s for s in self._skip if s > self.committed)}))
-        return (self._inode, self.committed, ahead)
+        return (self._inode, self.committed, ahead, self.generation)
 
     async def persist(self) -> None:
         state = self._position()
@@ -292,7 +310,8 @@ class JsonlReceiver:
             self._persisted = state
 
     def _write_position(self, state: _Position) -> None:
-        inode, offset, acked = state
-        data = json.dumps({"inode": inode, "offset": offset, "acked": acked}).encode()
+        inode, offset, acked, generation = state
+        fields = {"inode": inode, "offset": offset, "acked": acked, "generation": generation}
+        data = json.dumps(fields).encode()
         position = self._source.position
         atomic_write(position.parent, position.name, data)

@@ -4,7 +4,16 @@ Each message is one request: ``url``, ``method`` and ``headers`` are
 templates; the body is the message body, ``content-type`` the message's.
 Every request carries ``webhook-id: <message id>`` (the id is stable across
 retries and crashes, so a receiver can de-duplicate), and is signed by
-``signature`` like the ``http`` source verifies it.
+``signature`` like the ``http`` source verifies it. It also carries
+``Idempotency-Key`` (``idempotency_key``, on by default), the id as the
+IETF draft (draft-ietf-httpapi-idempotency-key-header) spells it, a
+Structured Fields string: ``Idempotency-Key: "m-17"``. A receiver that
+keeps each key with the effect of its request, in the same transaction, and
+answers a repeat as it answered the first (2xx), makes the pair effectively
+once (bridges/README.md states that contract). A message without an id
+sends neither a stable ``webhook-id`` nor an ``Idempotency-Key``; an id that
+is not printable ASCII cannot be a Structured Fields string and sends no
+``Idempotency-Key``.
 
 A batch goes out ``concurrency`` requests at a time on one keep-alive pool
 (``httpx.AsyncClient``, which runs on Trio). The outcome of each request:
@@ -66,6 +75,7 @@ _RESERVED: Final = frozenset(
         "content-length",
         "content-type",
         "host",
+        "idempotency-key",
         "transfer-encoding",
         "webhook-id",
         "webhook-timestamp",
@@ -92,6 +102,7 @@ class HttpSinkConfig:
     insecure: bool = False
     http2: bool = False
     max_retry_after: float = attrs.field(default=60.0, validator=ge(0.0))
+    idempotency_key: bool = True
 
 
 class HttpTransient(Exception):
@@ -183,6 +194,10 @@ class HttpSink:
             headers[name] = _header_value(template.render(message))
         msg_id = message.id or uuid.uuid4().hex
         headers["webhook-id"] = msg_id
+        if message.id and self.config.idempotency_key:
+            key = idempotency_key(message.id)
+            if key is not None:
+                headers["idempotency-key"] = key
         if self._keys:
             signed = sign_headers(
                 self.config.signature, self._keys, msg_id, int(time.time()), message.body
@@ -238,6 +253,16 @@ def _describe(exc: BaseException) -> str:
         cause = cause.__cause__ or cause.__context__
     text = str(cause) if cause is not None and str(cause) else "no detail"
     return f"{type(exc).__name__}: {text}"
+
+
+def idempotency_key(message_id: str) -> str | None:
+    """``message_id`` as an ``Idempotency-Key`` value: a Structured Fields string (RFC 8941).
+
+    None when it cannot be one (a character that is not printable ASCII).
+    """
+    if not all(" " <= c <= "~" for c in message_id):
+        return None
+    return '"' + message_id.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _header_value(value: str) -> str:

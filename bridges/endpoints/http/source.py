@@ -48,9 +48,10 @@ import attrs
 import trio
 from attrs.validators import ge, gt, le
 
-from bridges import Context, Envelope, InvalidSetting, Message
+from bridges import Context, Envelope, InvalidSetting, Message, TemplateError
 from bridges._readfile import check_file
 
+from .._id_template import IdTemplate
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
 from .signatures import (
@@ -88,6 +89,7 @@ class HttpSourceConfig:
     max_body: int = attrs.field(default=1024 * 1024, validator=ge(0))
     keep_headers: list[str] = attrs.field(factory=list)
     id_header: str = "webhook-id"
+    id_template: str | None = None
     status: int = attrs.field(default=204, validator=[ge(200), le(299)])
     accept_timeout: float = attrs.field(default=5.0, validator=gt(0.0))
     body_timeout: float = attrs.field(default=30.0, validator=gt(0.0))
@@ -165,6 +167,12 @@ class HttpSource:
         if config.bearer_token is not None and not config.bearer_token:
             raise InvalidSetting("bearer_token", "is empty")
         self.config = config
+        self._id_template: IdTemplate | None = None
+        if config.id_template is not None:
+            try:
+                self._id_template = IdTemplate.parse(config.id_template)
+            except TemplateError as exc:
+                raise InvalidSetting("id_template", str(exc)) from None
         self.scheme: Scheme = scheme
         self.methods = frozenset(methods)
         self._keys = signing_keys(scheme, config.secret)
@@ -248,7 +256,10 @@ class HttpSource:
             message_id = given
         else:
             message_id = uuid.uuid4().hex
-        return Message(body, out, message_id)
+        message = Message(body, out, message_id)
+        if self._id_template is not None:
+            message = attrs.evolve(message, id=self._id_template.render(message))
+        return message
 
 
 class _Outcome:

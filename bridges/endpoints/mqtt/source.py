@@ -9,6 +9,13 @@ envelope, that is once the sink holds it. A crash or a restart therefore
 leaves the unacknowledged messages with the broker, which sends them again
 when the session resumes (with DUP set): at least once.
 
+The id: the ``bridge-id`` user property (MQTT 5, set by an ``mqtt`` sink),
+stable. MQTT's packet id is not (it is per session and reused), so a message
+without one has an empty id (no sink can de-duplicate it) unless
+``id_from_payload = true`` gives it ``mqtt-`` and a digest of its topic and
+payload: stable across redelivery, but two identical payloads on one topic
+are then one message to a de-duplicating sink, which is why it is a choice.
+
 MQTT has no negative acknowledgement: a message is only sent again when the
 session resumes. A nack with an error therefore makes the next
 ``receive`` fail, the route reconnects, and the broker redelivers.
@@ -59,6 +66,7 @@ class MqttSourceConfig(MqttConnection):
     topics: list[str] = attrs.field(factory=list)
     clean_start: bool = False
     session_expiry: int = attrs.field(default=7 * 24 * 3600, validator=ge(0))
+    id_from_payload: bool = False
 
 
 class MqttSource:
@@ -112,7 +120,9 @@ class MqttSource:
         """Connect (resuming the session), subscribe, and hand out what arrives."""
         config = self._config
         window = min(self._context.in_flight, 65535)
-        receiver = _MqttReceiver(self._broker.where, window, config.protocol == 5)
+        receiver = _MqttReceiver(
+            self._broker.where, window, config.protocol == 5, id_from_payload=config.id_from_payload
+        )
         properties = None
         if config.protocol == 5:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho is untyped here
@@ -178,11 +188,12 @@ class _MqttEnvelope(Envelope):
 class _MqttReceiver:
     """Messages as paho's callback delivered them, handed out in order."""
 
-    def __init__(self, where: str, window: int, v5: bool) -> None:
+    def __init__(self, where: str, window: int, v5: bool, *, id_from_payload: bool) -> None:
         self.driver: PahoDriver | None = None
         self._where = where
         self._window = window
         self._v5 = v5
+        self._id_from_payload = id_from_payload
         #: (message, packet id, QoS): converted on arrival, so that paho's objects
         #: (properties, locks) do not live on while a message is in flight: with a
         #: window of them alive, the garbage collector's passes cost more than the
@@ -246,7 +257,7 @@ class _MqttReceiver:
             content_type = getattr(props, "ContentType", None)
             if content_type:
                 headers.setdefault("content-type", content_type)
-        if not message_id:
+        if not message_id and self._id_from_payload:
             # Stable across redeliveries (the packet id is not): topic and payload.
             digest = hashlib.blake2b(message.topic.encode(), digest_size=16)
             digest.update(b"\0")

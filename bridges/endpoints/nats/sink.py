@@ -8,6 +8,14 @@ or a retry: within that window, stomp -> nats is effectively once. The
 server says so in the PubAck (``duplicate``); :attr:`NatsSink.duplicates`
 counts them.
 
+The window is the stream's, counted from the first publish of an id: a
+message written again after more than ``duplicate_window`` (a bridge down
+longer than that, a retry schedule that long) is stored again, a duplicate
+in the stream with the same ``Nats-Msg-Id`` header. ``duplicate_window``
+here (seconds) says what the route needs: on open, for a constant subject,
+the sink reads the window of the stream that stores it
+(:attr:`NatsSink.stream_window`) and logs a warning when it is shorter.
+
 ``jetstream = false`` publishes with core NATS instead: the batch is
 followed by a flush (the server has read it), but core NATS stores nothing,
 so a subscriber that is not connected at that moment never gets it. That is
@@ -17,6 +25,7 @@ at most once, and ``bridges check`` says so.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -27,7 +36,7 @@ import nats.errors
 import nats.js.api
 import nats.js.errors
 import trio
-from attrs.validators import ge
+from attrs.validators import ge, gt, optional
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 
@@ -64,6 +73,8 @@ def _head_size(headers: dict[str, str]) -> int:
 
 
 #: Headers a sink never sends on (delivery details of a nats source; the id goes as Nats-Msg-Id).
+log = logging.getLogger("bridges.nats")
+
 _NOT_SENT = frozenset({SUBJECT_HEADER, MSG_ID.lower(), "bridge-id"})
 
 
@@ -74,6 +85,7 @@ class NatsSinkConfig(NatsConnection):
     subject: str = ""
     jetstream: bool = True
     confirm_timeout: float = attrs.field(default=10.0, validator=ge(0.1))
+    duplicate_window: float | None = attrs.field(default=None, validator=optional(gt(0.0)))
 
 
 class NatsSink:
@@ -93,6 +105,9 @@ class NatsSink:
                     raise InvalidSetting("subject", str(exc)) from None
         self._config = config
         self._connector = Connector(config, context)
+        #: The duplicate window, s, of the stream storing the constant subject, as read on
+        #: the last open (with ``duplicate_window`` set); None: not read.
+        self.stream_window: float | None = None
         #: Publishes JetStream dropped as duplicates (same Nats-Msg-Id within its window).
         self.duplicates = 0
 
@@ -121,7 +136,32 @@ class NatsSink:
             if self._config.jetstream:
                 acks = _PubAcks(client.new_inbox())
                 await aio.run(client.subscribe, acks.prefix + ".>", cb=acks.on_reply)
+                if self._config.duplicate_window is not None:
+                    await self._check_window(aio, client)
             yield _NatsWriter(aio, client, acks, closed, self, self._config.confirm_timeout)
+
+    async def _check_window(self, aio: Any, client: Any) -> None:
+        """Read the stream's duplicate window; warn when it is shorter than asked."""
+        wanted = self._config.duplicate_window
+        subject = self._config.subject
+        if wanted is None or self._subject is None or not self._subject.constant:
+            return
+        try:
+            js = await aio.call(client.jetstream)
+            name = await aio.run(js.find_stream_name_by_subject, subject)
+            info = await aio.run(js.stream_info, name)
+        except Exception as exc:  # (no stream yet: its publishes are rejected, and say why)
+            log.warning("nats sink: cannot read the duplicate window for %s: %s", subject, exc)
+            return
+        self.stream_window = float(info.config.duplicate_window or 0.0)
+        if self.stream_window < wanted:
+            log.warning(
+                "nats stream %s de-duplicates Nats-Msg-Id for %g s, less than the sink's "
+                "duplicate_window (%g s): a message written again later than that is stored twice",
+                name,
+                self.stream_window,
+                wanted,
+            )
 
     def prepare(self, message: Message, max_payload: int) -> tuple[str, dict[str, str]]:
         """The subject and headers of ``message``.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Final
 
 import attrs
 from attrs.validators import ge, optional
@@ -21,7 +22,13 @@ import trio_stomp
 
 from ..._endpoint import Context, InvalidSetting
 from ..._message import ACKED, NACKED, OPEN, Envelope, trusted_message
+from ..._template import TemplateError
+from .._id_template import IdTemplate
 from ._connection import ID_HEADER, Connector, StompConnection
+
+#: The header RabbitMQ carries a publisher's AMQP ``message_id`` in: stable, where its
+#: own ``message-id`` is not.
+AMQP_MESSAGE_ID: Final = "amqp-message-id"
 
 
 @attrs.frozen
@@ -31,6 +38,7 @@ class StompSourceConfig(StompConnection):
     destination: str = ""
     prefetch: int | None = attrs.field(default=None, validator=optional(ge(1)))
     subscribe_headers: dict[str, str] = attrs.field(factory=dict)
+    id_template: str | None = None
 
 
 class StompSource:
@@ -42,6 +50,12 @@ class StompSource:
         self._config = config
         self._context = context
         self._connector = Connector(config, context)
+        self._id_template: IdTemplate | None = None
+        if config.id_template is not None:
+            try:
+                self._id_template = IdTemplate.parse(config.id_template)
+            except TemplateError as exc:
+                raise InvalidSetting("id_template", str(exc)) from None
 
     @classmethod
     def build(cls, config: StompSourceConfig, context: Context) -> StompSource:
@@ -68,7 +82,9 @@ class StompSource:
                 config.destination, ack="client-individual", headers=headers
             )
             async with subscription:
-                yield _StompReceiver(subscription, f"stomp {config.destination}")
+                receiver = _StompReceiver(subscription, f"stomp {config.destination}")
+                receiver.id_template = self._id_template
+                yield receiver
 
 
 class _StompReceiver:
@@ -81,6 +97,8 @@ class _StompReceiver:
         self._next_batch = subscription.batches().__anext__
         self._pending: list[trio_stomp.Message] = []
         self._origin = origin
+        #: Makes each message's id, when the config gives one.
+        self.id_template: IdTemplate | None = None
 
     async def receive(self) -> Envelope:
         return (await self.receive_some(1))[0]
@@ -99,7 +117,13 @@ class _StompReceiver:
             chunk = pending[:most]
             del pending[:most]
         origin = self._origin
-        return [_StompEnvelope(received, origin) for received in chunk]
+        envelopes: list[Envelope] = [_StompEnvelope(received, origin) for received in chunk]
+        template = self.id_template
+        if template is not None:
+            for envelope in envelopes:
+                message = envelope.message
+                envelope.message = attrs.evolve(message, id=template.render(message))
+        return envelopes
 
 
 class _StompEnvelope(Envelope):
@@ -113,7 +137,9 @@ class _StompEnvelope(Envelope):
 
     def __init__(self, received: trio_stomp.Message, origin: str) -> None:
         # The message to hand on: the MESSAGE's body and headers, less those about
-        # its delivery; its id is ``bridge-id`` when there is one, else ``message-id``.
+        # its delivery; its id is ``bridge-id`` when there is one, else the publisher's
+        # ``amqp-message-id`` (RabbitMQ), else ``message-id`` (stable on the embedded
+        # broker and ActiveMQ, new on each delivery on RabbitMQ: tests/.../test_stomp_ids.py).
         # (Here, not in a function of its own: this runs for every message.)
         headers = received.headers.as_dict()  # (a repeated header: the first one wins)
         pop = headers.pop
@@ -121,7 +147,8 @@ class _StompEnvelope(Envelope):
         pop("subscription", None)
         pop("ack", None)
         pop("content-length", None)
-        self.message = trusted_message(received.body, headers, pop(ID_HEADER, "") or message_id)
+        stable = pop(ID_HEADER, "") or headers.get(AMQP_MESSAGE_ID, "") or message_id
+        self.message = trusted_message(received.body, headers, stable)
         self.origin = origin
         self.state = OPEN
         self.received = received

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+import attrs
 import pytest
 import trio
 
@@ -26,7 +27,7 @@ BAD = Message(b"cannot be written", {"bad": "yes"}, "bad")
 
 
 def sources(
-    make: Callable[[], FakeSource], *, nack_redelivers: bool = True
+    make: Callable[[], FakeSource], *, nack_redelivers: bool = True, stable_ids: bool = True
 ) -> Callable[[], AbstractAsyncContextManager[SourceCase]]:
     @asynccontextmanager
     async def factory() -> AsyncIterator[SourceCase]:
@@ -35,7 +36,7 @@ def sources(
         async def publish(batch: Sequence[Message]) -> None:
             source.push(*batch)
 
-        yield SourceCase(source, publish, nack_redelivers=nack_redelivers)
+        yield SourceCase(source, publish, nack_redelivers=nack_redelivers, stable_ids=stable_ids)
 
     return factory
 
@@ -160,6 +161,17 @@ async def test_a_source_that_drops_nacked_messages_is_caught() -> None:
     dropping = sources(lambda: FakeSource(end=False, requeue=False))
     with pytest.raises(ContractViolation, match="nack makes the message available again"):
         await check_source(dropping, rule_seconds=1, quiet=0.05)
+
+
+async def test_a_source_whose_ids_change_on_redelivery_is_caught() -> None:
+    class Renaming(FakeSource):  # a new id per delivery, as RabbitMQ's STOMP message-id
+        async def _nack(self, message: Message, error: BaseException | None) -> None:
+            await super()._nack(attrs.evolve(message, id=message.id + "'"), error)
+
+    with pytest.raises(ContractViolation, match="a message handed out again keeps its id"):
+        await check_source(sources(lambda: Renaming(end=False)), rule_seconds=1, quiet=0.05)
+    unstable = sources(lambda: Renaming(end=False), stable_ids=False)
+    await check_source(unstable, quiet=0.05)
 
 
 async def test_a_source_that_may_dead_letter_on_nack_needs_only_releases_back() -> None:

@@ -32,4 +32,8 @@ def test_sigkill_loses_no_webhook_in_either_direction() -> None:
         assert result["acknowledged"] >= 200, result
         assert result["duplicates"] <= result["bound"], result
         assert result["exit_status"] == 0, result
+    # A receiver honouring Idempotency-Key takes effect once per message.
+    assert results[1]["effects"] == results[1]["acknowledged"], results[1]
+    assert results[1]["effect_duplicates"] == 0, results[1]
+    assert results[1]["keys_not_the_id"] == 0, results[1]
     assert done.returncode == 0

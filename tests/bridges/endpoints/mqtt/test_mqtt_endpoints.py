@@ -61,7 +61,9 @@ async def test_a_batch_goes_through_binary_safe_with_headers_on_mqtt5(
 ) -> None:
     url = require_mqtt()
     base = topic()
-    source = MqttSource(source_config(url, [base + "/#"], protocol=protocol), CTX)
+    source = MqttSource(
+        source_config(url, [base + "/#"], protocol=protocol, id_from_payload=True), CTX
+    )
     sink = MqttSink(sink_config(url, base + "/{header:site|none}", protocol=protocol), CTX)
     batch = [
         Message(b"\x00\xff\r\n\x00", {"site": "paris", "note": "caf\u00e9"}, "id-0"),
@@ -85,6 +87,7 @@ async def test_a_batch_goes_through_binary_safe_with_headers_on_mqtt5(
         assert by_topic[f"{base}/none"].headers["content-type"] == "text/plain"
     else:  # 3.1.1 carries no headers: the id is derived from topic and payload
         assert first.id.startswith("mqtt-")
+        assert first.id != by_topic[f"{base}/oslo"].id
         assert "note" not in first.headers
 
 
@@ -94,7 +97,7 @@ async def test_unacked_messages_come_back_when_the_session_resumes(
 ) -> None:
     url = require_mqtt()
     base = topic()
-    config = source_config(url, [base], protocol=protocol)
+    config = source_config(url, [base], protocol=protocol, id_from_payload=True)
     source = MqttSource(config, CTX)
     sink = MqttSink(sink_config(url, base, protocol=protocol), CTX)
     async with source.open():
@@ -113,6 +116,7 @@ async def test_unacked_messages_come_back_when_the_session_resumes(
         again = await take(receiver, 2)
         assert [e.message.body for e in again] == [b"m4", b"m5"]
         assert [e.message.id for e in again] == first_ids[4:]  # a stable id
+        assert all(first_ids)
         for envelope in again:
             await envelope.ack()
         with trio.move_on_after(0.5):
@@ -363,3 +367,21 @@ def test_topic_names_never_hold_wildcards_and_filters_keep_the_level_rules(text:
     )
     well_formed = well_formed and "#" not in levels[:-1]
     assert (as_filter is None) == well_formed
+
+
+async def test_without_bridge_id_the_id_is_empty_unless_chosen_from_the_payload() -> None:
+    url = require_mqtt()
+    base = topic()
+    plain = MqttSource(source_config(url, [base], protocol=4), CTX)
+    hashed = MqttSource(source_config(url, [base], protocol=4, id_from_payload=True), CTX)
+    sink = MqttSink(sink_config(url, base, protocol=4), CTX)
+    async with plain.open() as first, hashed.open() as second:
+        async with sink.open() as writer:
+            await writer.write([Message(b"21.5", {}, "a"), Message(b"21.5", {}, "b")])
+        got = await take(first, 2)
+        assert [e.message.id for e in got] == ["", ""]  # 3.1.1 carries no bridge-id
+        same = await take(second, 2)
+        assert same[0].message.id.startswith("mqtt-")
+        assert same[0].message.id == same[1].message.id  # identical payloads: one id
+        for envelope in [*got, *same]:
+            await envelope.ack()

@@ -41,8 +41,15 @@ def source_cases(target: Target, unique: Callable[[str], str]) -> SourceFactory:
                         destination, message.body, headers=message.headers, receipt=last
                     )
 
-        # ActiveMQ's redelivery policy dead-letters a NACKed message.
-        yield SourceCase(source, publish, nack_redelivers=target.name != "activemq")
+        # ActiveMQ's redelivery policy dead-letters a NACKed message; RabbitMQ gives
+        # each delivery a new message-id, and these messages carry no bridge-id
+        # (test_stomp_ids.py pins each broker's behaviour).
+        yield SourceCase(
+            source,
+            publish,
+            nack_redelivers=target.name != "activemq",
+            stable_ids=target.name != "rabbitmq",
+        )
 
     return factory
 
