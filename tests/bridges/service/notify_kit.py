@@ -109,3 +109,14 @@ def metric(text: str, name: str, route: str) -> float:
     found = re.search(rf'^{name}{{route="{route}"}} (\S+)$', text, re.MULTILINE)
     assert found is not None, f"{name} for {route} not in:\n{text}"
     return float(found.group(1))
+
+
+def drop(path: Path, text: str) -> None:
+    """Put a file in a watched directory whole, as writers should (a rename).
+
+    A file written in place can be read half written by a source with
+    ``settle = 0``, which then reads it again once rewritten: two messages.
+    """
+    staging = path.parent / f".{path.name}.tmp"
+    staging.write_text(text)
+    staging.rename(path)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trio
 from family_kit import bridges_command
-from notify_kit import http_url, metric, running_bridge
+from notify_kit import drop, http_url, metric, running_bridge
 
 from bridges.testing import wait_until
 
@@ -41,7 +41,7 @@ batch = { count = 10, time = 0.01 }
         health = await http.get(f"{url}/healthz")
         assert (health.status_code, health.text) == (200, "ok\n")
         for i in range(60):
-            (tmp_path / "inbox" / f"m{i:02d}").write_text(str(i))
+            drop(tmp_path / "inbox" / f"m{i:02d}", str(i))
         await wait_until(lambda: len(list((tmp_path / "outbox").glob("*"))) == 60, 0.05)
 
         async def acked() -> float:
@@ -89,7 +89,7 @@ sink = { type = "stomp", url = "embedded", destination = "/queue/unread" }
         await notify.wait_for(lambda f: f.get("READY") == "1")
         url = await http_url(output)
         for i in range(3):
-            (tmp_path / "inbox" / f"m{i}").write_text(str(i))
+            drop(tmp_path / "inbox" / f"m{i}", str(i))
 
         async def held() -> str:
             return (await http.get(f"{url}/metrics")).text
@@ -161,7 +161,7 @@ retry = {{ attempts = 1 }}
             process, notify, output = running
             await notify.wait_for(lambda f: f.get("READY") == "1")
             url = await http_url(output)
-            (tmp_path / "inbox" / "a.txt").write_text("hello")
+            drop(tmp_path / "inbox" / "a.txt", "hello")
             await wait_until(lambda: any((tmp_path / "dead").glob("*")), 0.05)
             await wait_until(lambda: b"dead-lettered" in output, 0.05)
             metrics = (await http.get(f"{url}/metrics")).text

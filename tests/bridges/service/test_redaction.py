@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trio
 from family_kit import free_port
-from notify_kit import http_url, running_bridge
+from notify_kit import drop, http_url, running_bridge
 
 from bridges.testing import wait_until
 
@@ -140,8 +140,8 @@ async def test_no_secret_leaves_the_process_whatever_the_targets_echo(tmp_path: 
         args = ("--log-format", "json")
         async with running_bridge(config, env=env, args=args) as (process, notify, output):
             await notify.wait_for(lambda f: f.get("READY") == "1")
-            (tmp_path / "inbox" / "m1").write_text(body)
-            (tmp_path / "inbox-basic" / "m2").write_text(body)
+            drop(tmp_path / "inbox" / "m1", body)
+            drop(tmp_path / "inbox-basic" / "m2", body)
             dead = [tmp_path / "dead-bearer", tmp_path / "dead-basic"]
 
             def dead_letters() -> list[dict[str, object]]:
