@@ -229,15 +229,20 @@ async def test_the_parquet_example_runs_on_spark_without_pyspark_python(tmp_path
 # --- the Python examples ----------------------------------------------------------------------
 
 
-def hello(*args: str) -> subprocess.CompletedProcess[str]:
+def python_example(name: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """``python examples/NAME ARGS...`` from the repository's top folder, as its docstring says."""
     return subprocess.run(
-        [str(BIN / "python"), str(EXAMPLES / "hello.py"), *args],
+        [str(BIN / "python"), str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=timeout,
         check=False,
         cwd=ROOT,
     )
+
+
+def hello(*args: str) -> subprocess.CompletedProcess[str]:
+    return python_example("hello.py", *args)
 
 
 def test_hello_tours_the_embedded_broker_and_lives_through_its_restart() -> None:
@@ -279,14 +284,7 @@ def test_hello_with_a_peer_that_never_answers_gives_up_after_its_connect_timeout
 
 
 def test_request_reply_answers_on_the_embedded_broker_and_gives_up_on_nobody() -> None:
-    result = subprocess.run(
-        [str(BIN / "python"), str(EXAMPLES / "request_reply.py")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        cwd=ROOT,
-    )
+    result = python_example("request_reply.py")
     assert result.returncode == 0, result.stderr
     *answers, gave_up = result.stdout.splitlines()
     assert sorted(answers) == ["'one' -> 'ONE'", "'three' -> 'THREE'", "'two' -> 'TWO'"]
@@ -294,14 +292,7 @@ def test_request_reply_answers_on_the_embedded_broker_and_gives_up_on_nobody() -
 
 
 def test_durable_subscription_keeps_orders_across_a_restart_then_is_removed() -> None:
-    result = subprocess.run(
-        [str(BIN / "python"), str(EXAMPLES / "durable_subscription.py")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        cwd=ROOT,
-    )
+    result = python_example("durable_subscription.py")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "got 'order 1'",
@@ -375,14 +366,7 @@ def test_selector_tour_gives_each_consumer_what_it_selects(broker: str) -> None:
     if broker == "activemq":
         require_real_broker("activemq")
         args = ["stomp://guest:guest@127.0.0.1:61623/"]
-    result = subprocess.run(
-        [str(BIN / "python"), str(EXAMPLES / "selector_tour.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
+    result = python_example("selector_tour.py", *args, timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[:-1] == [
