@@ -550,6 +550,39 @@ def environment_line() -> str:
     )
 
 
+def write_report(
+    path: str | os.PathLike[str],
+    *,
+    bench: str,
+    command: str,
+    unit: str,
+    rows: list[dict[str, Any]],
+) -> None:
+    """Write one bench run's figures as JSON, for ``docs/performance`` and its plots.
+
+    ``rows`` are flat records: at least ``series`` (a bar colour: a mode, a
+    percentile), ``label`` (a position on the axis: a broker, a route) and
+    ``value`` (in ``unit``); anything else (``ratio``, ``cpu_us``) rides along.
+    The environment line, the date and the command that reproduces the run are
+    recorded beside them so that a figure never travels without its conditions.
+    """
+    import datetime
+
+    for row in rows:
+        missing = {"series", "label", "value"} - row.keys()
+        if missing:
+            raise BenchError(f"report row {row!r} has no {', '.join(sorted(missing))}")
+    report = {
+        "bench": bench,
+        "command": command,
+        "environment": environment_line(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "unit": unit,
+        "rows": rows,
+    }
+    Path(path).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
+
 def fmt_rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
