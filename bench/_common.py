@@ -583,6 +583,23 @@ def write_report(
     Path(path).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
 
 
+def bench_command(script: str, argv: list[str]) -> str:
+    """The command that runs ``script`` (a bench's ``__file__``) again with ``argv``, from
+    the repository's root, for :func:`write_report` (``--json PATH`` and ``--profile
+    DIR`` left out: what a reader reruns is the measurement)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--json", "--profile"):
+            skip = True
+        elif not arg.startswith(("--json=", "--profile=")):
+            kept.append(arg)
+    where = os.path.relpath(os.path.abspath(script), Path(__file__).resolve().parent.parent)
+    return " ".join([".venv/bin/python", where, *kept])
+
+
 def fmt_rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 

@@ -1,6 +1,7 @@
 """The client's own cost per received MESSAGE: recorded broker bytes, no socket.
 
     .venv/bin/python bench/receive.py [--count 50000] [--rounds 7] [--profile FILE]
+        [--json PATH]
 
 Feeds the bytes a broker sends (RabbitMQ's MESSAGE header set: subscription,
 destination, message-id, redelivered, ack, content-length; 100-byte bodies;
@@ -29,7 +30,10 @@ first line says whether the codec ran compiled (``scripts/compile-codec``).
 The stream stub ignores the prefetch window, so each subscription gets a
 buffer for every message.
 Garbage collection stays on (a receive loop runs with it). ``--profile``
-runs the client auto row once under cProfile into FILE.
+runs the client auto row once under cProfile into FILE. ``--json PATH``
+writes the rows (``bench/_common.write_report``: CPU us per message, series
+trio_stomp and stomp.py, each trio_stomp row beside the stomp.py row it is
+compared with).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import stomp
 import stomp.protocol
 import stomp.transport
 import trio
+from _common import bench_command, environment_line, write_report
 from codec import StompPyReceiver
 
 import trio_stomp
@@ -229,11 +234,12 @@ def best_of_rounds(
 
 
 def recorded_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
-    """The options of a bench on recorded frames: --count, --rounds, --profile."""
+    """The options of a bench on recorded frames: --count, --rounds, --profile, --json."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--count", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--profile", metavar="FILE")
+    parser.add_argument("--json", metavar="PATH", help="write the figures there as JSON")
     return parser
 
 
@@ -254,26 +260,60 @@ def main(argv: list[str]) -> int:
     if hasattr(trio_stomp.Subscription, "batches"):
         rows.update(BATCH_ROWS)
     best = best_of_rounds(rows, args.rounds, reads, args.count)
-    compiled = getattr(trio_stomp.frame, "compiled", False)
+    print(environment_line())
     print(
         f"client cost per received MESSAGE: {args.count:,} recorded RabbitMQ frames of "
-        f"100 B in 64 KiB reads, best of {args.rounds}; codec "
-        f"{'compiled' if compiled else 'pure Python'}"
+        f"100 B in 64 KiB reads, best of {args.rounds}; CPU us per message"
     )
-    peer = {
-        "trio_stomp parse": "stomp.py parse",
-        "trio_stomp client auto": "stomp.py dispatch (auto)",
-        "trio_stomp batches auto": "stomp.py dispatch (auto)",
-        "trio_stomp client client-individual": "stomp.py dispatch + ack",
-        "trio_stomp batches client-individual": "stomp.py dispatch + ack",
-    }
     print(f"{'row':<40}{'us/msg':>8}{'vs stomp.py':>13}")
     for name, spent in best.items():
         us = spent / args.count * 1e6
-        other = peer.get(name)
+        other = PEERS.get(name)
         shown = f"{spent / best[other]:.2f}x" if other else ""
         print(f"{name:<40}{us:>8.2f}{shown:>13}")
+    if args.json:
+        write_report(
+            args.json,
+            bench="receive",
+            command=bench_command(__file__, argv),
+            unit="CPU us per message",
+            rows=report_rows(best, args.count),
+        )
     return 0
+
+
+#: The stomp.py row each trio_stomp row is compared with.
+PEERS: Final = {
+    "trio_stomp parse": "stomp.py parse",
+    "trio_stomp client auto": "stomp.py dispatch (auto)",
+    "trio_stomp batches auto": "stomp.py dispatch (auto)",
+    "trio_stomp client client-individual": "stomp.py dispatch + ack",
+    "trio_stomp batches client-individual": "stomp.py dispatch + ack",
+}
+
+
+def report_rows(best: dict[str, float], count: int) -> list[dict[str, Any]]:
+    """One position per trio_stomp row (``label``: what it does), with a trio_stomp bar and
+    the bar of the stomp.py row it is compared with."""
+    rows: list[dict[str, Any]] = []
+    for name, peer in PEERS.items():
+        if name not in best:
+            continue
+        label = name.removeprefix("trio_stomp ")
+        ours = best[name] / count * 1e6
+        theirs = best[peer] / count * 1e6
+        rows.append(
+            {
+                "series": "trio_stomp",
+                "label": label,
+                "value": round(ours, 3),
+                "vs_stomp_py": round(ours / theirs, 3),
+            }
+        )
+        rows.append(
+            {"series": "stomp.py 9", "label": label, "value": round(theirs, 3), "row": peer}
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -204,7 +204,13 @@ class SubscriptionState:
                 f"cannot {command} {message!r}: the connection it came on was lost; "
                 "the broker will redeliver it"
             )
-        if transaction is not None:
+        if transaction is None:
+            if not receipt and sender.version == "1.2" and self.active and self.ack != "auto":
+                # The hot path of client-individual consumers: one header, no receipt.
+                ack_id = message.frame.headers.get("ack")
+                if ack_id is not None:
+                    return sender.send_ack_id(command, ack_id, message=message)
+        else:
             transaction.check_usable(sender)
         pairs = self._ack_pairs(message, command, sender.version)
         if transaction is not None:
