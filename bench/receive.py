@@ -27,8 +27,10 @@ client does with them, in one process, CPU time (``time.process_time``):
 Rows run interleaved, ``--rounds`` times each, and the best (lowest CPU) is
 kept: on a shared machine the minimum is the cost, the rest is noise. The
 first line says whether the codec ran compiled (``scripts/compile-codec``).
-The stream stub ignores the prefetch window, so each subscription gets a
-buffer for every message.
+The stream stub keeps to the prefetch window (``DEFAULT_PREFETCH``) as a
+broker does: with acks, a read goes out only while fewer than the window's
+messages are unacked; an ``auto`` subscription gets every read at once, and
+so a buffer for every message.
 Garbage collection stays on (a receive loop runs with it). ``--profile``
 runs the client auto row once under cProfile into FILE. ``--json PATH``
 writes the rows (``bench/_common.write_report``: CPU us per message, series
@@ -60,6 +62,7 @@ from trio_stomp.frame import FrameParser
 READ: Final = 64 * 1024
 SESSION: Final = "session-sk6IWufXN4R__fsP0pWCcw"
 DESTINATION: Final = "/queue/bench-receive"
+_WINDOW: Final = re.compile(rb"\nprefetch-count:(\d+)\n")
 _RECEIPT: Final = re.compile(rb"DISCONNECT\n(?:[^\n]*\n)*?receipt:([^\n]*)\n")
 
 
@@ -84,13 +87,21 @@ def reads_of(data: bytes) -> list[bytes]:
 
 class RecordedStream(trio.abc.Stream):
     """A broker made of recorded bytes: CONNECTED for CONNECT, the reads after
-    SUBSCRIBE, a RECEIPT for DISCONNECT; what the client writes is counted."""
+    SUBSCRIBE, a RECEIPT for DISCONNECT; what the client writes is counted.
+
+    Like a broker, it keeps to the subscription's prefetch window when it
+    acks: no further read goes out while ``prefetch-count`` messages are
+    unacked (a read's messages counted by where they start). ``auto``: every
+    read at once, as a broker pushes an auto subscription's messages."""
 
     def __init__(self, reads: list[bytes]) -> None:
         self._reads = reads
+        self._next = 0  # the next read to hand out
         self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
         self.written = 0
         self.subscribed = False
+        self._window: int | None = None  # None: auto, no window
+        self._unacked = 0
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await trio.lowlevel.checkpoint()
@@ -103,8 +114,17 @@ class RecordedStream(trio.abc.Stream):
             )
         if b"SUBSCRIBE\n" in data and not self.subscribed:
             self.subscribed = True
-            for chunk in self._reads:
-                self._send.send_nowait(chunk)
+            window = _WINDOW.search(data)
+            if b"\nack:auto\n" not in data and window:
+                self._window = int(window.group(1))
+        self._unacked -= data.count(b"ACK\nid:")
+        while self.subscribed and self._next < len(self._reads):
+            if self._window is not None and self._unacked >= self._window:
+                break
+            chunk = self._reads[self._next]
+            self._next += 1
+            self._unacked += chunk.count(b"MESSAGE\n")
+            self._send.send_nowait(chunk)
         match = _RECEIPT.search(data)
         if match:
             self._send.send_nowait(b"RECEIPT\nreceipt-id:" + match.group(1) + b"\n\n\0")
