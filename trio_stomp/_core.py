@@ -100,7 +100,8 @@ class Core:
         self.replies: ReplyRouter | None = None
         self._send_heads: dict[tuple[str, str], bytes] = {}
         self.receipts: dict[str, ReceiptWaiter] = {}
-        self._generation = 0
+        #: Which connection of the session is current: it grows on each reconnect.
+        self.generation = 0
         self._connected = True
         self._restored = trio.Event()
         self._restored.set()
@@ -117,10 +118,6 @@ class Core:
     @property
     def version(self) -> str:
         return self.conn.version
-
-    @property
-    def generation(self) -> int:
-        return self._generation
 
     @property
     def connected(self) -> bool:
@@ -396,7 +393,7 @@ class Core:
                 continue
             sub = find(item[0].headers)
             if sub is not None:
-                sub.deliver(item, self._generation)
+                sub.deliver(item, self.generation)
             elif self.replies is not None and self.replies.claims(item[0]):
                 self.replies.deliver(item)
             # else: for a subscription we just ended; the broker redelivers it.
@@ -519,7 +516,7 @@ class Core:
         self._connected = False
         if self._restored.is_set():  # else callers already wait on it (a failed restore)
             self._restored = trio.Event()
-        self._generation += 1
+        self.generation += 1
         lost = ConnectionLost(f"the connection to {old.url} was lost: {error}")
         for receipt_id, waiter in list(self.receipts.items()):
             if receipt_id not in supervisor.replays:
