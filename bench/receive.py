@@ -90,23 +90,29 @@ class RecordedStream(trio.abc.Stream):
     SUBSCRIBE, a RECEIPT for DISCONNECT; what the client writes is counted.
 
     Like a broker, it keeps to the subscription's prefetch window when it
-    acks: no further read goes out while ``prefetch-count`` messages are
-    unacked (a read's messages counted by where they start). ``auto``: every
-    read at once, as a broker pushes an auto subscription's messages."""
+    acks: no further read goes out while ``window`` messages (the
+    SUBSCRIBE's ``prefetch-count`` unless given) are unacked, a read's
+    messages counted by the frames it ends. ``auto``: every read at once, as
+    a broker pushes an auto subscription's messages. A write of ACKs alone
+    needs no answer, and costs the client no more than a checkpoint."""
 
-    def __init__(self, reads: list[bytes]) -> None:
+    def __init__(self, reads: list[bytes], window: int | None = None) -> None:
         self._reads = reads
         self._next = 0  # the next read to hand out
         self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
         self.written = 0
         self.subscribed = False
-        self._window: int | None = None  # None: auto, no window
+        self._window = window  # None until SUBSCRIBE: then None for auto
         self._unacked = 0
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await trio.lowlevel.checkpoint()
         data = bytes(data)
         self.written += len(data)
+        if data.startswith(b"ACK\n") and b"DISCONNECT\n" not in data:
+            self._unacked -= data.count(b"ACK\nid:")
+            self._release()
+            return
         if data.startswith(b"CONNECT\n"):
             self._send.send_nowait(
                 f"CONNECTED\nserver:RabbitMQ/3.10.8\nsession:{SESSION}\n"
@@ -115,19 +121,25 @@ class RecordedStream(trio.abc.Stream):
         if b"SUBSCRIBE\n" in data and not self.subscribed:
             self.subscribed = True
             window = _WINDOW.search(data)
-            if b"\nack:auto\n" not in data and window:
+            if b"\nack:auto\n" in data:
+                self._window = None
+            elif self._window is None and window:
                 self._window = int(window.group(1))
         self._unacked -= data.count(b"ACK\nid:")
+        self._release()
+        match = _RECEIPT.search(data)
+        if match:
+            self._send.send_nowait(b"RECEIPT\nreceipt-id:" + match.group(1) + b"\n\n\0")
+
+    def _release(self) -> None:
+        """Hand out the next reads while the window has room (all of them for auto)."""
         while self.subscribed and self._next < len(self._reads):
             if self._window is not None and self._unacked >= self._window:
                 break
             chunk = self._reads[self._next]
             self._next += 1
-            self._unacked += chunk.count(b"MESSAGE\n")
+            self._unacked += chunk.count(b"\0")
             self._send.send_nowait(chunk)
-        match = _RECEIPT.search(data)
-        if match:
-            self._send.send_nowait(b"RECEIPT\nreceipt-id:" + match.group(1) + b"\n\n\0")
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()

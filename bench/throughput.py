@@ -155,7 +155,13 @@ def run_trio_stomp(spec: dict[str, Any], meter: Meter) -> None:
     body = body_of(spec["size"])
 
     async def send() -> None:
-        async with trio_stomp.connect(target.url, heartbeat=(0, 0)) as client:
+        # The broker may take longer than the default 5 s to answer DISCONNECT: it
+        # has the whole backlog of the socket's buffers to read first (the raw
+        # socket and stomp.py wait as long for it).
+        timeout = spec["timeout"]
+        async with trio_stomp.connect(
+            target.url, heartbeat=(0, 0), disconnect_timeout=timeout
+        ) as client:
             meter.start()
             for i in range(count):
                 await client.send(destination, body, headers={"seq": str(i)})
