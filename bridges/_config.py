@@ -122,12 +122,21 @@ class BrokerSettings:
     damaged row) is refused, naming how many and from which store key on,
     unless ``accept_damage`` (then the loss is logged and the broker starts).
     ``stomp`` endpoints reach it with ``url = "embedded"``.
+
+    ``duplicate_window`` (ids, 10,000; 0: off) and ``duplicate_window_seconds``
+    (600) are its duplicate detection on ``bridge-id``: a SEND repeating an id
+    it accepted for the same destination within the window gets its RECEIPT
+    and is dropped, so the stomp sink to it is effectively once
+    (``trio_stomp.broker.Limits``; with ``data_dir`` the ids are kept in the
+    store).
     """
 
     embedded: bool = False
     listen: str = attrs.field(default="127.0.0.1:61613", validator=_listen)
     data_dir: str | None = attrs.field(default=None, validator=_data_dir)
     accept_damage: bool = False
+    duplicate_window: int = attrs.field(default=10_000, validator=ge(0))
+    duplicate_window_seconds: float = attrs.field(default=600.0, validator=ge(0.0))
 
     @property
     def address(self) -> tuple[str, int]:

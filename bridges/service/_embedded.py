@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from trio_stomp.broker import Broker, StoreDamaged, StoreError, open_broker
+from trio_stomp.broker import Broker, Limits, StoreDamaged, StoreError, open_broker
 
 from .._config import Config
 from .._convert import ConfigError, Problem
@@ -35,6 +35,10 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
             port,
             data_dir=None if data_dir is None else config.base_dir / data_dir,
             accept_damage=config.broker.accept_damage,
+            limits=Limits(
+                duplicate_window=config.broker.duplicate_window,
+                duplicate_window_seconds=config.broker.duplicate_window_seconds,
+            ),
         ) as broker:
             listening = True
             yield broker
