@@ -48,10 +48,10 @@ import attrs
 import trio
 from attrs.validators import ge, gt, le
 
-from bridges import Context, Envelope, InvalidSetting, Message, TemplateError
+from bridges import Context, Envelope, InvalidSetting, Message
 from bridges._readfile import check_file
 
-from .._id_template import IdTemplate
+from .._id_template import id_template_setting
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
 from .signatures import (
@@ -167,12 +167,7 @@ class HttpSource:
         if config.bearer_token is not None and not config.bearer_token:
             raise InvalidSetting("bearer_token", "is empty")
         self.config = config
-        self._id_template: IdTemplate | None = None
-        if config.id_template is not None:
-            try:
-                self._id_template = IdTemplate.parse(config.id_template)
-            except TemplateError as exc:
-                raise InvalidSetting("id_template", str(exc)) from None
+        self._id_template = id_template_setting(config.id_template)
         self.scheme: Scheme = scheme
         self.methods = frozenset(methods)
         self._keys = signing_keys(scheme, config.secret)
@@ -258,7 +253,7 @@ class HttpSource:
             message_id = uuid.uuid4().hex
         message = Message(body, out, message_id)
         if self._id_template is not None:
-            message = attrs.evolve(message, id=self._id_template.render(message))
+            message = self._id_template.apply(message)
         return message
 
 
