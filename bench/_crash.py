@@ -95,19 +95,24 @@ def private_servers(wanted: Mapping[str, Server | None]) -> Iterator[dict[str, S
         yield servers
 
 
-def route_config(source: str, sink: str, extra: str = "") -> str:
+def route_table(name: str, source: str, sink: str) -> str:
+    """A ``[routes.NAME]`` table with the harness's window, batches and retries."""
     return f"""
-[bridge]
-shutdown_timeout = 20
-log_level = "warning"
-
-[routes.crash]
+[routes.{name}]
 in_flight = {IN_FLIGHT}
 batch = {{ count = {BATCH}, time = 0.01 }}
 retry = {{ attempts = 1000, initial = 0.05, max = 1.0 }}
 source = {source}
 sink = {sink}
-{extra}"""
+"""
+
+
+def route_config(source: str, sink: str, extra: str = "") -> str:
+    return f"""
+[bridge]
+shutdown_timeout = 20
+log_level = "warning"
+{route_table("crash", source, sink)}{extra}"""
 
 
 @dataclasses.dataclass

@@ -56,7 +56,7 @@ from typing import Any, Final
 import http_crash
 import trio
 from _common import HOST, embedded_broker, free_port
-from _crash import BATCH, IN_FLIGHT, Direct, Factory, Scenario, Server, main, private_servers
+from _crash import Direct, Factory, Scenario, Server, main, private_servers, route_table
 from mqtt_redis_crash import redis_bodies, redis_command, redis_fill, redis_length
 from queues_crash import (
     FILE_SINK,
@@ -175,14 +175,7 @@ embedded = true
 listen = "{HOST}:{free_port()}"
 data_dir = "state"
 duplicate_window = {0 if off else 10_000}
-
-[routes.deliver]
-in_flight = {IN_FLIGHT}
-batch = {{ count = {BATCH}, time = 0.01 }}
-retry = {{ attempts = 1000, initial = 0.05, max = 1.0 }}
-source = {stomp}
-sink = {sink}
-"""
+{route_table("deliver", stomp, sink)}"""
     return Scenario(
         JSONL_SOURCE,
         stomp,
