@@ -9,6 +9,11 @@ two interleaved round after round (both see the same load); the figure is
 the best round of each, and the ratio is on / off (1.0: free; the target is
 at least 0.9):
 
+- ``session``: the broker's session alone, sans I/O (no sockets, no
+  store): ``count`` SEND frames with a ``bridge-id`` each, every 100th with
+  a receipt, fed to one :class:`~trio_stomp.broker._session.Session` in
+  64 KiB chunks, with the duplicate window (10,000) and without: SENDs per
+  CPU second (process time), the look-up and the record apart from any fsync;
 - ``broker``: the embedded broker's send-with-receipt rate, as
   ``bench/durable_store.py`` measures it (``--senders`` connections, each
   SEND with a receipt and a ``bridge-id`` of its own, 64 receipts
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -46,8 +52,43 @@ from redis_throughput import publish_bridge, redis_command
 
 from bridges import Context
 from bridges.endpoints.file import FileSink, FileSinkConfig
+from trio_stomp.broker._dedup import Duplicates
+from trio_stomp.broker._destinations import Router
+from trio_stomp.broker._session import Session
 
-TARGETS = ("broker", "jsonl", "redis")
+TARGETS = ("session", "broker", "jsonl", "redis")
+
+
+class _Edge:
+    """The session's I/O edge, doing nothing."""
+
+    def wake(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def session_rate(on: bool, args: Any) -> float:
+    """SENDs per second through one sans-IO session (CPU only)."""
+    head = b"CONNECT\naccept-version:1.2\nhost:/\n\n\0"
+    body = b"x" * args.size
+    frames = [
+        b"SEND\ndestination:/queue/cost\nbridge-id:m%d\n%scontent-length:%d\n\n%s\0"
+        % (i, b"receipt:r\n" if i % 100 == 99 else b"", len(body), body)
+        for i in range(args.count)
+    ]
+    data = b"".join(frames)
+    chunks = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+    window = Duplicates(10_000, 600.0) if on else None
+    session = Session(Router(), _Edge(), session_id="cost", duplicates=window)
+    session.receive_data(head)
+    session.take_output()
+    started = time.process_time()  # (CPU: the figure is the work, whatever the load)
+    for chunk in chunks:
+        session.receive_data(chunk)
+        session.take_output()
+    return float(args.count / (time.process_time() - started))
 
 
 def jsonl_sink(directory: Path, window: int, args: Any) -> FileSink:
@@ -77,6 +118,8 @@ def broker_rate(durable: bool, window: int, args: Any) -> float:
 def cells(args: Any, redis_url: str | None) -> dict[str, Callable[[bool], float]]:
     """label -> measure(dedup on?) -> msg/s."""
     found: dict[str, Callable[[bool], float]] = {}
+    if "session" in args.only:
+        found["broker session, sans I/O: SEND"] = lambda on: session_rate(on, args)
     if "broker" in args.only:
         found["embedded broker, data dir: send+receipt"] = lambda on: broker_rate(
             True, 10_000 if on else 0, args

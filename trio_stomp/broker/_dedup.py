@@ -42,11 +42,14 @@ from typing import Final
 
 from ..frame import Headers
 
-__all__ = ["ID_HEADER", "Duplicates"]
+__all__ = ["ID_HEADER", "Duplicates", "Key"]
 
 #: The header that carries a message's stable id (set by the bridges' stomp sink).
 ID_HEADER: Final = "bridge-id"
 _TABLE: Final = "duplicate_ids"
+
+#: What the window remembers of an accepted SEND: (destination, bridge-id).
+Key = tuple[str, str]
 
 
 class Duplicates:
@@ -66,23 +69,22 @@ class Duplicates:
         self.count = count
         self.seconds = seconds
         self._clock = clock
-        #: key -> (when accepted, the store's commit that holds it; 0: none or done).
-        self._seen: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        #: (destination, id) -> (when accepted, the store's commit holding it; 0: none
+        #: or done), oldest first. The count bounds it; an id older than the time
+        #: window is found stale by :meth:`check` (and dropped from disk by :meth:`take`).
+        self._seen: OrderedDict[Key, tuple[float, int]] = OrderedDict()
+        self._on = count > 0 and seconds > 0
         #: Repeats dropped since the broker started.
         self.dropped = 0
-        self._unwritten: list[str] = []
+        self._unwritten: list[Key] = []
         self._rows: deque[tuple[int, float, int]] = deque()  # (row, when, ids) on disk
         self._stored = 0  # ids in the rows on disk
         self._next_row = 1
 
-    @property
-    def enabled(self) -> bool:
-        return self.count > 0 and self.seconds > 0
-
     def __len__(self) -> int:
         return len(self._seen)
 
-    def check(self, destination: str, headers: Headers) -> tuple[str | None, int | None]:
+    def check(self, destination: str, headers: Headers) -> tuple[Key | None, int | None]:
         """Look a SEND to ``destination`` with ``headers`` up.
 
         Returns:
@@ -92,9 +94,9 @@ class Duplicates:
           disk before its RECEIPT (0: none).
         """
         bridge_id = headers.get(ID_HEADER)
-        if not bridge_id or not self.enabled:
+        if not bridge_id or not self._on:
             return None, None
-        key = f"{len(destination)}:{destination}{bridge_id}"
+        key = (destination, bridge_id)
         found = self._seen.get(key)
         if found is None:
             return key, None
@@ -105,22 +107,14 @@ class Duplicates:
         self.dropped += 1
         return key, ticket
 
-    def accept(self, key: str, ticket: int) -> None:
+    def accept(self, key: Key, ticket: int) -> None:
         """``key`` was accepted; ``ticket``: the store's commit holding its message
         (0: not stored, the id is kept in memory only)."""
-        now = self._clock()
         seen = self._seen
-        seen[key] = (now, ticket)
-        seen.move_to_end(key)
+        seen[key] = (self._clock(), ticket)  # (new: check() removed a stale one: it goes last)
         if ticket:
             self._unwritten.append(key)
-        while len(seen) > self.count:
-            seen.popitem(last=False)
-        horizon = now - self.seconds
-        while seen:
-            oldest = next(iter(seen.values()))
-            if oldest[0] >= horizon:
-                break
+        if len(seen) > self.count:
             seen.popitem(last=False)
 
     # -- with the store (worker thread for load and write) ------------------------
@@ -136,7 +130,10 @@ class Duplicates:
         for row, accepted, ids in connection.execute(
             f"SELECT row, accepted, ids FROM {_TABLE} ORDER BY row"
         ):
-            keys = [str(key) for key in json.loads(ids)]
+            try:
+                keys = [(str(d), str(i)) for d, i in json.loads(ids)]
+            except (ValueError, TypeError):  # (not ours: its ids are not trusted)
+                keys = []
             self._rows.append((int(row), float(accepted), len(keys)))
             self._stored += len(keys)
             self._next_row = int(row) + 1

@@ -483,7 +483,10 @@ class Store:
 
         Called before anything is added (the broker is not serving yet).
         """
-        await trio.to_thread.run_sync(companion.load, self._database.connection)
+        try:
+            await trio.to_thread.run_sync(companion.load, self._database.connection)
+        except (sqlite3.Error, OSError) as exc:
+            raise _store_error(self.path, "read", exc) from None
         self._companions.append(companion)
 
     def watch(self, watcher: Watcher) -> None:
