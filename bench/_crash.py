@@ -358,7 +358,8 @@ def report_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in results:
         if "error" in r:
             continue
-        along = {k: r[k] for k in ("messages", "kills", "bound", "max_copies", "exit_status")}
+        kept = ("messages", "kills", "bound", "max_copies", "exit_status", "requests_repeated")
+        along = {k: r[k] for k in kept if k in r}
         along |= {"seconds": r["seconds"], "verdict": "ok" if ok(r) else "FAIL"}
         for series, key in (("lost", "missing"), ("duplicates", "duplicates")):
             rows.append(

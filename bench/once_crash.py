@@ -26,12 +26,13 @@ repeated id a no-op at the target (bridges/README.md, "Delivery guarantees"):
                      that honours Idempotency-Key: duplicates are effects taken twice
                      (bench/http_crash.py; requests repeated are in ``requests_repeated``)
 
-and three controls, the same pairs with the sink's de-duplication off
+and four controls, the same pairs with the sink's de-duplication off
 (``dedup_window = 0``), held to the at-least-once bound only: they show that
 the kills do make the source send messages again (``--only`` them to see).
 
     jsonl-to-jsonl-off, nats-to-redis-off,
-    file-to-broker-to-jsonl-off (broker window and jsonl read-back both off)
+    file-to-broker-to-jsonl-off (broker window and jsonl read-back both off),
+    webhook-to-broker-off (the broker's window off)
 
 Redis and NATS are private servers (``redis-server`` with AOF and appendfsync
 always, ``nats-server -js``), in temporary directories. The harness is
@@ -56,7 +57,16 @@ from typing import Any, Final
 import http_crash
 import trio
 from _common import HOST, embedded_broker, free_port
-from _crash import Direct, Factory, Scenario, Server, main, private_servers, route_table
+from _crash import (
+    IN_FLIGHT,
+    Direct,
+    Factory,
+    Scenario,
+    Server,
+    main,
+    private_servers,
+    route_table,
+)
 from mqtt_redis_crash import redis_bodies, redis_command, redis_fill, redis_length
 from queues_crash import (
     FILE_SINK,
@@ -198,7 +208,6 @@ def _http_result(result: dict[str, Any], **figures: Any) -> dict[str, Any]:
         "arrived": result["acknowledged"] - result["lost"],
         "missing": result["lost"] + result["unexpected"],
         "max_copies": result["max_copies"],
-        "bound": 0,
         "exit_status": result["exit_status"],
         "seconds": result["seconds"],
         "log_tail": result["log_tail"],
@@ -206,11 +215,18 @@ def _http_result(result: dict[str, Any], **figures: Any) -> dict[str, Any]:
     }
 
 
-def webhook_to_broker(count: int, kills: int, rng: Any) -> dict[str, Any]:
+def webhook_to_broker(count: int, kills: int, rng: Any, *, off: bool = False) -> dict[str, Any]:
+    options = ("--duplicate-window", "0") if off else ()
     with tempfile.TemporaryDirectory(prefix="once-broker-") as tmp:
-        with embedded_broker(data_dir=Path(tmp)) as target:
+        with embedded_broker(data_dir=Path(tmp), options=options) as target:
             result = trio.run(http_crash.inbound, target, count, kills, rng)
-    return _http_result(result, duplicates=result["duplicates"])
+    return _http_result(
+        result,
+        duplicates=result["duplicates"],
+        bound=kills * IN_FLIGHT if off else 0,
+        # (posts beyond one per webhook: refused while the bridge was down, cut, 503)
+        requests_repeated=sum(result["answers"].values()) - result["messages"],
+    )
 
 
 def stomp_to_http(count: int, kills: int, rng: Any) -> dict[str, Any]:
@@ -218,7 +234,7 @@ def stomp_to_http(count: int, kills: int, rng: Any) -> dict[str, Any]:
         with embedded_broker(data_dir=Path(tmp)) as target:
             result = trio.run(http_crash.outbound, target, count, kills, rng)
     wrong = result["effect_duplicates"] + result["keys_not_the_id"]
-    return _http_result(result, duplicates=wrong, requests_repeated=result["duplicates"])
+    return _http_result(result, duplicates=wrong, bound=0, requests_repeated=result["duplicates"])
 
 
 SCENARIOS: Final = [
@@ -232,6 +248,7 @@ SCENARIOS: Final = [
     "jsonl-to-jsonl-off",
     "nats-to-redis-off",
     "file-to-broker-to-jsonl-off",
+    "webhook-to-broker-off",
 ]
 
 
@@ -251,6 +268,7 @@ def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
             "file-to-broker-to-jsonl": file_to_broker_to_jsonl,
             "file-to-broker-to-jsonl-off": functools.partial(file_to_broker_to_jsonl, off=True),
             "webhook-to-broker": Direct(webhook_to_broker),
+            "webhook-to-broker-off": Direct(functools.partial(webhook_to_broker, off=True)),
             "stomp-to-http": Direct(stomp_to_http),
         }
         if servers:
