@@ -8,25 +8,11 @@ from typing import Any
 
 import pytest
 import trio
+from test_embedded_damage import _config
 
-from bridges import ConfigError, default_registry, parse_config
+from bridges import ConfigError
 from bridges.service import open_embedded
 from trio_stomp.testing import open_raw_client
-
-ROUTE = {
-    "source": {"type": "stomp", "url": "embedded", "destination": "/queue/q"},
-    "sink": {"type": "file", "path": "outbox"},
-}
-
-
-def _config(tmp_path: Path, **broker: Any) -> Any:
-    data = {
-        "broker": {"embedded": True, "listen": "127.0.0.1:0", **broker},
-        "routes": {"r": ROUTE},
-    }
-    return parse_config(
-        data, default_registry(plugins=False), file="bridge.toml", base_dir=tmp_path
-    )
 
 
 @pytest.mark.parametrize(("settings", "kept"), [({}, 1), ({"duplicate_window": 0}, 2)])
