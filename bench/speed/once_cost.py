@@ -5,9 +5,12 @@
         [--json PATH]
 
 Each target is measured with its de-duplication at its default and off, the
-two interleaved round after round (both see the same load); the figure is
-the best round of each, and the ratio is on / off (1.0: free; the target is
-at least 0.9):
+two interleaved round after round (both see the same load): the best rate of
+each, and the least CPU time per message of the process that does the work
+(this one; for ``broker``, the broker's process). On a shared machine the
+rates of the cells that wait for an fsync swing with the disk, while CPU
+per message is the work itself: its ratio on / off is the cost (the target
+is at most 1.1):
 
 - ``session``: the broker's session alone, sans I/O (no sockets, no
   store): ``count`` SEND frames with a ``bridge-id`` each, every 100th with
@@ -45,7 +48,14 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import HOST, embedded_broker, environment_line, write_report
+from _common import (
+    HOST,
+    environment_line,
+    process_cpu,
+    start_embedded_broker,
+    stop_process,
+    write_report,
+)
 from _endpoints import private_server, run_from_memory, timed
 from durable_store import measure as send_with_receipt
 from redis_throughput import publish_bridge, redis_command
@@ -69,8 +79,12 @@ class _Edge:
         pass
 
 
-def session_rate(on: bool, args: Any) -> float:
-    """SENDs per second through one sans-IO session (CPU only)."""
+#: One measurement: (msg/s, CPU us per message of the process that does the work).
+Cell = tuple[float, float]
+
+
+def session_rate(on: bool, args: Any) -> Cell:
+    """SENDs through one sans-IO session: (SENDs per CPU second, CPU us per SEND)."""
     head = b"CONNECT\naccept-version:1.2\nhost:/\n\n\0"
     body = b"x" * args.size
     frames = [
@@ -88,7 +102,8 @@ def session_rate(on: bool, args: Any) -> float:
     for chunk in chunks:
         session.receive_data(chunk)
         session.take_output()
-    return float(args.count / (time.process_time() - started))
+    cpu = time.process_time() - started
+    return args.count / cpu, cpu / args.count * 1e6
 
 
 def jsonl_sink(directory: Path, window: int, args: Any) -> FileSink:
@@ -96,28 +111,35 @@ def jsonl_sink(directory: Path, window: int, args: Any) -> FileSink:
     return FileSink(config, Context(route="bench", role="sink", in_flight=args.window))
 
 
-def jsonl_write(window: int, args: Any) -> float:
-    """msg/s of the route to a fresh directory."""
+def jsonl_write(window: int, args: Any) -> Cell:
+    """The route to a fresh directory: msg/s, and this process's CPU per message."""
     with tempfile.TemporaryDirectory(prefix="once-cost-") as tmp:
         target = jsonl_sink(Path(tmp), window, args)
         route = {"in_flight": args.window, "batch_count": args.batch}
         return timed(
             lambda: trio.run(lambda: run_from_memory(target, args.count, args.size, **route)),
             args.count,
-        )[0]
+        )
 
 
-def broker_rate(durable: bool, window: int, args: Any) -> float:
+def broker_rate(durable: bool, window: int, args: Any) -> Cell:
+    """Send-with-receipt msg/s, and the broker process's CPU per message."""
     options = ("--duplicate-window", str(window))
     with tempfile.TemporaryDirectory(prefix="once-cost-broker-") as tmp:
         data_dir = Path(tmp) if durable else None
-        with embedded_broker(data_dir=data_dir, options=options) as target:
-            return send_with_receipt(target, args.count, args.size, args.senders, 64, True)
+        proc, target = start_embedded_broker(data_dir, options=options)
+        try:
+            before = process_cpu(proc.pid) or 0.0
+            rate = send_with_receipt(target, args.count, args.size, args.senders, 64, True)
+            cpu = (process_cpu(proc.pid) or 0.0) - before  # (the drain after it included)
+        finally:
+            stop_process(proc)
+    return rate, cpu / args.count * 1e6
 
 
-def cells(args: Any, redis_url: str | None) -> dict[str, Callable[[bool], float]]:
-    """label -> measure(dedup on?) -> msg/s."""
-    found: dict[str, Callable[[bool], float]] = {}
+def cells(args: Any, redis_url: str | None) -> dict[str, Callable[[bool], Cell]]:
+    """label -> measure(dedup on?) -> (msg/s, CPU us/msg)."""
+    found: dict[str, Callable[[bool], Cell]] = {}
     if "session" in args.only:
         found["broker session, sans I/O: SEND"] = lambda on: session_rate(on, args)
     if "broker" in args.only:
@@ -131,36 +153,40 @@ def cells(args: Any, redis_url: str | None) -> dict[str, Callable[[bool], float]
         found["file sink, JSON lines"] = lambda on: jsonl_write(10_000 if on else 0, args)
     if redis_url is not None:
 
-        def redis(on: bool) -> float:
+        def redis(on: bool) -> Cell:
             stream = f"bench-{uuid.uuid4().hex[:8]}"
             window = 100_000 if on else 0
             return timed(
                 lambda: trio.run(publish_bridge, redis_url, stream, args.count, args, window),
                 args.count,
-            )[0]
+            )
 
         found["redis sink"] = redis
     return found
 
 
 def measure(args: Any, redis_url: str | None) -> list[dict[str, Any]]:
-    best: dict[tuple[str, bool], float] = {}
+    """Rows: the best rate and the least CPU per message of each cell, on and off."""
+    rate: dict[tuple[str, bool], float] = {}
+    cpu: dict[tuple[str, bool], float] = {}
     measured = cells(args, redis_url)
     for round_ in range(args.rounds):  # interleaved: both see the same load
         for label, run in measured.items():
             for on in (True, False) if round_ % 2 == 0 else (False, True):
-                rate = run(on)
-                best[label, on] = max(rate, best.get((label, on), 0.0))
+                got, used = run(on)
+                rate[label, on] = max(got, rate.get((label, on), 0.0))
+                cpu[label, on] = min(used, cpu.get((label, on), float("inf")))
     rows: list[dict[str, Any]] = []
     for label in measured:
-        ratio = best[label, True] / best[label, False]
         for on in (True, False):
             rows.append(
                 {
                     "series": "dedup on" if on else "dedup off",
                     "label": label,
-                    "value": round(best[label, on]),
-                    "ratio_on_off": round(ratio, 3),
+                    "value": round(rate[label, on]),
+                    "cpu_us": round(cpu[label, on], 2),
+                    "rate_on_off": round(rate[label, True] / rate[label, False], 3),
+                    "cpu_on_off": round(cpu[label, True] / cpu[label, False], 3),
                 }
             )
     return rows
@@ -189,10 +215,17 @@ def main() -> int:
         f"rounds; routes: batch {args.batch}, in_flight {args.window}; broker: "
         f"{args.senders} senders, 64 receipts outstanding each"
     )
-    print("| target | dedup on, msg/s | dedup off, msg/s | on / off |")
-    print("|---|---:|---:|---:|")
+    print(
+        "| target | dedup on: msg/s, CPU us/msg | dedup off: msg/s, CPU us/msg "
+        "| rate on/off | CPU on/off |"
+    )
+    print("|---|---:|---:|---:|---:|")
     for on, off in zip(rows[::2], rows[1::2], strict=True):
-        print(f"| {on['label']} | {on['value']:,} | {off['value']:,} | {on['ratio_on_off']:.2f} |")
+        print(
+            f"| {on['label']} | {on['value']:,}, {on['cpu_us']:.1f} "
+            f"| {off['value']:,}, {off['cpu_us']:.1f} "
+            f"| {on['rate_on_off']:.2f} | {on['cpu_on_off']:.2f} |"
+        )
     if args.json:
         write_report(
             args.json,
