@@ -9,7 +9,7 @@ with SIGKILL once the far side holds a random share of the messages (plus
 once, at one of the kills), then runs until everything arrived and is
 stopped with SIGTERM (a clean exit is required). Figures: arrived (must be
 all), missing, duplicates and the most copies of one id, against the bound
-at-least-once promises (``kills * in_flight``), or 0 for a scenario whose
+at-least-once promises (``kills * in_flight``, per route), or 0 for a scenario whose
 source and sink claim effectively once together (``Scenario.once``).
 
 Every script in ``bench/crash/`` imports from here; what it shares with the
@@ -147,6 +147,7 @@ class Scenario:
     restart_server: Callable[[], None]
     once: bool = False  # source and sink claim effectively once: the bound is 0 duplicates
     extra: str = ""  # more of the config: an embedded broker, a second route
+    routes: int = 1  # routes in the config: each may send its in-flight window again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +270,7 @@ def run_scenario(
             "missing": len(set(ids) - set(copies)),
             "duplicates": total - len(copies),
             "max_copies": max(copies.values(), default=0),
-            "bound": 0 if scenario.once else kills * IN_FLIGHT,
+            "bound": 0 if scenario.once else kills * IN_FLIGHT * scenario.routes,
             "exit_status": status,
             "seconds": round(time.monotonic() - started, 1),
             "log_tail": log_path.read_text()[-1500:] if status != 0 else "",

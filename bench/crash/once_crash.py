@@ -197,6 +197,7 @@ duplicate_window = {0 if off else 10_000}
         lambda: None,
         once=not off,
         extra=extra,
+        routes=2,
     )
 
 
