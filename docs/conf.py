@@ -29,6 +29,7 @@ extensions = [
     "sphinxcontrib_trio",
     "offline_inventories",
     "short_names",
+    "config_reference",
 ]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
