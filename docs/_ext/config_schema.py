@@ -168,4 +168,4 @@ def problems(tables: list[Table]) -> Iterator[str]:
                 yield f"{table.title}: {option.name}: no description (Attributes: of {where})"
         names = {field.name for field in attrs.fields(table.cls)}
         for name in _described(table.cls).keys() - names:
-            yield f"{table.title}: {name}: described, but {table.cls.__qualname__} has no such field"
+            yield f"{table.title}: {name}: described, but {table.cls.__qualname__} has no such key"

@@ -39,8 +39,10 @@ _TRIO_MODULES = {
     "trio.from_thread": "reference-core.html",
 }
 #: trio's own modules whose top-level names are documented with the I/O reference.
-_TRIO_IO = ("trio._highlevel", "trio._ssl", "trio._file_io", "trio._path", "trio._subprocess",
-            "trio._unix_pipes", "trio._dtls", "trio._socket", "trio._abc", "trio._channel")  # fmt: skip
+_TRIO_IO = (
+    "trio._highlevel", "trio._ssl", "trio._file_io", "trio._path", "trio._subprocess",
+    "trio._unix_pipes", "trio._dtls", "trio._socket", "trio._abc", "trio._channel",
+)  # fmt: skip
 
 
 def python_inventory() -> Path:

@@ -65,7 +65,7 @@ ERROR_BODY_BYTES: Final = 200
 _ERROR_BODY_MARGIN: Final = 1024
 #: How much of a 2xx answer is read (so the connection can be reused); more closes it.
 DRAIN_BYTES: Final = 64 * 1024
-#: Most answers remembered across failed writes (see :class:`HttpSink`).
+#: Most answers remembered across failed writes (see ``HttpSink``).
 MAX_REMEMBERED: Final = 100_000
 #: Statuses that mean "try again later".
 TRANSIENT: Final = frozenset({408, 429})
