@@ -57,6 +57,16 @@ html_theme = "furo"
 html_title = "trio-stomp"
 html_static_path = ["_static"]
 
+#: The API pages' modules; a function that returns an async context manager shows
+#: ``async with`` (see _ext/short_names.py).
+async_with_modules = [
+    "trio_stomp", "trio_stomp.frame", "trio_stomp.testing", "trio_stomp.broker",
+    "trio_stomp.util", "bridges", "bridges.testing",
+]  # fmt: skip
+
+# sphinxcontrib-trio (``async with``, ``await`` on the API pages) plugs into autodoc's
+# class-based documenters, which Sphinx 9 keeps only behind this switch.
+autodoc_use_legacy_class_based = True
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_typehints_format = "short"

@@ -62,7 +62,8 @@ def _block(text: str, raw: bool) -> list[str]:
 
 def render(parser: argparse.ArgumentParser, prog: str, underline: str) -> list[str]:
     """reStructuredText of ``parser``: usage, description, options, subcommands, epilog."""
-    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    kept = argparse.RawDescriptionHelpFormatter
+    raw = isinstance(parser.formatter_class, type) and issubclass(parser.formatter_class, kept)
     usage = parser.format_usage().removeprefix("usage: ").strip()
     lines = [f".. program:: {prog}", "", ".. code-block:: text", ""]
     lines += [*(f"   {u}" for u in usage.splitlines()), ""]

@@ -21,7 +21,7 @@ import importlib
 import logging
 import pkgutil
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -86,7 +86,7 @@ def qualified(doc: str, module: str) -> str:
     return _ROLE.sub(lambda m: f":{m.group(1)}:`~{module}.{m.group(3)}`", doc)
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: str) -> list[str]:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], widths: str) -> list[str]:
     lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
     for row in [header, *rows]:
         first, *rest = row
@@ -214,18 +214,20 @@ def scrape() -> list[tuple[str, str, list[str], str]]:
     logging.getLogger("trio_stomp").setLevel(logging.WARNING)  # (the broker's start line)
 
     async def collect() -> list[Any]:
-        route = Route("example", FakeSource(), FakeSink())
-        route.source.refused = {"max_pending": 0}  # type: ignore[attr-defined]  (as http's)
+        source = FakeSource()
+        source.refused = {"max_pending": 0}  # type: ignore[attr-defined]  # (as http's has)
+        route = Route("example", source, FakeSink())
         service = Service(Notifier(), Health([route], 60.0))
         async with open_broker(port=0) as broker:
             metrics = RouteMetrics(service, broker)
+            assert route.stats.observe is not None  # (RouteMetrics hooked it)
             route.stats.observe(1, trio.current_time(), trio.current_time())
             return list(metrics.registry.collect())
 
     found = []
     for family in trio.run(collect):
-        labels = {label for sample in family.samples for label in sample.labels} - {"le"}
-        labels = sorted(labels | set(getattr(family, "_labelnames", ())))
+        named = {label for sample in family.samples for label in sample.labels} - {"le"}
+        labels = sorted(named | set(getattr(family, "_labelnames", ())))
         name = f"{family.name}_total" if family.type == "counter" else family.name
         found.append((name, family.type, labels, family.documentation))
     return found

@@ -7,6 +7,7 @@ description stops the build, naming the class to document it in.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from docutils import nodes
@@ -81,7 +82,7 @@ class BridgesConfig(SphinxDirective):
         container.document = self.state.document
         nested_parse_with_titles(self.state, StringList(lines, "<bridges-config>"), container)
         for module in {table.cls.__module__ for table in tables}:
-            self.env.note_dependency(__import__(module, fromlist=["_"]).__file__)
+            self.env.note_dependency(importlib.import_module(module).__file__ or "")
         return list(container.children)
 
 

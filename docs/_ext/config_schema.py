@@ -114,7 +114,7 @@ def _default(field: attrs.Attribute[Any]) -> str | None:
     return "(none)" if default is None else toml(default)
 
 
-def options(cls: type[Any], *, skip: tuple[str, ...] = ()) -> tuple[Option, ...]:
+def options(cls: type[Any]) -> tuple[Option, ...]:
     """The keys of the table that ``cls`` is structured from, in declaration order."""
     hints = typing.get_type_hints(cls)
     docs = _described(cls)
@@ -127,7 +127,7 @@ def options(cls: type[Any], *, skip: tuple[str, ...] = ()) -> tuple[Option, ...]
             secret=bool(field.metadata.get("secret")),
         )
         for field in attrs.fields(cls)
-        if field.name not in skip
+        if field.init
     )
 
 
@@ -136,8 +136,21 @@ def _summary(cls: type[Any]) -> str:
     return doc.split("\n\n")[0].replace("\n", " ")
 
 
-def _table(anchor: str, title: str, cls: type[Any], summary: str | None = None) -> Table:
-    return Table(anchor, title, _summary(cls) if summary is None else summary, cls, options(cls))
+def _table(anchor: str, title: str, cls: type[Any]) -> Table:
+    return Table(anchor, title, _summary(cls), cls, options(cls))
+
+
+def _spark_conf(option: Option) -> Option:
+    """``[spark]``'s ``conf`` is written as ``spark.NAME`` keys, never as ``conf``."""
+    if option.name != "conf":
+        return option
+    kinds = "a string, number or boolean"
+    return attrs.evolve(option, name="spark.NAME", type=kinds, default="(none)")
+
+
+def _spark() -> Table:
+    table = _table("spark", "[spark]", SparkSettings)
+    return attrs.evolve(table, options=tuple(_spark_conf(option) for option in table.options))
 
 
 def schema() -> list[Table]:
@@ -145,7 +158,7 @@ def schema() -> list[Table]:
     tables = [
         _table("bridge", "[bridge]", BridgeSettings),
         _table("broker", "[broker]", BrokerSettings),
-        _table("spark", "[spark]", SparkSettings),
+        _spark(),
         _table("routes", "[routes.NAME]", _RouteTable),
         _table("batch", "[routes.NAME] batch = {...}", Batching),
         _table("retry", "[routes.NAME] retry = {...}", RetryPolicy),

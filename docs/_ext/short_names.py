@@ -97,15 +97,54 @@ def _property_as_method(app: Sphinx) -> None:
     for index, listener in enumerate(listeners):
         if listener.handler is napoleon._process_docstring:
 
-            def process(app: Sphinx, what: str, *args: Any) -> None:
+            def process(app: Sphinx, what: Any, *args: Any) -> None:
                 as_method = what in ("property", "attribute")
                 napoleon._process_docstring(app, "method" if as_method else what, *args)
 
             listeners[index] = listener._replace(handler=process)
 
 
+def _returns_async_cm(function: Any) -> bool:
+    import typing
+
+    try:
+        returned = typing.get_type_hints(function).get("return")
+    except Exception:  # a name only under TYPE_CHECKING: no sniffing
+        return False
+    returned = typing.get_origin(returned) or returned
+    return isinstance(returned, type) and hasattr(returned, "__aenter__")
+
+
+def mark_async_with(app: Sphinx) -> None:
+    """Mark what returns an async context manager, so sphinxcontrib-trio shows ``async with``.
+
+    sphinxcontrib-trio sees ``@asynccontextmanager`` functions by itself; a
+    function that returns an object with ``__aenter__`` (``trio_stomp.connect``,
+    ``Client.subscribe``) it knows by ``__returns_acontextmanager__``, set here
+    from the return annotation for every public function and method of the
+    modules in the ``async_with_modules`` setting.
+    """
+    import importlib
+    import inspect
+
+    for name in app.config.async_with_modules:
+        module = importlib.import_module(name)
+        for public in getattr(module, "__all__", None) or dir(module):
+            if public.startswith("_"):
+                continue
+            value = getattr(module, public)
+            members = [value]
+            if inspect.isclass(value):
+                members = [m for n, m in vars(value).items() if not n.startswith("_")]
+            for member in members:
+                if inspect.isfunction(member) and _returns_async_cm(member):
+                    member.__returns_acontextmanager__ = True  # type: ignore[attr-defined]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("missing-reference", _resolve)
     app.connect("autodoc-before-process-signature", _attrs_init_hints)
     app.connect("builder-inited", _property_as_method)
+    app.add_config_value("async_with_modules", [], "env")
+    app.connect("builder-inited", mark_async_with)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
