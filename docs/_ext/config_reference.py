@@ -20,9 +20,14 @@ from sphinx.util.nodes import nested_parse_with_titles
 import config_schema
 
 
+def table_id(table: config_schema.Table) -> str:
+    """The HTML id of ``table``'s section: ``config-TABLE``."""
+    return str(nodes.make_id(f"config-{table.anchor}"))
+
+
 def option_id(table: config_schema.Table, option: config_schema.Option) -> str:
     """The HTML id of ``option``'s row: ``config-TABLE-KEY`` (the tests look for it)."""
-    return f"config-{table.anchor}-{option.name}".replace("_", "-")
+    return str(nodes.make_id(f"config-{table.anchor}-{option.name}"))
 
 
 def _cell(text: str) -> list[str]:
@@ -32,7 +37,7 @@ def _cell(text: str) -> list[str]:
 def render(table: config_schema.Table, underline: str) -> list[str]:
     """reStructuredText of one table: heading, summary, then a row per key."""
     title = f"``{table.title}``"
-    lines = [f".. _config-{table.anchor}:", "", title, underline * len(title), ""]
+    lines = [f".. _{table_id(table)}:", "", title, underline * len(title), ""]
     lines += [table.summary, ""]
     lines += [
         ".. list-table::",
