@@ -134,7 +134,7 @@ async def test_the_site_in_a_browser(site: Path) -> None:
             problems[name] = [*page.errors, *(f"image not loaded: {src}" for src in broken)]
             await page.evaluate(  # (the window at the URL's anchor, as a reader sees it)
                 "location.hash && document.getElementById(location.hash.slice(1))"
-                "?.scrollIntoView({behavior: \"instant\"})"
+                '?.scrollIntoView({behavior: "instant"})'
             )
             await page.screenshot(SCREENSHOTS / f"{name}.png")
 
