@@ -38,10 +38,10 @@ _TRIO_MODULES = {
     "trio.to_thread": "reference-core.html",
     "trio.from_thread": "reference-core.html",
 }
-#: trio's own modules whose top-level names are documented with the I/O reference.
+#: trio's own source files whose top-level names are documented with the I/O reference.
 _TRIO_IO = (
-    "trio._highlevel", "trio._ssl", "trio._file_io", "trio._path", "trio._subprocess",
-    "trio._unix_pipes", "trio._dtls", "trio._socket", "trio._abc", "trio._channel",
+    "_highlevel", "_ssl", "_file_io", "_path", "_subprocess", "_unix_pipes", "_dtls",
+    "_socket", "_abc",
 )  # fmt: skip
 
 
@@ -82,6 +82,15 @@ def _public(module: Any) -> Iterator[tuple[str, object]]:
             continue
 
 
+def _source(value: object) -> str:
+    """The file that defines ``value`` (trio sets its public names' ``__module__`` to "trio")."""
+    code = getattr(value, "__code__", None)
+    if code is None and inspect.isclass(value):
+        functions = (getattr(v, "__code__", None) for v in vars(value).values())
+        code = next((c for c in functions if c is not None), None)
+    return code.co_filename if code is not None else ""
+
+
 def trio_entries() -> Iterator[tuple[str, str, str]]:
     """(name, role, URI) for every public name of trio's public modules."""
     for module_name, page in _TRIO_MODULES.items():
@@ -92,7 +101,7 @@ def trio_entries() -> Iterator[tuple[str, str, str]]:
             if role is None:
                 continue
             where = page
-            if module_name == "trio" and getattr(value, "__module__", "").startswith(_TRIO_IO):
+            if module_name == "trio" and Path(_source(value)).name.startswith(_TRIO_IO):
                 where = "reference-io.html"
             full = f"{module_name}.{name}"
             yield full, role, f"{where}#{full}"
