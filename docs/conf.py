@@ -56,6 +56,7 @@ logging.getLogger("sphinx.sphinx.directives.other").addFilter(_EmptySection())
 html_theme = "furo"
 html_title = "trio-stomp"
 html_static_path = ["_static"]
+html_css_files = ["reference.css"]
 
 #: The API pages' modules; a function that returns an async context manager shows
 #: ``async with`` (see _ext/short_names.py).

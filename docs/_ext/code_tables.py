@@ -87,7 +87,8 @@ def qualified(doc: str, module: str) -> str:
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], widths: str) -> list[str]:
-    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}"]
+    lines += ["   :class: reference-table", ""]
     for row in [header, *rows]:
         first, *rest = row
         lines.append(f"   * - {first}")
@@ -132,7 +133,7 @@ class ExitCodes(_Rendered):
             for constant, value, doc in constants(module, re.compile(r"^EXIT_\w+$")):
                 if not doc:
                     missing.append(f"{name}.{constant}")
-                rows.setdefault(value, []).append((constant, doc))
+                rows.setdefault(value, []).append((constant, doc.removeprefix("Exit status: ")))
         if missing:
             raise _undocumented(missing)
         table = [

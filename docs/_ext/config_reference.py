@@ -43,7 +43,7 @@ def render(table: config_schema.Table, underline: str) -> list[str]:
         ".. list-table::",
         "   :header-rows: 1",
         "   :widths: 18 22 15 45",
-        "   :class: config-options",
+        "   :class: reference-table",
         "",
         "   * - Key",
         "     - Type",
