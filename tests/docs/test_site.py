@@ -19,9 +19,11 @@ Without Chromium the browser test skips, except under
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -94,6 +96,34 @@ def test_the_config_reference_shows_every_key_with_its_default(site: Path) -> No
                 missing.append(f"{table.title}: {option.name}")
             elif option.default is not None and option.default not in _text(row.group(0)):
                 missing.append(f"{table.title}: {option.name}: default {option.default}")
+    assert missing == []
+
+
+def _options(parser: argparse.ArgumentParser, prog: str) -> Iterator[tuple[str, str]]:
+    """``(program, option)`` for every option and positional of ``parser`` and its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{prog} {name}")
+        elif isinstance(action, argparse._HelpAction):
+            continue
+        elif action.option_strings:
+            yield from ((prog, option) for option in action.option_strings)
+        else:
+            yield prog, f"arg-{action.metavar or action.dest.upper()}"
+
+
+def test_the_cli_reference_shows_every_option_of_both_commands(site: Path) -> None:
+    from bridges._cli import build_parser as bridges_parser
+    from trio_stomp.cli._main import build_parser as trio_stomp_parser
+
+    page = (site / "reference" / "cli.html").read_text()
+    missing = []
+    for parser in (trio_stomp_parser(), bridges_parser()):
+        for prog, option in _options(parser, parser.prog):
+            anchor = f"cmdoption-{prog.replace(' ', '-')}-{option.lstrip('-')}"
+            if f'id="{anchor}"' not in page:
+                missing.append(f"{prog} {option}")
     assert missing == []
 
 
