@@ -122,13 +122,19 @@ def options(cls: type[Any]) -> tuple[Option, ...]:
         Option(
             name=field.alias or field.name,
             type=_type_name(hints[field.name]),
-            default=_default(field),
+            default=None if _required(docs.get(field.name, "")) else _default(field),
             description=docs.get(field.name, ""),
             secret=bool(field.metadata.get("secret")),
         )
         for field in attrs.fields(cls)
         if field.init
     )
+
+
+def _required(description: str) -> bool:
+    """A key whose class has a placeholder default (``destination = ""``) and whose
+    endpoint refuses it unset says so: its description starts with "required"."""
+    return description.startswith("required")
 
 
 def _summary(cls: type[Any]) -> str:

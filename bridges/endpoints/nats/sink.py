@@ -83,8 +83,8 @@ class NatsSinkConfig(NatsConnection):
     """Publish to NATS JetStream (PubAck per message, Nats-Msg-Id = stable id) or core NATS.
 
     Attributes:
-      subject: required: the subject to publish to, a template; a
-        ``destination`` transform overrides it.
+      subject: the subject to publish to, a template; a ``destination``
+        transform overrides it. Without either, the message's destination.
       jetstream: true publishes to JetStream and awaits each PubAck; false
         publishes with core NATS (a flush per batch: at most once).
       confirm_timeout: how long the batch's publish acks may take before the
