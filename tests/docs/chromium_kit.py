@@ -161,7 +161,9 @@ async def _devtools_address(profile: Path) -> tuple[int, str]:
 @asynccontextmanager
 async def open_chromium(executable: str) -> AsyncIterator[Page]:
     """Start headless Chromium; yield one tab. Chromium is killed when the block ends."""
-    with tempfile.TemporaryDirectory(prefix="site-chromium-") as profile:
+    # (its helper processes may still be leaving as the profile is removed)
+    profiles = tempfile.TemporaryDirectory(prefix="site-chromium-", ignore_cleanup_errors=True)
+    with profiles as profile:
         command = [executable, *FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}"]
         async with trio.open_nursery() as nursery:
             run = functools.partial(
