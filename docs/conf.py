@@ -29,7 +29,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinxcontrib_trio",
     "offline_inventories",
-    "short_names",
+    "api_docs",
     "config_reference",
     "cli_reference",
     "code_tables",
@@ -59,7 +59,7 @@ html_static_path = ["_static"]
 html_css_files = ["reference.css"]
 
 #: The API pages' modules; a function that returns an async context manager shows
-#: ``async with`` (see _ext/short_names.py).
+#: ``async with`` (see _ext/api_docs.py).
 async_with_modules = [
     "trio_stomp", "trio_stomp.frame", "trio_stomp.testing", "trio_stomp.broker",
     "trio_stomp.util", "bridges", "bridges.testing",
