@@ -15,6 +15,7 @@ Programmatic use, with your own endpoints::
 or build :class:`Route` objects directly and ``await route.run()``.
 """
 
+from ._builtins import default_registry as default_registry
 from ._config import BridgeSettings as BridgeSettings
 from ._config import BrokerSettings as BrokerSettings
 from ._config import Config as Config
@@ -45,7 +46,6 @@ from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._registry import Plugin as Plugin
 from ._registry import Registry as Registry
 from ._registry import Unavailable as Unavailable
-from ._registry import default_registry as default_registry
 from ._retry import RetryPolicy as RetryPolicy
 from ._shared import Shared as Shared
 from ._shared import open_shared as open_shared

@@ -142,9 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``bridges`` with ``argv``; return the exit status (0 ok, 1 failed, 2 bad config)."""
     from trio_stomp.broker import StoreError
 
+    from ._builtins import default_registry
     from ._config import load_config
     from ._convert import ConfigError
-    from ._registry import default_registry
     from .service import Notifier, build_routes, freeze_heap, run_bridge
     from .service._logs import configure_logging
 

@@ -17,16 +17,13 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 
 from ._endpoint import Context, InvalidSetting
 from ._message import Message
 from ._template import Template, TemplateError
-
-if TYPE_CHECKING:
-    from ._registry import Registry
 
 Transform = Callable[[Message], Message | Awaitable[Message | None] | None]
 
@@ -325,14 +322,3 @@ def is_async(transform: Transform) -> bool:
     """True when calling ``transform`` returns an awaitable."""
     call = getattr(transform, "__call__", None)  # noqa: B004 - instances with async __call__
     return inspect.iscoroutinefunction(transform) or inspect.iscoroutinefunction(call)
-
-
-def register_transforms(registry: Registry) -> None:
-    """Register the built-in transforms (not a family: they need nothing installed)."""
-    registry.register("transform", "set_headers", SetHeadersConfig, SetHeaders.build)
-    registry.register("transform", "remove_headers", RemoveHeadersConfig, RemoveHeaders.build)
-    registry.register("transform", "rename_headers", RenameHeadersConfig, RenameHeaders.build)
-    registry.register("transform", "destination", DestinationConfig, SetDestination.build)
-    registry.register("transform", "filter", FilterConfig, Filter.build)
-    registry.register("transform", "json_extract", JsonExtractConfig, JsonExtract.build)
-    registry.register("transform", "python", PythonConfig, build_python)
