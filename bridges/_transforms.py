@@ -16,12 +16,13 @@ import importlib
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
 from ._endpoint import Context, InvalidSetting
+from ._flow import TransformFailed
 from ._message import Message
 from ._template import Template, TemplateError
 
@@ -322,3 +323,35 @@ def is_async(transform: Transform) -> bool:
     """True when calling ``transform`` returns an awaitable."""
     call = getattr(transform, "__call__", None)  # noqa: B004 - instances with async __call__
     return inspect.iscoroutinefunction(transform) or inspect.iscoroutinefunction(call)
+
+
+class Chain:
+    """A route's transforms, applied in order: each gets what the one before made of it."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        self._steps = [(t, is_async(t)) for t in transforms]
+
+    async def __call__(self, message: Message) -> Message | None:
+        """What the transforms make of ``message``; None once one dropped it.
+
+        Raises:
+          TransformFailed: a transform raised, or returned neither a Message nor None.
+        """
+        for index, (transform, asynchronous) in enumerate(self._steps):
+            try:
+                result = transform(message)
+                if asynchronous:
+                    result = await result  # type: ignore[misc]
+            except Exception as exc:
+                name = getattr(transform, "__name__", type(transform).__name__)
+                raise TransformFailed(f"transform {index} ({name}) failed: {exc!r}") from exc
+            if result is None:
+                return None
+            if not isinstance(result, Message):
+                raise TransformFailed(
+                    f"transform {index} returned {type(result).__name__}, not Message or None"
+                )
+            message = result
+        return message
