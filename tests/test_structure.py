@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from architecture_kit import PICTURE, render
 from structure_kit import (
     LAYERS,
     cycles,
@@ -62,6 +63,13 @@ def test_no_library_module_is_over_600_lines() -> None:
         if lines > MAX_LINES and not _elsewhere([name])
     }
     assert not long, f"modules over {MAX_LINES} lines (split them by idea): {long}"
+
+
+def test_the_architecture_picture_is_current(graph: dict[str, frozenset[str]]) -> None:
+    drawn = render(graph)
+    assert PICTURE.read_text(encoding="utf-8") == drawn, (
+        "docs/explanation/architecture.svg is stale: .venv/bin/python tests/architecture_kit.py"
+    )
 
 
 # -- the kit finds what it must ------------------------------------------------------------
