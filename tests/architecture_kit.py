@@ -27,46 +27,11 @@ from structure_kit import LAYERS, ROOT, import_graph, layer_of
 
 PICTURE: Final = ROOT / "docs" / "explanation" / "architecture.svg"
 
-#: Units drawn in their own box, by longest matching name; the rest of a top package is
-#: one box (``trio_stomp``: the client; ``bridges core``).
-_PACKAGES: Final = (
-    "trio_stomp.frame",
-    "trio_stomp.broker",
-    "trio_stomp.testing",
-    "trio_stomp.cli",
-    "bridges.endpoints.file",
-    "bridges.endpoints.stomp",
-    "bridges.endpoints.http",
-    "bridges.endpoints.mqtt",
-    "bridges.endpoints.redis",
-    "bridges.endpoints.nats",
-    "bridges.endpoints.amqp",
-    "bridges.endpoints",
-    "bridges.service",
-    "bridges.spark",
-    "bridges.testing",
-)
-
-#: Left to right within a layer (chosen so that long arrows pass between boxes).
-_ORDER: Final = (
-    "trio_stomp.testing",
-    "trio_stomp.cli",
-    "bridges.endpoints.file",
-    "bridges.endpoints.stomp",
-    "bridges.endpoints.http",
-    "bridges.endpoints.mqtt",
-    "bridges.endpoints.redis",
-    "bridges.endpoints.nats",
-    "bridges.endpoints.amqp",
-    "bridges.endpoints",
-    "bridges.testing",
-    "bridges.spark",
-    "bridges",
-    "bridges._cli",
-)
-
-#: What each unit holds, under its name.
-_HOLDS: Final = {
+#: The boxes, left to right within a layer (so that long arrows pass between boxes), and
+#: what each holds. A module is in the box of the longest name that is it or one of its
+#: packages; the rest of a top package is one box (``trio_stomp``: the client; ``bridges
+#: core``).
+_UNITS: Final = {
     "trio_stomp.frame": "the wire format, sans-IO",
     "trio_stomp": "Client, connect, subscriptions",
     "trio_stomp.broker": "the embedded broker",
@@ -82,11 +47,13 @@ _HOLDS: Final = {
     "bridges.endpoints.amqp": "AMQP",
     "bridges.endpoints": "asyncio bridge, ids",
     "bridges.service": "the bridge process",
-    "bridges.spark": "routes on Spark",
     "bridges.testing": "contract kit, fakes",
+    "bridges.spark": "routes on Spark",
     "bridges": "the public names",
     "bridges._cli": "bridges command",
 }
+#: Boxes that are not one package and all under it.
+_GROUPS: Final = ("trio_stomp", "bridges core", "bridges")
 
 _WIDTH: Final = 980
 _ROW: Final = 86
@@ -97,13 +64,16 @@ _CHAR: Final = 7.4  # px per character of the 12 px font, roughly
 
 def unit_of(module: str) -> str:
     """The box ``module`` is drawn in."""
-    for package in _PACKAGES:
-        if module == package or module.startswith(f"{package}."):
-            return package
-    if module in ("bridges", "bridges._cli"):
+    packages = [
+        unit
+        for unit in _UNITS
+        if unit not in _GROUPS and (module == unit or module.startswith(f"{unit}."))
+    ]
+    if packages:
+        return max(packages, key=len)
+    if module == "bridges":
         return module
-    top = module.split(".")[0]
-    return "bridges core" if top == "bridges" else "trio_stomp"
+    return "bridges core" if module.startswith("bridges.") else "trio_stomp"
 
 
 def unit_graph(graph: Mapping[str, frozenset[str]]) -> Counter[tuple[str, str]]:
@@ -165,8 +135,8 @@ def render(graph: Mapping[str, frozenset[str]]) -> str:
         if len(layers) != 1:
             raise ValueError(f"{unit} spans layers {sorted(layers)}: give it its own box")
         rows.setdefault(layers.pop(), []).append(unit)
-    order = {unit: index for index, unit in enumerate(_ORDER)}
-    notes = {unit: _HOLDS.get(unit, "") for unit in modules}
+    order = {unit: index for index, unit in enumerate(_UNITS)}
+    notes = {unit: _UNITS.get(unit, "") for unit in modules}
     boxes: dict[str, tuple[float, float, float]] = {}  # unit -> (x, y, width)
     height = 40 + _ROW * len(LAYERS)
     out = [
