@@ -116,7 +116,7 @@ class MessageRejected(Exception):
     """A sink cannot ever write some messages of a batch (bad header, no destination).
 
     Those go to the dead-letter sink (or are nacked) at once, each with its
-    own reason when :attr:`reasons` has one; the rest of the batch is written
+    own reason when ``reasons`` has one; the rest of the batch is written
     again without waiting.
 
     Args:

@@ -41,7 +41,13 @@ def _template(key: str, text: str) -> Template:
 
 @attrs.frozen
 class SetHeadersConfig:
-    """``type = "set_headers"``: add or replace headers; values are templates."""
+    """``type = "set_headers"``: add or replace headers; values are templates.
+
+    Attributes:
+      headers: required: name -> value, each value a template (``{id}``,
+        ``{header:NAME}``...).
+      overwrite: false keeps a header the message already has.
+    """
 
     headers: dict[str, str]
     overwrite: bool = True
@@ -69,7 +75,11 @@ class SetHeaders:
 
 @attrs.frozen
 class RemoveHeadersConfig:
-    """``type = "remove_headers"``: drop the named headers."""
+    """``type = "remove_headers"``: drop the named headers.
+
+    Attributes:
+      names: required: the headers to drop.
+    """
 
     names: tuple[str, ...]
 
@@ -91,7 +101,12 @@ class RemoveHeaders:
 
 @attrs.frozen
 class RenameHeadersConfig:
-    """``type = "rename_headers"``: ``names = { old = "new" }``."""
+    """``type = "rename_headers"``: ``names = { old = "new" }``.
+
+    Attributes:
+      names: required: old name -> new name; a renamed header replaces one
+        already called by the new name.
+    """
 
     names: dict[str, str]
 
@@ -123,7 +138,12 @@ class RenameHeaders:
 
 @attrs.frozen
 class DestinationConfig:
-    """``type = "destination"``: where the sink sends it, from a template."""
+    """``type = "destination"``: where the sink sends it, from a template.
+
+    Attributes:
+      template: required: the destination, a template
+        (``/queue/orders.{header:region}``); it overrides the sink's own.
+    """
 
     template: str
 
@@ -151,6 +171,14 @@ class FilterConfig:
 
     Give one test: ``equals`` (a value or a list of values), ``matches`` (a
     regular expression the whole value must match) or ``present``.
+
+    Attributes:
+      header: required: the header tested.
+      equals: matches when the header's value is this (or one of this list).
+      matches: matches when this regular expression matches the whole value.
+      present: matches when the header is there (true) or is not (false).
+      action: ``"keep"``: keep the matches, drop the rest; ``"drop"``: drop
+        the matches. A dropped message is acked (counted as filtered).
     """
 
     header: str
@@ -211,6 +239,11 @@ class JsonExtractConfig:
     compact JSON. With ``required = false`` a body that is not JSON, or a
     missing field, leaves the message unchanged; with ``required = true``
     it is an error (the message is dead-lettered).
+
+    Attributes:
+      fields: required: header -> dotted path into the JSON body.
+      required: true: a body that is not JSON, or a missing field, is an
+        error (dead letter); false: the message goes on unchanged.
     """
 
     fields: dict[str, str]
@@ -279,6 +312,14 @@ class PythonConfig:
     (``function(message) -> Message | None``, plain or async). Or
     ``factory = "package.module:make"`` with ``options = {...}``: the
     transform is ``make(**options)``, built once when the route starts.
+
+    Attributes:
+      callable: ``"package.module:function"``: the transform itself
+        (``function(message) -> Message | None``, plain or async; None drops
+        the message).
+      factory: ``"package.module:make"``: called once as ``make(**options)``
+        when the route starts, it returns the transform.
+      options: the keyword arguments of ``factory``.
     """
 
     callable: str | None = None

@@ -102,8 +102,8 @@ async def check_poison(
     Args:
       factory: opens a fresh :class:`SinkCase` against the real server.
       mix: the batch, in order: None for a good message, N for candidate N
-        (modulo their number) of the sink's own poison (:func:`own_poison`)
-        followed by :data:`HOSTILE`; default: :func:`default_mix`.
+        (modulo their number) of the sink's own poison (``own_poison``)
+        followed by :data:`HOSTILE`; default: every candidate once, each after a good message.
       rule_seconds: bound on the whole rule.
 
     Returns:
