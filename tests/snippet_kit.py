@@ -23,6 +23,7 @@ HTML comment that neither the site nor the forge shows:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -35,13 +36,15 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import trustme
 from docs_kit import BIN, DOCUMENTS, ROOT, SHELL_LANGUAGES, Block, split_page
 
 #: What each marker means.
 MARKERS = {
     "skip": "not run; the argument says why (shown in the test's output)",
     "needs": "runs against the real server named (rabbitmq, activemq, mqtt, redis, nats, amqp)",
-    "file": "a file the page has the reader save, written at the path given (not run by itself)",
+    "file": "a file the page has the reader save, written at the path given before the page's"
+    " configs are checked or its tutorial runs (not run by itself)",
     "background": "a tutorial's shell block that runs until stopped: Ctrl-C at the page's end",
     "eventually": "a tutorial's shell block retried until it succeeds (what arrives in its time)",
     "exit": "a tutorial's shell block that must exit with the status given",
@@ -131,8 +134,11 @@ def run_python(block: Block, folder: Path) -> subprocess.CompletedProcess[str]:
 
 def bridge_config(block: Block, folder: Path) -> tuple[str, dict[str, str]]:
     """The block as a whole config the test can load, and the environment it needs."""
-    text = SECRET_FILE_KEY.sub(lambda m: f'{m[1]}"{_secret_file(folder, m[2])}"', block.text)
+    text = SECRET_FILE_KEY.sub(lambda m: f'{m[1]}"{_reader_file(folder, m[1], m[2])}"', block.text)
     parsed = tomllib.loads(text)
+    urls = [e.get("url") for r in parsed.get("routes", {}).values() for e in r.values() if isinstance(e, dict)]
+    if "embedded" in urls and "broker" not in parsed:
+        text = f"[broker]\nembedded = true\n{text}"
     routes = parsed.get("routes") or {"snippet": {}}
     for name, route in routes.items():
         for role in ("source", "sink"):
@@ -142,11 +148,35 @@ def bridge_config(block: Block, folder: Path) -> tuple[str, dict[str, str]]:
     return text, env
 
 
-def _secret_file(folder: Path, original: str) -> Path:
-    path = folder / "secrets" / original.strip("/").replace("/", "_")
+def _reader_file(folder: Path, key: str, original: str) -> Path:
+    """A file of the test's own for a path of the reader's: a secret, or TLS material."""
+    path = folder / "readers" / original.strip("/").replace("/", "_")
     path.parent.mkdir(exist_ok=True)
-    path.write_text(SECRET, encoding="utf-8")
+    ca, server = _tls()
+    if key.startswith(("ca_file", "cafile")):
+        ca.cert_pem.write_to_path(str(path))
+    elif key.startswith("certfile"):
+        server.cert_chain_pems[0].write_to_path(str(path))
+    elif key.startswith("keyfile"):
+        server.private_key_pem.write_to_path(str(path))
+    else:
+        path.write_text(SECRET, encoding="utf-8")
     return path
+
+
+@functools.cache
+def _tls() -> tuple[trustme.CA, trustme.LeafCert]:
+    ca = trustme.CA()
+    return ca, ca.issue_cert("127.0.0.1")
+
+
+def write_page_files(page: str, folder: Path) -> None:
+    """The files a page has the reader save (its ``file`` blocks), written into ``folder``."""
+    for block in split_page(page, (ROOT / page).read_text(encoding="utf-8"))[0]:
+        if block.marker == "file":
+            target = folder / block.argument
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(block.text + "\n", encoding="utf-8")
 
 
 def free_listen(text: str) -> str:
@@ -162,30 +192,30 @@ def free_listen(text: str) -> str:
 
 def run_briefly(config: Path, env: dict[str, str]) -> str | None:
     """``bridges run CONFIG`` until its routes run, then Ctrl-C: what went wrong, or None."""
-    bridge = subprocess.Popen(
-        [str(BIN / "bridges"), "run", config.name],
-        cwd=config.parent,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    assert bridge.stdout is not None
+    log = config.with_suffix(".log")
+    with log.open("wb") as output:
+        bridge = subprocess.Popen(
+            [str(BIN / "bridges"), "run", config.name],
+            cwd=config.parent,
+            env={**os.environ, **env},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        for line in bridge.stdout:
-            lines.append(line)
-            if re.search(r"running \d+ route", line):
-                bridge.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + TIMEOUT
+        while bridge.poll() is None and time.monotonic() < deadline:
+            if re.search(r"running \d+ route", log.read_text(encoding="utf-8", errors="replace")):
                 break
+            time.sleep(0.1)
+        bridge.send_signal(signal.SIGINT)
         status = bridge.wait(timeout=TIMEOUT)
     finally:
         if bridge.poll() is None:
             bridge.kill()
             bridge.wait()
-    lines += bridge.stdout.readlines()
-    if status not in (0, 3) or not any("running" in line for line in lines):
-        return f"bridges run exited {status}:\n{''.join(lines)}"
+    said = log.read_text(encoding="utf-8", errors="replace")
+    if status not in (0, 3) or not re.search(r"running \d+ route", said):
+        return f"bridges run exited {status}:\n{said}"
     return None
 
 

@@ -23,6 +23,7 @@ from snippet_kit import (
     marker_problem,
     run_briefly,
     run_python,
+    write_page_files,
 )
 
 import bridges
@@ -58,7 +59,8 @@ def runnable(kind: str) -> list[pytest.param]:  # type: ignore[valid-type]
     ] + [
         pytest.param(block, id=f"{block.page}:{block.line}")
         for block in BLOCKS
-        if kind == "toml" and block.marker == "file" and not block.page.startswith(TUTORIALS)
+        if kind == language(block) == "toml" and block.marker == "file"
+        and not block.page.startswith(TUTORIALS)
     ]
 
 
@@ -90,15 +92,20 @@ def test_a_python_block_runs(block, tmp_path: Path) -> None:  # type: ignore[no-
 def test_a_bridge_config_passes_check_and_runs(  # type: ignore[no-untyped-def]
     block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    write_page_files(block.page, tmp_path)  # a python transform the page has you save, say
+    monkeypatch.syspath_prepend(str(tmp_path))
     text, env = bridge_config(block, tmp_path)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
-    config_file = tmp_path / "bridge.toml"
+    config_file = tmp_path / "snippet-bridge.toml"
     config_file.write_text(text, encoding="utf-8")
     registry = bridges.default_registry(plugins=False)
-    config = bridges.load_config(config_file, registry)
-    assert bridges.build_routes(config, registry, checking=True)
+    try:
+        config = bridges.load_config(config_file, registry)
+        assert bridges.build_routes(config, registry, checking=True)
+    except bridges.ConfigError as exc:
+        pytest.fail(f"{block.page}:{block.line}: bridges check says:\n{exc}\n\n{text}")
     if config.broker.embedded:
         config_file.write_text(free_listen(text), encoding="utf-8")
         problem = run_briefly(config_file, env)
