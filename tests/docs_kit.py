@@ -4,8 +4,10 @@ tests/test_docs_commands.py runs the sweep; this module is how it reads and chec
 
 A reader on a fresh clone runs ``scripts/quickstart`` or ``scripts/test``,
 then ``source .venv/bin/activate`` as README says, and types what the
-READMEs and the site's pages (docs/) show. So every command of their shell blocks (fences marked ``sh``,
-and lines of unmarked fences that start with a program), and every command
+READMEs and the site's pages (docs/) show. So every command of their shell
+blocks (fences marked ``sh``, and lines of unmarked fences that start with a
+program; a block marked ``<!-- test: skip: WHY -->`` is listed as not checked,
+with its reason), and every command
 quoted inline in their prose (``.venv/bin/python bench/...``), is taken
 apart as a shell would, and:
 
@@ -518,7 +520,8 @@ def named_paths(readme: str) -> Iterator[str]:
             target = block.language.removeprefix("{literalinclude}").strip()
             yield ((ROOT / readme).parent / target).resolve().relative_to(ROOT).as_posix()
         elif block.language in ("", "text"):
-            words = (line.split()[0].rstrip(",") for line in block.text.splitlines() if line[:1].strip())
+            lines = [line for line in block.text.splitlines() if line[:1].strip()]
+            words = (line.split()[0].rstrip(",") for line in lines)
             yield from (word for word in words if word.startswith(REPO_DIRS))
 
 

@@ -136,8 +136,9 @@ def bridge_config(block: Block, folder: Path) -> tuple[str, dict[str, str]]:
     """The block as a whole config the test can load, and the environment it needs."""
     text = SECRET_FILE_KEY.sub(lambda m: f'{m[1]}"{_reader_file(folder, m[1], m[2])}"', block.text)
     parsed = tomllib.loads(text)
-    urls = [e.get("url") for r in parsed.get("routes", {}).values() for e in r.values() if isinstance(e, dict)]
-    if "embedded" in urls and "broker" not in parsed:
+    endpoints = [e for r in parsed.get("routes", {}).values() for e in r.values()]
+    urls = {e.get("url") for e in endpoints if isinstance(e, dict)}
+    if "embedded" in urls and "broker" not in parsed:  # a fragment of a config that has one
         text = f"[broker]\nembedded = true\n{text}"
     routes = parsed.get("routes") or {"snippet": {}}
     for name, route in routes.items():

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from _pytest.mark import ParameterSet
+from docs_kit import Block
 from snippet_kit import (
     MARKERS,
     TUTORIALS,
@@ -49,17 +51,19 @@ NEEDS = {
 }
 
 
-def runnable(kind: str) -> list[pytest.param]:  # type: ignore[valid-type]
+def runnable(kind: str) -> list[ParameterSet]:
     """The blocks of one language that run on their own (not skipped, saved or run elsewhere)."""
     return [
         pytest.param(block, id=f"{block.page}:{block.line}")
         for block in BLOCKS
-        if language(block) == kind and block.marker not in ("skip", "file", "example")
+        if language(block) == kind
+        and block.marker not in ("skip", "file", "example")
         and not (kind == "toml" and block.page.startswith(TUTORIALS))
     ] + [
         pytest.param(block, id=f"{block.page}:{block.line}")
         for block in BLOCKS
-        if kind == language(block) == "toml" and block.marker == "file"
+        if kind == language(block) == "toml"
+        and block.marker == "file"
         and not block.page.startswith(TUTORIALS)
     ]
 
@@ -81,7 +85,7 @@ def test_every_block_runs_or_says_why_not(capsys: pytest.CaptureFixture[str]) ->
 
 
 @pytest.mark.parametrize("block", runnable("python"))
-def test_a_python_block_runs(block, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_python_block_runs(block: Block, tmp_path: Path) -> None:
     if block.marker == "needs":
         NEEDS[block.argument]()
     done = run_python(block, tmp_path)
@@ -89,8 +93,8 @@ def test_a_python_block_runs(block, tmp_path: Path) -> None:  # type: ignore[no-
 
 
 @pytest.mark.parametrize("block", runnable("toml"))
-def test_a_bridge_config_passes_check_and_runs(  # type: ignore[no-untyped-def]
-    block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_bridge_config_passes_check_and_runs(
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_page_files(block.page, tmp_path)  # a python transform the page has you save, say
     monkeypatch.syspath_prepend(str(tmp_path))
