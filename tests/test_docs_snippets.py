@@ -8,11 +8,12 @@ this module's first test lists them.
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from _pytest.mark import ParameterSet
-from docs_kit import Block
+from docs_kit import Block, split_page
 from snippet_kit import (
     MARKERS,
     TUTORIALS,
@@ -82,6 +83,7 @@ def test_every_block_runs_or_says_why_not(capsys: pytest.CaptureFixture[str]) ->
         for block in BLOCKS:
             if block.marker == "skip":
                 print(f"\nnot run: {block.page}:{block.line}: {block.argument}", end="")
+        print()
 
 
 @pytest.mark.parametrize("block", runnable("python"))
@@ -121,3 +123,42 @@ def test_a_tutorial_runs_as_written_from_a_clean_checkout(page: str, tmp_path: P
     tutorial = Tutorial(page, checkout_copy(tmp_path))
     tutorial.run()
     assert tutorial.ran, page
+
+
+def test_the_snippet_tests_catch_what_a_reader_would_trip_on(tmp_path: Path) -> None:
+    page = "\n".join(
+        [
+            "```python",  # 2: fails when run
+            "import trio_stomp",
+            "trio_stomp.no_such_thing()",
+            "```",
+            "<!-- test: nedds: rabbitmq -->",  # a misspelt marker
+            "```python",
+            "```",
+            "<!-- test: skip -->",  # no reason
+            "```sh",
+            "```",
+            "```ini",  # a language nothing runs
+            "```",
+            "```toml",  # 15: a fragment: one source
+            "[routes.r.source]",
+            'type = "stomp"',
+            'url = "embedded"',
+            'destination = "/queue/a"',
+            'passcode_file = "/run/secrets/stomp"',
+            "```",
+        ]
+    )
+    found, _ = split_page("docs/howto/x.md", page)
+    assert [marker_problem(b) is not None for b in found] == [False, True, True, True, False]
+    failed = run_python(found[0], tmp_path)
+    assert failed.returncode == 1
+    assert "no_such_thing" in failed.stderr
+    text, env = bridge_config(found[-1], tmp_path)
+    completed = tomllib.loads(text)
+    assert completed["broker"] == {"embedded": True}  # the fragment's url needs one
+    assert completed["routes"]["r"]["sink"] == {"type": "file", "path": "snippet-sink"}
+    secret = Path(completed["routes"]["r"]["source"]["passcode_file"])
+    assert secret.is_relative_to(tmp_path)
+    assert secret.read_text()
+    assert env == {}
