@@ -137,7 +137,7 @@ def bridge_config(block: Block, folder: Path) -> tuple[str, dict[str, str]]:
     text = SECRET_FILE_KEY.sub(lambda m: f'{m[1]}"{_reader_file(folder, m[1], m[2])}"', block.text)
     parsed = tomllib.loads(text)
     endpoints = [e for r in parsed.get("routes", {}).values() for e in r.values()]
-    urls = {e.get("url") for e in endpoints if isinstance(e, dict)}
+    urls = [e.get("url") for e in endpoints if isinstance(e, dict)]
     if "embedded" in urls and "broker" not in parsed:  # a fragment of a config that has one
         text = f"[broker]\nembedded = true\n{text}"
     routes = parsed.get("routes") or {"snippet": {}}
