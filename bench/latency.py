@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import os
 import re
 import statistics
@@ -66,7 +65,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -82,6 +82,8 @@ from _common import (
     embedded_broker,
     environment_line,
     free_port,
+    listening_pid,
+    process_cpu,
     write_report,
 )
 
@@ -217,12 +219,12 @@ async def flood(probe: Probe, tally: Tally, seconds: float, window: int, size: i
     return sent
 
 
-async def wait_all(tally: Tally, timeout: float) -> None:
-    with trio.move_on_after(timeout):
+async def wait_all(tally: Tally, limit: float) -> None:
+    with trio.move_on_after(limit):
         await tally.done.wait()
     if tally.arrived < tally.count:
         raise BenchError(
-            f"only {tally.arrived} of {tally.count} messages arrived within {timeout:.0f} s"
+            f"only {tally.arrived} of {tally.count} messages arrived within {limit:.0f} s"
         )
 
 
@@ -405,14 +407,17 @@ def bridge_config(path: str, target: Target, work: Path, args: argparse.Namespac
 
 def budget(path: str, args: argparse.Namespace) -> float:
     """What the routes of a bridge path wait by their settings, s (the target adds SLACK)."""
-    wait = Batching().time if args.batch_time is None else args.batch_time
+    wait: float = Batching().time if args.batch_time is None else args.batch_time
     if path == "file-stomp-file":
-        return 2 * wait + args.poll_interval
+        poll: float = args.poll_interval
+        return 2 * wait + poll
     return wait
 
 
 @contextlib.contextmanager
-def bridge_process(path: str, target: Target, work: Path, args: argparse.Namespace, round_: int):
+def bridge_process(
+    path: str, target: Target, work: Path, args: argparse.Namespace, round_: int
+) -> Iterator[subprocess.Popen[bytes]]:
     """``bridges run`` for a bridge path in its own process, for the block."""
     config = work / "bridge.toml"
     config.write_text(bridge_config(path, target, work, args))
@@ -425,6 +430,9 @@ def bridge_process(path: str, target: Target, work: Path, args: argparse.Namespa
     process = subprocess.Popen([*command, "run", str(config)], cwd=work, stdout=log, stderr=log)
     try:
         yield process
+    except BenchError as exc:
+        text = (work / "bridge.log").read_text(errors="replace").strip()
+        raise BenchError(f"{exc}; bridges run said: {text[-1500:] or 'nothing'}") from None
     finally:
         process.terminate()
         try:
@@ -443,15 +451,35 @@ def bridge_process(path: str, target: Target, work: Path, args: argparse.Namespa
 Opener = Callable[[Arrivals], contextlib.AbstractAsyncContextManager[Probe]]
 
 
-async def measure_path(open_probe: Opener, args: argparse.Namespace) -> dict[str, Any]:
-    """One round of one path: its maximum, then each load (or ``--rate``)."""
+def cpu_now(pids: dict[str, int | None]) -> dict[str, float | None]:
+    """CPU seconds used so far by this process and by each of ``pids``."""
+    return {"bench": time.process_time(), **{name: process_cpu(pid) for name, pid in pids.items()}}
+
+
+def cpu_share(
+    before: dict[str, float | None], seconds: float, pids: dict[str, int | None]
+) -> dict[str, float]:
+    """Cores each process kept busy since ``before`` (``seconds`` ago)."""
+    after = cpu_now(pids)
+    return {
+        f"cpu_{name}": (value - was) / seconds
+        for name, value in after.items()
+        if value is not None and (was := before[name]) is not None
+    }
+
+
+async def measure_path(
+    open_probe: Opener, args: argparse.Namespace, window: int, pids: dict[str, int | None]
+) -> dict[str, Any]:
+    """One round of one path: its maximum (at most ``window`` messages on their way),
+    then each load (or ``--rate``); the CPU share of ``pids`` in each."""
     arrivals = Arrivals()
     result: dict[str, Any] = {"cells": {}}
     async with open_probe(arrivals) as probe:
         await wait_ready(probe, arrivals, args.size)
         if args.rate is None:
             tally = new_cell(arrivals, 10_000_000)
-            sent = await flood(probe, tally, args.max_seconds, args.window, args.size)
+            sent = await flood(probe, tally, args.max_seconds, window, args.size)
             tally.count = sent
             if tally.arrived >= sent:
                 tally.done.set()
@@ -464,46 +492,52 @@ async def measure_path(open_probe: Opener, args: argparse.Namespace) -> dict[str
             await trio.sleep(0.2)  # (what the last cell left in flight settles)
             skip = int(rate * args.warmup)
             tally = new_cell(arrivals, skip + max(10, int(rate * args.seconds)), skip)
+            before, wall = cpu_now(pids), time.perf_counter()
             await paced(probe, tally, rate, args.size)
             await wait_all(tally, args.timeout)
-            figures = tally.figures()
-            result["cells"][label] = {"rate": rate, "count": len(tally.latencies), **figures}
-            result["cells"][label]["duplicates"] = tally.duplicates
+            cell = {"rate": rate, **tally.figures(), "duplicates": tally.duplicates}
+            cell.update(cpu_share(before, time.perf_counter() - wall, pids))
+            result["cells"][label] = cell
     return result
 
 
 def run_path(path: str, broker: Target, args: argparse.Namespace, round_: int) -> dict[str, Any]:
     """One round of ``path``: its processes started, measured, stopped."""
+    broker_pid = listening_pid(broker.port)
     with tempfile.TemporaryDirectory(prefix="latency-") as tmp:
         work = Path(tmp)
-        opener: Opener
         if path in CLIENT_PATHS:
             target = broker if path == EMBEDDED else TARGETS[path]
             queue = f"/queue/latency-{uuid.uuid4().hex[:10]}"
-            opener = lambda arrivals: stomp_pair(target, queue, queue, arrivals)  # noqa: E731
+            opener = partial(stomp_pair, target, queue, queue)
+            pids = {"broker": listening_pid(target.port)}
             try:
-                return trio.run(measure_path, opener, args)
+                return trio.run(measure_path, opener, args, args.window, pids)
             finally:
                 if path != EMBEDDED:
                     drain_rest(target, queue, idle=0.2)
         args.http_port = free_port()
         a, b = (f"/queue/latency-{x}-{work.name}" for x in "ab")
+        window = args.window
         if path == "stomp-stomp":
-            opener = lambda arrivals: stomp_pair(broker, a, b, arrivals)  # noqa: E731
+            opener = partial(stomp_pair, broker, a, b)
         elif path == "file-stomp-file":
             (work / "out").mkdir()
-            opener = lambda arrivals: file_pair(work, arrivals)  # noqa: E731
+            opener = partial(file_pair, work)
         else:
             url = f"http://{HOST}:{args.http_port}/hooks"
-            opener = lambda arrivals: webhook_pair(url, broker, b, args.senders, arrivals)  # noqa: E731
-        with bridge_process(path, broker, work, args, round_):
-            return trio.run(measure_path, opener, args)
+            opener = partial(webhook_pair, url, broker, b, args.senders)
+            window = 4 * args.senders  # (only as many are posted at once as there are senders)
+        with bridge_process(path, broker, work, args, round_) as process:
+            pids = {"bridge": process.pid, "broker": broker_pid}
+            return trio.run(measure_path, opener, args, window, pids)
 
 
 # -- the run and its report --------------------------------------------------------------
 
 #: path -> load label -> figure -> value per round
 Figures = dict[str, dict[str, dict[str, list[float]]]]
+CPU_NAMES: Final = ("bridge", "broker", "bench")
 
 
 def collect(results: Figures, path: str, result: dict[str, Any]) -> None:
@@ -515,11 +549,20 @@ def collect(results: Figures, path: str, result: dict[str, Any]) -> None:
             cells.setdefault(label, {}).setdefault(name, []).append(value)
 
 
+def progress(path: str, round_: int, result: dict[str, Any]) -> str:
+    """One line per path and round, as it is measured."""
+    parts = [f"max {result['max']:,.0f}/s"] if "max" in result else []
+    for label, cell in result["cells"].items():
+        parts.append(f"{label}: {cell['p50']:.1f} / {cell['p99']:.1f} / {cell['max']:.1f} ms")
+    return f"  round {round_ + 1}, {PATHS[path]}: " + "; ".join(parts)
+
+
 def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[dict[str, Any]]]:
     """The table's lines and the report's rows (medians over rounds)."""
     lines = [
-        "| path | load | offered msg/s | p50 ms | p99 ms | max ms | target |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| path | load | offered msg/s | p50 ms | p99 ms | max ms "
+        "| CPU (cores): bridge, broker, bench | target |",
+        "|---|---|---:|---:|---:|---:|---|---|",
     ]
     rows: list[dict[str, Any]] = []
     for path, cells in results.items():
@@ -527,30 +570,33 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
             if label == "max":
                 continue
             med = {name: statistics.median(values) for name, values in figures.items()}
+            cpu = ", ".join(
+                f"{med[f'cpu_{name}']:.2f}" if f"cpu_{name}" in med else "-" for name in CPU_NAMES
+            )
             verdict = ""
             if path in BRIDGE_PATHS and label == "50%":
                 bound = (budget(path, args) + SLACK) * 1000
                 verdict = f"p99 <= {bound:g} ms: {'met' if med['p99'] <= bound else 'NOT met'}"
             lines.append(
                 f"| {PATHS[path]} | {label} | {med['rate']:,.0f} | {med['p50']:.1f} "
-                f"| {med['p99']:.1f} | {med['max']:.1f} | {verdict} |"
+                f"| {med['p99']:.1f} | {med['max']:.1f} | {cpu} | {verdict} |"
             )
-            for series in ("p50", "p99", "max"):
-                rows.append(
-                    {
-                        "series": series,
-                        "label": f"{PATHS[path]}, {label}",
-                        "value": round(med[series], 3),
-                        "path": path,
-                        "load": label,
-                        "rate": round(med["rate"], 1),
-                        "rounds": [round(v, 3) for v in figures[series]],
-                    }
-                )
+            rows += [
+                {
+                    "series": series,
+                    "label": f"{PATHS[path]}, {label}",
+                    "value": round(med[series], 3),
+                    "path": path,
+                    "load": label,
+                    "rate": round(med["rate"], 1),
+                    "rounds": [round(v, 3) for v in figures[series]],
+                }
+                for series in ("p50", "p99", "max")
+            ]
     return lines, rows
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--paths",
@@ -581,25 +627,19 @@ def main() -> int:
     unknown = [p for p in args.paths if p not in PATHS]
     if unknown or not args.paths:
         parser.error(f"--paths: expected names from {','.join(PATHS)}, got {unknown}")
-    if args.rate is not None and args.rate <= 0 or not all(0 < x <= 1 for x in args.loads):
+    if (args.rate is not None and args.rate <= 0) or not all(0 < x <= 1 for x in args.loads):
         parser.error("--rate must be positive and --loads fractions in (0, 1]")
     if args.rounds < 1 or args.seconds <= 0 or args.size < 40:
         parser.error("--rounds and --seconds must be positive, --size at least 40")
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
-    started = time.perf_counter()
-    print(environment_line())
-    offered = f"{args.rate:g} msg/s" if args.rate else "loads " + ", ".join(
-        f"{x:.0%}" for x in args.loads
-    ) + f" of the maximum ({args.max_seconds:g} s, window {args.window})"
-    print(
-        f"{args.size}-byte messages; {offered}; {args.warmup:g} s warm-up + {args.seconds:g} s "
-        f"per load; medians of {args.rounds} interleaved rounds"
-    )
+    return args
+
+
+def run_rounds(args: argparse.Namespace, failed: list[str]) -> Figures:
+    """Every path, round after round (every other round in reverse order)."""
     results: Figures = {}
-    failed: list[str] = []
-    with contextlib.ExitStack() as stack:
-        broker = stack.enter_context(embedded_broker())
+    with embedded_broker() as broker:
         paths = []
         for path in args.paths:
             reason = check_target(TARGETS[path]) if path in TARGETS else None
@@ -610,9 +650,30 @@ def main() -> int:
         for round_ in range(args.rounds):
             for path in paths if round_ % 2 == 0 else reversed(paths):
                 try:
-                    collect(results, path, run_path(path, broker, args, round_))
+                    result = run_path(path, broker, args, round_)
                 except (BenchError, trio_stomp.StompError, OSError) as exc:
                     failed.append(f"{PATHS[path]}, round {round_ + 1}: {exc}")
+                    continue
+                print(progress(path, round_, result), flush=True)
+                collect(results, path, result)
+    return results
+
+
+def main() -> int:
+    args = parse_args()
+    started = time.perf_counter()
+    print(environment_line())
+    if args.rate:
+        offered = f"{args.rate:g} msg/s"
+    else:
+        loads = ", ".join(f"{x:.0%}" for x in args.loads)
+        offered = f"loads {loads} of the maximum ({args.max_seconds:g} s, window {args.window})"
+    print(
+        f"{args.size}-byte messages; {offered}; {args.warmup:g} s warm-up + {args.seconds:g} s "
+        f"per load; medians of {args.rounds} interleaved rounds; p50 / p99 / max per round:"
+    )
+    failed: list[str] = []
+    results = run_rounds(args, failed)
     lines, rows = table(results, args)
     print()
     print("\n".join(lines))
@@ -623,7 +684,7 @@ def main() -> int:
     for line in failed:
         print(line, file=sys.stderr)
     if args.json:
-        command = "python bench/latency.py " + " ".join(sys.argv[1:])
+        command = ".venv/bin/python bench/latency.py " + " ".join(sys.argv[1:])
         write_report(args.json, bench="latency", command=command, unit="ms", rows=rows)
     note = "; profiled: not for quoting" if args.profile else ""
     print(f"\n({time.perf_counter() - started:.0f} s{note})")
