@@ -31,16 +31,22 @@ the receiver share one clock. The paths (``--paths``):
 Each route has the shipped defaults (``in_flight = 1000``, ``batch = { count =
 100, time = 0.02 }``) unless ``--batch-time`` sets ``batch.time``.
 
-For each path, each round measures first the most the path carries (for
-``--max-seconds``, at most ``--window`` messages sent but not yet arrived:
-the arrival rate, first arrival to last), then offers ``--loads`` of that
-rate (10%, 50%, 90%), each for ``--warmup`` + ``--seconds`` (what arrives in
-the warm-up is not counted). Sends keep a schedule that does not drift:
+For each path, each round measures first the most the path carries (sending
+for ``--max-seconds`` with at most ``--window`` messages on their way; the
+arrival rate over the last two thirds of that time), then offers ``--loads``
+of that rate (10%, 50%, 90%), each for ``--warmup`` + ``--seconds`` (what
+arrives in the warm-up is not counted). Sends keep a schedule that does not drift:
 message *i* is due at ``start + i / rate``; a sender that wakes late sends
 all that is due at once, each still stamped with its due time. Latency is
 arrival minus due time, so time a message spent waiting for a late sender
 counts (no coordinated omission). ``--rate R`` offers R msg/s instead (no
 maximum measured: the quick run that CI makes).
+
+Beside each cell, what the processes used of the machine, per second: the
+cores each kept busy (the bridge, the broker, this process), and for those
+that are one event loop (the bridge, the embedded broker, this process) how
+long their main thread waited in the run queue (``/proc/PID/schedstat``):
+runnable but not running, time a loaded machine adds to every hop.
 
 The machine is shared, so ``--rounds N`` runs every path N times
 (interleaved) and the table gives the median over rounds of each figure.
@@ -123,7 +129,6 @@ class Tally:
         self.latencies: list[int] = []  # ns
         self.arrived = 0
         self.duplicates = 0
-        self.first = self.last = 0  # ns, first and last arrival
         self.done = trio.Event()
 
     def arrive(self, tag: bytes, seq: int, due: int, now: int) -> None:
@@ -133,19 +138,11 @@ class Tally:
             self.duplicates += 1
             return
         self.seen[seq] = 1
-        if not self.arrived:
-            self.first = now
         self.arrived += 1
-        self.last = now
         if seq >= self.skip:
             self.latencies.append(now - due)
         if self.arrived == self.count:
             self.done.set()
-
-    def rate(self) -> float:
-        """Arrivals per second, first to last."""
-        span = (self.last - self.first) / 1e9
-        return (self.arrived - 1) / span if span > 0 else 0.0
 
     def figures(self) -> dict[str, float]:
         """p50, p99 and max latency (ms, nearest rank) of the counted arrivals."""
@@ -205,18 +202,28 @@ async def paced(probe: Probe, tally: Tally, rate: float, size: int) -> None:
             await sleep_until_ns(start + int(sent * interval))
 
 
-async def flood(probe: Probe, tally: Tally, seconds: float, window: int, size: int) -> int:
-    """Send as fast as the path takes them, at most ``window`` on their way; how many sent."""
-    end = time.perf_counter_ns() + int(seconds * 1e9)
+async def flood(probe: Probe, tally: Tally, seconds: float, window: int, size: int) -> float:
+    """Send as fast as the path takes them, at most ``window`` on their way, for
+    ``seconds``; the rate they arrived at after the first third (the pipeline full)."""
+    began = time.perf_counter_ns()
+    full, end = began + int(seconds * 1e9 / 3), began + int(seconds * 1e9)
     sent = 0
-    while (now := time.perf_counter_ns()) < end and sent < tally.count:
+    counted: tuple[int, int] | None = None  # (when, arrived by then) once full
+    while (now := time.perf_counter_ns()) < end:
+        if counted is None and now >= full:
+            counted = (now, tally.arrived)
         room = min(window - (sent - tally.arrived), 100, tally.count - sent)
         if room <= 0:
             await trio.sleep(0.001)
             continue
         await probe.send([stamp(tally.tag, i, now, size) for i in range(sent, sent + room)])
         sent += room
-    return sent
+    tally.count = sent
+    if tally.arrived >= sent:
+        tally.done.set()
+    if counted is None or tally.arrived <= counted[1]:
+        raise BenchError(f"nothing arrived in the last {seconds * 2 / 3:.1f} s at the maximum")
+    return (tally.arrived - counted[1]) / ((now - counted[0]) / 1e9)
 
 
 async def wait_all(tally: Tally, limit: float) -> None:
@@ -451,40 +458,53 @@ def bridge_process(
 Opener = Callable[[Arrivals], contextlib.AbstractAsyncContextManager[Probe]]
 
 
-def cpu_now(pids: dict[str, int | None]) -> dict[str, float | None]:
-    """CPU seconds used so far by this process and by each of ``pids``."""
-    return {"bench": time.process_time(), **{name: process_cpu(pid) for name, pid in pids.items()}}
+def run_queue_wait(pid: int | None) -> float | None:
+    """Seconds the main thread of ``pid`` has spent runnable but waiting for a CPU so far
+    (``/proc/PID/schedstat``): a Trio process's event loop, late by that much."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def cpu_share(
-    before: dict[str, float | None], seconds: float, pids: dict[str, int | None]
+#: name -> (pid, whether its main thread is an event loop whose run-queue wait tells)
+Processes = dict[str, tuple[int | None, bool]]
+
+
+def usage(processes: Processes) -> dict[str, float | None]:
+    """CPU seconds (all threads) and run-queue wait (event loops) of each process so far."""
+    figures = {f"cpu_{name}": process_cpu(pid) for name, (pid, _) in processes.items()}
+    for name, (pid, loop) in processes.items():
+        if loop:
+            figures[f"wait_{name}"] = run_queue_wait(pid)
+    return figures
+
+
+def usage_since(
+    before: dict[str, float | None], seconds: float, processes: Processes
 ) -> dict[str, float]:
-    """Cores each process kept busy since ``before`` (``seconds`` ago)."""
-    after = cpu_now(pids)
+    """Per second of wall time since ``before``: cores busy, and seconds waiting for one."""
     return {
-        f"cpu_{name}": (value - was) / seconds
-        for name, value in after.items()
+        name: (value - was) / seconds
+        for name, value in usage(processes).items()
         if value is not None and (was := before[name]) is not None
     }
 
 
 async def measure_path(
-    open_probe: Opener, args: argparse.Namespace, window: int, pids: dict[str, int | None]
+    open_probe: Opener, args: argparse.Namespace, window: int, processes: Processes
 ) -> dict[str, Any]:
     """One round of one path: its maximum (at most ``window`` messages on their way),
-    then each load (or ``--rate``); the CPU share of ``pids`` in each."""
+    then each load (or ``--rate``); what ``processes`` used of the machine in each."""
+    processes = {"bench": (os.getpid(), True), **processes}
     arrivals = Arrivals()
     result: dict[str, Any] = {"cells": {}}
     async with open_probe(arrivals) as probe:
         await wait_ready(probe, arrivals, args.size)
         if args.rate is None:
             tally = new_cell(arrivals, 10_000_000)
-            sent = await flood(probe, tally, args.max_seconds, window, args.size)
-            tally.count = sent
-            if tally.arrived >= sent:
-                tally.done.set()
+            result["max"] = await flood(probe, tally, args.max_seconds, window, args.size)
             await wait_all(tally, args.timeout)
-            result["max"] = tally.rate()
             loads = [(f"{load:.0%}", load * result["max"]) for load in args.loads]
         else:
             loads = [(f"{args.rate:g}/s", args.rate)]
@@ -492,11 +512,11 @@ async def measure_path(
             await trio.sleep(0.2)  # (what the last cell left in flight settles)
             skip = int(rate * args.warmup)
             tally = new_cell(arrivals, skip + max(10, int(rate * args.seconds)), skip)
-            before, wall = cpu_now(pids), time.perf_counter()
+            before, wall = usage(processes), time.perf_counter()
             await paced(probe, tally, rate, args.size)
             await wait_all(tally, args.timeout)
             cell = {"rate": rate, **tally.figures(), "duplicates": tally.duplicates}
-            cell.update(cpu_share(before, time.perf_counter() - wall, pids))
+            cell.update(usage_since(before, time.perf_counter() - wall, processes))
             result["cells"][label] = cell
     return result
 
@@ -510,9 +530,9 @@ def run_path(path: str, broker: Target, args: argparse.Namespace, round_: int) -
             target = broker if path == EMBEDDED else TARGETS[path]
             queue = f"/queue/latency-{uuid.uuid4().hex[:10]}"
             opener = partial(stomp_pair, target, queue, queue)
-            pids = {"broker": listening_pid(target.port)}
+            broker_process = {"broker": (listening_pid(target.port), path == EMBEDDED)}
             try:
-                return trio.run(measure_path, opener, args, args.window, pids)
+                return trio.run(measure_path, opener, args, args.window, broker_process)
             finally:
                 if path != EMBEDDED:
                     drain_rest(target, queue, idle=0.2)
@@ -529,8 +549,8 @@ def run_path(path: str, broker: Target, args: argparse.Namespace, round_: int) -
             opener = partial(webhook_pair, url, broker, b, args.senders)
             window = 4 * args.senders  # (only as many are posted at once as there are senders)
         with bridge_process(path, broker, work, args, round_) as process:
-            pids = {"bridge": process.pid, "broker": broker_pid}
-            return trio.run(measure_path, opener, args, window, pids)
+            processes = {"bridge": (process.pid, True), "broker": (broker_pid, True)}
+            return trio.run(measure_path, opener, args, window, processes)
 
 
 # -- the run and its report --------------------------------------------------------------
@@ -561,7 +581,7 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
     """The table's lines and the report's rows (medians over rounds)."""
     lines = [
         "| path | load | offered msg/s | p50 ms | p99 ms | max ms "
-        "| CPU (cores): bridge, broker, bench | target |",
+        "| bridge, broker, bench: cores busy/run-queue wait ms per s | target |",
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
     rows: list[dict[str, Any]] = []
@@ -571,7 +591,12 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
                 continue
             med = {name: statistics.median(values) for name, values in figures.items()}
             cpu = ", ".join(
-                f"{med[f'cpu_{name}']:.2f}" if f"cpu_{name}" in med else "-" for name in CPU_NAMES
+                f"{med.get(f'cpu_{name}', 0):.2f}/{med[f'wait_{name}'] * 1000:.0f}"
+                if f"wait_{name}" in med
+                else f"{med[f'cpu_{name}']:.2f}"
+                if f"cpu_{name}" in med
+                else "-"
+                for name in CPU_NAMES
             )
             verdict = ""
             if path in BRIDGE_PATHS and label == "50%":
@@ -619,7 +644,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=100, help="body bytes")
     parser.add_argument("--batch-time", type=float, help="the routes' batch.time (default: 0.02)")
     parser.add_argument("--poll-interval", type=float, default=0.01, help="the file source's")
-    parser.add_argument("--senders", type=int, default=32, help="webhook connections")
+    parser.add_argument("--senders", type=int, default=16, help="webhook connections")
     parser.add_argument("--timeout", type=float, default=60.0, help="for a cell's last arrivals")
     parser.add_argument("--json", metavar="PATH", help="write the figures (bench/_common report)")
     parser.add_argument("--profile", metavar="DIR", help="cProfile each bridges run into DIR")
