@@ -55,7 +55,10 @@ Target: at 50% load, a bridge path's p99 at most its wait budget plus 5 ms
 source's ``poll_interval`` on the file path).
 
 ``--profile DIR`` runs each ``bridges run`` under cProfile (one ``.prof``
-per path and round); the figures are then not for quoting.
+per path and round) with its log at debug level (kept beside it), and
+prints for each cell the batches each route wrote: how many, their mean
+size, and p50 / p99 / max of a write (to the sink, durable), in ms. The
+latencies are then not for quoting.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ import contextlib
 import gc
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -395,7 +399,8 @@ def bridge_config(path: str, target: Target, work: Path, args: argparse.Namespac
     """The ``bridges run`` config of a bridge path (queues and files under ``work``)."""
     batch = "" if args.batch_time is None else f"batch = {{ time = {args.batch_time} }}\n"
     a, b = (stomp_endpoint(target, f"/queue/latency-{x}-{work.name}") for x in "ab")
-    text = '[bridge]\nlog_level = "warning"\n'
+    # (--profile: the engine logs each batch write at debug level, timed)
+    text = f'[bridge]\nlog_level = "{"debug" if args.profile else "warning"}"\n'
     if path == "stomp-stomp":
         routes = [(f"{{ {a} }}", f"{{ {b} }}")]
     elif path == "file-stomp-file":
@@ -451,6 +456,35 @@ def bridge_process(
     if process.returncode not in (0, -15):
         text = (work / "bridge.log").read_text(errors="replace")[-1000:]
         raise BenchError(f"bridges run exited with {process.returncode}: {text}")
+    if args.profile:
+        shutil.copy(work / "bridge.log", Path(args.profile) / f"bridge-{path}-r{round_}.log")
+
+
+_WROTE: Final = re.compile(rb"route '(\w+)': wrote (\d+) message\(s\) in ([\d.]+) ms")
+
+
+def log_size(log: Path | None) -> int | None:
+    return None if log is None else log.stat().st_size
+
+
+def batch_writes(log: Path, start: int) -> dict[str, float]:
+    """Per route, from the debug lines the bridge logged after byte ``start`` of ``log``:
+    batches written, their mean size, and p50 / p99 / max of a write (ms)."""
+    with log.open("rb") as text:
+        text.seek(start)
+        found = _WROTE.findall(text.read())
+    figures: dict[str, float] = {}
+    for route in sorted({name.decode() for name, _, _ in found}):
+        sizes = [int(n) for name, n, _ in found if name.decode() == route]
+        times = sorted(float(ms) for name, _, ms in found if name.decode() == route)
+        figures |= {
+            f"{route}_batches": len(times),
+            f"{route}_batch_size": sum(sizes) / len(sizes),
+            f"{route}_write_p50": times[len(times) // 2],
+            f"{route}_write_p99": times[min(len(times) - 1, int(len(times) * 0.99))],
+            f"{route}_write_max": times[-1],
+        }
+    return figures
 
 
 # -- cells -----------------------------------------------------------------------------
@@ -492,10 +526,15 @@ def usage_since(
 
 
 async def measure_path(
-    open_probe: Opener, args: argparse.Namespace, window: int, processes: Processes
+    open_probe: Opener,
+    args: argparse.Namespace,
+    window: int,
+    processes: Processes,
+    log: Path | None = None,
 ) -> dict[str, Any]:
     """One round of one path: its maximum (at most ``window`` messages on their way),
-    then each load (or ``--rate``); what ``processes`` used of the machine in each."""
+    then each load (or ``--rate``); what ``processes`` used of the machine in each and,
+    with ``--profile``, the bridge's batch writes (from its ``log``)."""
     processes = {"bench": (os.getpid(), True), **processes}
     arrivals = Arrivals()
     result: dict[str, Any] = {"cells": {}}
@@ -513,10 +552,13 @@ async def measure_path(
             skip = int(rate * args.warmup)
             tally = new_cell(arrivals, skip + max(10, int(rate * args.seconds)), skip)
             before, wall = usage(processes), time.perf_counter()
+            log_start = log_size(log) if args.profile else None
             await paced(probe, tally, rate, args.size)
             await wait_all(tally, args.timeout)
             cell = {"rate": rate, **tally.figures(), "duplicates": tally.duplicates}
             cell.update(usage_since(before, time.perf_counter() - wall, processes))
+            if log is not None and log_start is not None:
+                cell.update(batch_writes(log, log_start))
             result["cells"][label] = cell
     return result
 
@@ -550,7 +592,7 @@ def run_path(path: str, broker: Target, args: argparse.Namespace, round_: int) -
             window = 4 * args.senders  # (only as many are posted at once as there are senders)
         with bridge_process(path, broker, work, args, round_) as process:
             processes = {"bridge": (process.pid, True), "broker": (broker_pid, True)}
-            return trio.run(measure_path, opener, args, window, processes)
+            return trio.run(measure_path, opener, args, window, processes, work / "bridge.log")
 
 
 # -- the run and its report --------------------------------------------------------------
@@ -573,7 +615,14 @@ def progress(path: str, round_: int, result: dict[str, Any]) -> str:
     """One line per path and round, as it is measured."""
     parts = [f"max {result['max']:,.0f}/s"] if "max" in result else []
     for label, cell in result["cells"].items():
-        parts.append(f"{label}: {cell['p50']:.1f} / {cell['p99']:.1f} / {cell['max']:.1f} ms")
+        part = f"{label}: {cell['p50']:.1f} / {cell['p99']:.1f} / {cell['max']:.1f} ms"
+        for route in sorted({key.split("_")[0] for key in cell if "_write_" in key}):
+            part += (
+                f" ({route}: {cell[f'{route}_batches']:.0f} batches of "
+                f"{cell[f'{route}_batch_size']:.0f}, written in {cell[f'{route}_write_p50']:.1f}"
+                f" / {cell[f'{route}_write_p99']:.1f} / {cell[f'{route}_write_max']:.1f} ms)"
+            )
+        parts.append(part)
     return f"  round {round_ + 1}, {PATHS[path]}: " + "; ".join(parts)
 
 
