@@ -404,7 +404,8 @@ class Route:
             if gathering is None:
                 if not await taken.wait():
                     return None
-                gathering = self._gathering = Gathering(trio.current_time() + wait)
+                # (from when its first message was queued: not batch_time more after a write)
+                gathering = self._gathering = Gathering(taken.since + wait)
             envelopes, messages, failed = gathering.envelopes, gathering.messages, gathering.failed
             deadline = gathering.deadline
             while True:
