@@ -152,9 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``Stopped.exit_status``: 3 or 4 when ``run`` left messages behind)."""
     from trio_stomp.broker import StoreError
 
+    from ._builtins import default_registry
     from ._config import load_config
     from ._convert import ConfigError
-    from ._registry import default_registry
     from .service import Notifier, build_routes, freeze_heap, run_bridge
     from .service._logs import configure_logging
 

@@ -16,17 +16,15 @@ import importlib
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 
 from ._endpoint import Context, InvalidSetting
+from ._flow import TransformFailed
 from ._message import Message
 from ._template import Template, TemplateError
-
-if TYPE_CHECKING:
-    from ._registry import Registry
 
 Transform = Callable[[Message], Message | Awaitable[Message | None] | None]
 
@@ -368,12 +366,33 @@ def is_async(transform: Transform) -> bool:
     return inspect.iscoroutinefunction(transform) or inspect.iscoroutinefunction(call)
 
 
-def register_transforms(registry: Registry) -> None:
-    """Register the built-in transforms (not a family: they need nothing installed)."""
-    registry.register("transform", "set_headers", SetHeadersConfig, SetHeaders.build)
-    registry.register("transform", "remove_headers", RemoveHeadersConfig, RemoveHeaders.build)
-    registry.register("transform", "rename_headers", RenameHeadersConfig, RenameHeaders.build)
-    registry.register("transform", "destination", DestinationConfig, SetDestination.build)
-    registry.register("transform", "filter", FilterConfig, Filter.build)
-    registry.register("transform", "json_extract", JsonExtractConfig, JsonExtract.build)
-    registry.register("transform", "python", PythonConfig, build_python)
+class Chain:
+    """A route's transforms, applied in order: each gets what the one before made of it."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        self._steps = [(t, is_async(t)) for t in transforms]
+
+    async def __call__(self, message: Message) -> Message | None:
+        """What the transforms make of ``message``; None once one dropped it.
+
+        Raises:
+          TransformFailed: a transform raised, or returned neither a Message nor None.
+        """
+        for index, (transform, asynchronous) in enumerate(self._steps):
+            try:
+                result = transform(message)
+                if asynchronous:
+                    result = await result  # type: ignore[misc]
+            except Exception as exc:
+                name = getattr(transform, "__name__", type(transform).__name__)
+                raise TransformFailed(f"transform {index} ({name}) failed: {exc!r}") from exc
+            if result is None:
+                return None
+            if not isinstance(result, Message):
+                raise TransformFailed(
+                    f"transform {index} returned {type(result).__name__}, not Message or None"
+                )
+            message = result
+        return message

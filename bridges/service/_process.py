@@ -42,7 +42,7 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
@@ -57,12 +57,13 @@ from .._redact import Secrets, redacting
 from .._registry import Registry
 from .._shared import open_shared
 from ..endpoints.stomp import EMBEDDED_BROKER
-from ._embedded import open_embedded
+from ._embedded import open_embedded, volatile_backlog
 from ._logs import log_counters
 from ._notify import Notifier
 from ._reload import Reloader
 from ._routes import build_routes
-from ._service import Service, open_service
+from ._service import Service
+from ._tasks import open_service
 
 if TYPE_CHECKING:
     from ._status import StatusLine  # (rich, imported only when a status line shows)
@@ -225,12 +226,6 @@ def freeze_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
-
-
-def volatile_backlog(route: Route) -> int | None:
-    """What the route's source holds in the embedded broker, or None if it reads elsewhere."""
-    probe: Any = getattr(route.source, "volatile_backlog", None)
-    return None if probe is None else probe()
 
 
 def _busy(route: Route) -> bool:

@@ -37,7 +37,7 @@ from .._batch import DEAD_LETTER_HEADERS
 from .._engine import Route
 from .._message import Message
 from .._retry import RetryPolicy
-from ._contract import ContractViolation, SinkCase, SinkFactory
+from ._cases import ContractViolation, SinkCase, SinkFactory
 from ._fakes import FakeBulkSource, FakeSink
 
 #: The hostile messages every sink meets: (label, headers, id suffix).
