@@ -1,6 +1,6 @@
 """Latency: how long a message takes, at fixed offered rates, timed from when it was due.
 
-    .venv/bin/python bench/latency.py
+    .venv/bin/python bench/speed/latency.py
         [--paths embedded,rabbitmq,activemq,stomp-stomp,file-stomp-file,webhook-stomp]
         [--loads 0.1,0.5,0.9] [--rate R] [--seconds 5] [--warmup 0.5] [--rounds 3]
         [--size 100] [--batch-time S] [--poll-interval 0.01] [--json PATH]
@@ -87,6 +87,7 @@ from _common import (
     TARGETS,
     BenchError,
     Target,
+    bench_command,
     check_target,
     drain_rest,
     embedded_broker,
@@ -758,7 +759,7 @@ def main() -> int:
     for line in failed:
         print(line, file=sys.stderr)
     if args.json:
-        command = ".venv/bin/python bench/latency.py " + " ".join(sys.argv[1:])
+        command = bench_command(__file__, sys.argv[1:])
         write_report(args.json, bench="latency", command=command, unit="ms", rows=rows)
     note = "; profiled: not for quoting" if args.profile else ""
     print(f"\n({time.perf_counter() - started:.0f} s{note})")
