@@ -88,7 +88,9 @@ from _common import (
     BenchError,
     Target,
     bench_command,
+    bridges_command,
     check_target,
+    child,
     drain_rest,
     embedded_broker,
     environment_line,
@@ -434,26 +436,16 @@ def bridge_process(
     """``bridges run`` for a bridge path in its own process, for the block."""
     config = work / "bridge.toml"
     config.write_text(bridge_config(path, target, work, args))
-    script = Path(sys.executable).with_name("bridges")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
+    command = bridges_command()
     if args.profile:
         prof = Path(args.profile) / f"bridge-{path}-r{round_}.prof"
         command = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "bridges._cli"]
-    log = (work / "bridge.log").open("wb")
-    process = subprocess.Popen([*command, "run", str(config)], cwd=work, stdout=log, stderr=log)
-    try:
-        yield process
-    except BenchError as exc:
-        text = (work / "bridge.log").read_text(errors="replace").strip()
-        raise BenchError(f"{exc}; bridges run said: {text[-1500:] or 'nothing'}") from None
-    finally:
-        process.terminate()
+    with child([*command, "run", str(config)], work, "bridge") as process:
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+            yield process
+        except BenchError as exc:
+            text = (work / "bridge.log").read_text(errors="replace").strip()
+            raise BenchError(f"{exc}; bridges run said: {text[-1500:] or 'nothing'}") from None
     if process.returncode not in (0, -15):
         text = (work / "bridge.log").read_text(errors="replace")[-1000:]
         raise BenchError(f"bridges run exited with {process.returncode}: {text}")
