@@ -59,6 +59,9 @@ class AmqpSourceConfig(AmqpConnection):
       id_from_content: true: a message without ``bridge-id`` or
         ``message_id`` gets an id made from its content (two equal messages
         become one); false: its id is empty.
+      id_template: the message id made from its headers and body
+        (``{header:NAME}``, ``{body_hash}``, ``{id}``: the id above) for
+        messages whose publisher sets no ``message_id``; default: none.
     """
 
     queue: str = ""

@@ -77,6 +77,10 @@ class MqttSourceConfig(MqttConnection):
       id_from_payload: true: a message without ``bridge-id`` gets an id made
         from its topic and payload (two equal messages become one); false:
         its id is empty.
+      id_template: the message id made from its headers and body
+        (``{header:mqtt-topic}``, ``{body_hash}``, ``{id}``: the id above) for
+        messages without ``bridge-id`` (any MQTT 3.1.1 message); default:
+        none.
     """
 
     topics: list[str] = attrs.field(factory=list)
