@@ -367,7 +367,7 @@ def main(
         write_report(
             args.report,
             bench=Path(sys.argv[0]).stem,
-            command=" ".join(["python", *sys.argv]),
+            command=bench_command(sys.argv[0], sys.argv[1:]),
             unit="messages",
             rows=report_rows(results),
         )

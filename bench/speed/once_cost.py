@@ -50,6 +50,7 @@ from typing import Any
 import trio
 from _common import (
     HOST,
+    bench_command,
     environment_line,
     process_cpu,
     start_embedded_broker,
@@ -230,7 +231,7 @@ def main() -> int:
         write_report(
             args.json,
             bench="once_cost",
-            command=" ".join(["python", *sys.argv]),
+            command=bench_command(__file__, sys.argv[1:]),
             unit="msg/s",
             rows=rows,
         )
