@@ -1,6 +1,6 @@
 """Latency: how long a message takes, at fixed offered rates, timed from when it was due.
 
-    .venv/bin/python bench/latency.py
+    .venv/bin/python bench/speed/latency.py
         [--paths embedded,rabbitmq,activemq,stomp-stomp,file-stomp-file,webhook-stomp]
         [--loads 0.1,0.5,0.9] [--rate R] [--seconds 5] [--warmup 0.5] [--rounds 3]
         [--size 100] [--batch-time S] [--poll-interval 0.01] [--json PATH]
@@ -87,7 +87,10 @@ from _common import (
     TARGETS,
     BenchError,
     Target,
+    bench_command,
+    bridges_command,
     check_target,
+    child,
     drain_rest,
     embedded_broker,
     environment_line,
@@ -433,26 +436,16 @@ def bridge_process(
     """``bridges run`` for a bridge path in its own process, for the block."""
     config = work / "bridge.toml"
     config.write_text(bridge_config(path, target, work, args))
-    script = Path(sys.executable).with_name("bridges")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
+    command = bridges_command()
     if args.profile:
         prof = Path(args.profile) / f"bridge-{path}-r{round_}.prof"
         command = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "bridges._cli"]
-    log = (work / "bridge.log").open("wb")
-    process = subprocess.Popen([*command, "run", str(config)], cwd=work, stdout=log, stderr=log)
-    try:
-        yield process
-    except BenchError as exc:
-        text = (work / "bridge.log").read_text(errors="replace").strip()
-        raise BenchError(f"{exc}; bridges run said: {text[-1500:] or 'nothing'}") from None
-    finally:
-        process.terminate()
+    with child([*command, "run", str(config)], work, "bridge") as process:
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+            yield process
+        except BenchError as exc:
+            text = (work / "bridge.log").read_text(errors="replace").strip()
+            raise BenchError(f"{exc}; bridges run said: {text[-1500:] or 'nothing'}") from None
     if process.returncode not in (0, -15):
         text = (work / "bridge.log").read_text(errors="replace")[-1000:]
         raise BenchError(f"bridges run exited with {process.returncode}: {text}")
@@ -758,7 +751,7 @@ def main() -> int:
     for line in failed:
         print(line, file=sys.stderr)
     if args.json:
-        command = ".venv/bin/python bench/latency.py " + " ".join(sys.argv[1:])
+        command = bench_command(__file__, sys.argv[1:])
         write_report(args.json, bench="latency", command=command, unit="ms", rows=rows)
     note = "; profiled: not for quoting" if args.profile else ""
     print(f"\n({time.perf_counter() - started:.0f} s{note})")
