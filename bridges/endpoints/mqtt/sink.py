@@ -59,7 +59,13 @@ _PUBLISH_PROPERTIES: Final = Properties(PacketTypes.PUBLISH)  # type: ignore[no-
 
 @attrs.frozen
 class MqttSinkConfig(MqttConnection):
-    """Publish to MQTT (a batch at once, then every PUBACK awaited)."""
+    """Publish to MQTT (a batch at once, then every PUBACK awaited).
+
+    Attributes:
+      topic: required: the topic to publish to, a template
+        (``alerts/{header:site}``); a ``destination`` transform overrides it.
+      retain: true publishes with the retain flag.
+    """
 
     topic: str = ""
     retain: bool = False
