@@ -30,7 +30,7 @@ from setuptools import Extension, setup
 
 #: The codec's modules that are compiled: the frames, the head parser, the
 #: parser, escaping, the headers and the message runs (one shared library).
-CODEC = ("_escaping", "_frame", "_headers", "_head", "_parser", "_runs", "_shape")
+CODEC = ("_escaping", "_frame", "_handmade", "_headers", "_head", "_parser", "_runs", "_shape")
 GROUP = "trio_stomp.frame._codec"
 #: Set (to anything but "" or "0"), the build is pure Python.
 PURE_VARIABLE = "TRIO_STOMP_PURE"

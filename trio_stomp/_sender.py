@@ -10,7 +10,7 @@ implements it; nothing here imports the client, so there is no cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import trio
@@ -89,6 +89,9 @@ class Sender(Protocol):
 
     async def send_ack(self, command: str, pairs: Pairs, *, receipt: bool, message: object) -> None:
         """Send an ACK or NACK of ``message`` (named in errors)."""
+
+    def send_ack_id(self, command: str, ack_id: str, *, message: object) -> Awaitable[None]:
+        """Send a 1.2 ACK or NACK without receipt whose ``id`` is ``ack_id``: what to await."""
 
     async def send_acks(
         self, command: str, acks: list[Pairs], *, receipt: bool, message: object
