@@ -1,6 +1,6 @@
 """Latency: how long a message takes, at fixed offered rates, timed from when it was due.
 
-    .venv/bin/python bench/latency.py
+    .venv/bin/python bench/speed/latency.py
         [--paths embedded,rabbitmq,activemq,stomp-stomp,file-stomp-file,webhook-stomp]
         [--loads 0.1,0.5,0.9] [--rate R] [--seconds 5] [--warmup 0.5] [--rounds 3]
         [--size 100] [--batch-time S] [--poll-interval 0.01] [--json PATH]
@@ -84,10 +84,14 @@ import httpx
 import trio
 from _common import (
     EMBEDDED,
+    HOST,
     TARGETS,
     BenchError,
     Target,
+    bench_command,
+    bridges_command,
     check_target,
+    child,
     drain_rest,
     embedded_broker,
     environment_line,
@@ -100,7 +104,6 @@ from _common import (
 import trio_stomp
 from bridges._config import Batching
 
-HOST: Final = "127.0.0.1"
 CLIENT_PATHS: Final = {
     EMBEDDED: "client round trip, embedded",
     "rabbitmq": "client round trip, RabbitMQ",
@@ -112,10 +115,19 @@ BRIDGE_PATHS: Final = {
     "webhook-stomp": "bridge webhook -> STOMP",
 }
 PATHS: Final = {**CLIENT_PATHS, **BRIDGE_PATHS}
+#: How the plot's axis names each path (short: one group of bars per path and load).
+SHORT: Final = {
+    EMBEDDED: "embedded",
+    "rabbitmq": "RabbitMQ",
+    "activemq": "ActiveMQ",
+    "stomp-stomp": "STOMP->STOMP",
+    "file-stomp-file": "file->STOMP->file",
+    "webhook-stomp": "webhook->STOMP",
+}
 #: Budget over the route's waits that the target allows at 50% load, s.
 SLACK: Final = 0.005
 #: How long a bridge may take to start and carry its first message, s.
-START_LIMIT: Final = 60.0
+READY_LIMIT: Final = 60.0
 _RECORD: Final = re.compile(rb'"body": ?"(\w+) (\d+) (\d+) ')
 
 
@@ -249,7 +261,7 @@ def new_cell(arrivals: Arrivals, count: int, skip: int = 0) -> Tally:
 async def wait_ready(probe: Probe, arrivals: Arrivals, size: int) -> None:
     """Until a message makes it through (a bridge that just started may not listen yet)."""
     tally = new_cell(arrivals, 10_000)
-    with trio.move_on_after(START_LIMIT):
+    with trio.move_on_after(READY_LIMIT):
         for seq in range(tally.count):
             await probe.send([stamp(tally.tag, seq, time.perf_counter_ns(), size)])
             with trio.move_on_after(0.2):
@@ -258,7 +270,7 @@ async def wait_ready(probe: Probe, arrivals: Arrivals, size: int) -> None:
             if tally.arrived:
                 await trio.sleep(0.3)  # the stragglers of the probe pass
                 return
-    raise BenchError(f"no message made it through in {START_LIMIT:.0f} s")
+    raise BenchError(f"no message made it through in {READY_LIMIT:.0f} s")
 
 
 # -- the paths -------------------------------------------------------------------------
@@ -433,26 +445,16 @@ def bridge_process(
     """``bridges run`` for a bridge path in its own process, for the block."""
     config = work / "bridge.toml"
     config.write_text(bridge_config(path, target, work, args))
-    script = Path(sys.executable).with_name("bridges")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "bridges._cli"]
+    command = bridges_command()
     if args.profile:
         prof = Path(args.profile) / f"bridge-{path}-r{round_}.prof"
         command = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "bridges._cli"]
-    log = (work / "bridge.log").open("wb")
-    process = subprocess.Popen([*command, "run", str(config)], cwd=work, stdout=log, stderr=log)
-    try:
-        yield process
-    except BenchError as exc:
-        text = (work / "bridge.log").read_text(errors="replace").strip()
-        raise BenchError(f"{exc}; bridges run said: {text[-1500:] or 'nothing'}") from None
-    finally:
-        process.terminate()
+    with child([*command, "run", str(config)], work, "bridge") as process:
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+            yield process
+        except BenchError as exc:
+            text = (work / "bridge.log").read_text(errors="replace").strip()
+            raise BenchError(f"{exc}; bridges run said: {text[-1500:] or 'nothing'}") from None
     if process.returncode not in (0, -15):
         text = (work / "bridge.log").read_text(errors="replace")[-1000:]
         raise BenchError(f"bridges run exited with {process.returncode}: {text}")
@@ -634,8 +636,8 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
     rows: list[dict[str, Any]] = []
-    for path, cells in results.items():
-        for label, figures in cells.items():
+    for path in [p for p in PATHS if p in results]:  # (in the order of --paths' help)
+        for label, figures in results[path].items():
             if label == "max":
                 continue
             med = {name: statistics.median(values) for name, values in figures.items()}
@@ -658,7 +660,7 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
             rows += [
                 {
                     "series": series,
-                    "label": f"{PATHS[path]}, {label}",
+                    "label": f"{SHORT[path]} {label}",
                     "value": round(med[series], 3),
                     "path": path,
                     "load": label,
@@ -758,7 +760,7 @@ def main() -> int:
     for line in failed:
         print(line, file=sys.stderr)
     if args.json:
-        command = ".venv/bin/python bench/latency.py " + " ".join(sys.argv[1:])
+        command = bench_command(__file__, sys.argv[1:])
         write_report(args.json, bench="latency", command=command, unit="ms", rows=rows)
     note = "; profiled: not for quoting" if args.profile else ""
     print(f"\n({time.perf_counter() - started:.0f} s{note})")
