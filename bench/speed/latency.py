@@ -1,7 +1,7 @@
 """Latency: how long a message takes, at fixed offered rates, timed from when it was due.
 
     .venv/bin/python bench/speed/latency.py
-        [--paths embedded,rabbitmq,activemq,stomp-stomp,file-stomp-file,webhook-stomp]
+        [--paths embedded,rabbitmq,activemq,stomp-stomp,file-stomp-file,webhook-stomp,http-bare]
         [--loads 0.1,0.5,0.9] [--rate R] [--seconds 5] [--warmup 0.5] [--rounds 3]
         [--size 100] [--batch-time S] [--poll-interval 0.01] [--json PATH]
         [--profile DIR]
@@ -27,6 +27,9 @@ the receiver share one clock. The paths (``--paths``):
 - ``webhook-stomp``: ``bridges run`` with an ``http`` source -> stomp sink
   route. ``--senders`` keep-alive httpx connections post the messages (each
   answered only once its batch is durable); a client receives from the queue.
+- ``http-bare``: the webhook path's peer, no bridge: the same senders post to
+  a bare hypercorn endpoint (its own process) that answers 204 and stores
+  nothing; a message arrives when its answer does. What HTTP costs alone.
 
 Each route has the shipped defaults (``in_flight = 1000``, ``batch = { count =
 100, time = 0.02 }``) unless ``--batch-time`` sets ``batch.time``.
@@ -98,8 +101,10 @@ from _common import (
     free_port,
     listening_pid,
     process_cpu,
+    wait_port,
     write_report,
 )
+from http_throughput import _BARE_SERVER as BARE_SERVER
 
 import trio_stomp
 from bridges._config import Batching
@@ -114,7 +119,9 @@ BRIDGE_PATHS: Final = {
     "file-stomp-file": "bridges file -> STOMP -> file",
     "webhook-stomp": "bridge webhook -> STOMP",
 }
-PATHS: Final = {**CLIENT_PATHS, **BRIDGE_PATHS}
+#: The webhook path's peer: the same senders, a server that stores nothing.
+BARE_HTTP: Final = "http-bare"
+PATHS: Final = {**CLIENT_PATHS, **BRIDGE_PATHS, BARE_HTTP: "bare HTTP round trip (no bridge)"}
 #: How the plot's axis names each path (short: one group of bars per path and load).
 SHORT: Final = {
     EMBEDDED: "embedded",
@@ -123,6 +130,7 @@ SHORT: Final = {
     "stomp-stomp": "STOMP->STOMP",
     "file-stomp-file": "file->STOMP->file",
     "webhook-stomp": "webhook->STOMP",
+    BARE_HTTP: "bare HTTP",
 }
 #: What the target allows a route (a bridge) beyond its batch.time at 50% load, s.
 SLACK: Final = 0.005
@@ -367,9 +375,13 @@ class WebhookProbe:
 
 
 async def post_each(
-    client: httpx.AsyncClient, url: str, receive: trio.MemoryReceiveChannel[bytes]
+    client: httpx.AsyncClient,
+    url: str,
+    receive: trio.MemoryReceiveChannel[bytes],
+    answered: Arrivals | None,
 ) -> None:
-    """Post each body until it is taken (a 2xx); a sender retries what failed."""
+    """Post each body until it is taken (a 2xx); a sender retries what failed. With
+    ``answered``, the answer is the arrival (the bare HTTP round trip)."""
     headers = {"content-type": "application/octet-stream"}
     async for body in receive:
         while True:
@@ -380,24 +392,36 @@ async def post_each(
             except httpx.TransportError:
                 pass
             await trio.sleep(0.05)
+        if answered is not None:
+            answered.body(body, time.perf_counter_ns())
 
 
 @contextlib.asynccontextmanager
 async def webhook_pair(
-    url: str, target: Target, queue: str, senders: int, arrivals: Arrivals
+    url: str, target: Target | None, queue: str, senders: int, arrivals: Arrivals
 ) -> AsyncIterator[Probe]:
+    """Webhooks posted by ``senders`` connections, received from ``queue`` on ``target``;
+    without a target, a message arrives when its POST is answered."""
     limits = httpx.Limits(max_connections=senders, max_keepalive_connections=senders)
     send, receive = trio.open_memory_channel[bytes](float("inf"))
     async with (
         httpx.AsyncClient(limits=limits, timeout=60, trust_env=False) as http,
-        trio_stomp.connect(target.url, heartbeat=(0, 0)) as client,
         trio.open_nursery() as nursery,
     ):
-        await nursery.start(receive_stomp, client, queue, arrivals)
+        if target is not None:
+            client = await nursery.start(connected, target)
+            await nursery.start(receive_stomp, client, queue, arrivals)
         for _ in range(senders):
-            nursery.start_soon(post_each, http, url, receive)
+            nursery.start_soon(post_each, http, url, receive, None if target else arrivals)
         yield WebhookProbe(send)
         nursery.cancel_scope.cancel()
+
+
+async def connected(target: Target, task_status: Any) -> None:
+    """A client of ``target`` for as long as the task runs."""
+    async with trio_stomp.connect(target.url, heartbeat=(0, 0)) as client:
+        task_status.started(client)
+        await trio.sleep_forever()
 
 
 def stomp_endpoint(target: Target, queue: str) -> str:
@@ -582,6 +606,14 @@ def run_path(path: str, broker: Target, args: argparse.Namespace, round_: int) -
                 if path != EMBEDDED:
                     drain_rest(target, queue, idle=0.2)
         args.http_port = free_port()
+        if path == BARE_HTTP:
+            url = f"http://{HOST}:{args.http_port}/"
+            bare = [sys.executable, "-c", BARE_SERVER, f"{HOST}:{args.http_port}"]
+            with child(bare, work, "bare") as process:
+                wait_port(args.http_port, process, "the bare HTTP server")
+                opener = partial(webhook_pair, url, None, "", args.senders)
+                server: Processes = {"bridge": (process.pid, True)}  # (in the bridge's column)
+                return trio.run(measure_path, opener, args, 4 * args.senders, server)
         a, b = (f"/queue/latency-{x}-{work.name}" for x in "ab")
         window = args.window
         if path == "stomp-stomp":
