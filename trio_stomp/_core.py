@@ -39,7 +39,7 @@ from ._errors import (
 )
 from ._groups import unwrap_group
 from ._reconnect import Replay, Supervisor
-from ._sender import HeaderArg, Pairs, ReceiptWaiter, ReplyRouter
+from ._sender import HeaderArg, Pairs, ReceiptWaiter, ReplyRouter, user_headers
 from ._subscription import SubscriptionTable
 from .frame import SEND_RESERVED_HEADERS, Event, Frame, encode
 from .frame._frame import trusted_frame
@@ -57,24 +57,6 @@ from .frame._runs import message_runs
 _CONSUMER_TAG: Final = re.compile(r"tag 'T_([^']*)'")
 #: How many destinations' SEND heads the hot path keeps encoded.
 _SEND_HEADS: Final = 1024
-
-
-def user_headers(headers: HeaderArg, reserved: frozenset[str]) -> Pairs:
-    if headers is None:
-        return []
-    pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
-    for name, value in pairs:
-        if not isinstance(name, str) or not isinstance(value, str):
-            shown = repr(name) if isinstance(name, str) else f"a {type(name).__name__} name"
-            raise TypeError(
-                f"header names and values must be str, got {shown} with a "
-                f"{type(value).__name__} value"
-            )
-        if name in reserved:
-            raise LocalProtocolError(
-                f"header {name!r} is set by the client; use the matching argument instead"
-            )
-    return pairs
 
 
 class Core:

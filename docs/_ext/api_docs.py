@@ -1,10 +1,15 @@
-"""Unqualified names in annotations resolved, and docstrings read as this project writes them.
+"""The API pages read the code as this project writes it.
 
-Modules annotate with names imported under ``TYPE_CHECKING`` or from
-``typing`` aliases (``Path``, ``AbstractAsyncContextManager``); autodoc sees
-only the text. A ``missing-reference`` handler looks such a name up in
-:data:`ALIASES` and resolves it as the full name would be (here, or through
-intersphinx). A name not listed stays missing: nitpicky reports it.
+- Unqualified names: modules annotate with names imported under
+  ``TYPE_CHECKING`` (``Path``, ``AbstractAsyncContextManager``), and the
+  client's docstrings name the codec's errors by their short names; autodoc
+  sees only the text. A ``missing-reference`` handler looks such a name up in
+  :data:`ALIASES` and resolves it as the full name would be (here, or through
+  intersphinx). A name not listed stays missing: nitpicky reports it.
+- Properties: their docstrings start "What it is: details", which napoleon
+  would read as a type; they are read as methods' are.
+- ``async with``: what returns an async context manager is marked so, for
+  sphinxcontrib-trio.
 """
 
 from __future__ import annotations
@@ -46,41 +51,6 @@ def _resolve(
     if found is not None:
         return found
     return intersphinx.missing_reference(app, env, node, contnode)
-
-
-def _attrs_init_hints(app: Sphinx, obj: Any, bound_method: bool) -> None:
-    """Give an attrs class's generated ``__init__`` the resolved types of its fields.
-
-    attrs copies the fields' annotations into ``__init__`` as written: under
-    ``from __future__ import annotations`` those are strings that only the
-    class's module can resolve (``list[Message]``), and autodoc would render
-    them as bare names.
-    """
-    import sys
-    import typing
-
-    import attrs
-
-    owner, _, method = getattr(obj, "__qualname__", "").rpartition(".")
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    if method != "__init__" or module is None:
-        return
-    cls: Any = module
-    for part in owner.split("."):
-        cls = getattr(cls, part, None)
-    if not isinstance(cls, type) or not attrs.has(cls):
-        return
-    try:
-        hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
-    except Exception:  # a name only under TYPE_CHECKING: leave the text as it is
-        return
-    init = cls.__init__
-    annotations = dict(getattr(init, "__annotations__", {}))
-    for field in attrs.fields(cls):
-        name = field.alias or field.name
-        if name in annotations and field.name in hints:
-            annotations[name] = hints[field.name]
-    init.__annotations__ = annotations
 
 
 def _property_as_method(app: Sphinx) -> None:
@@ -143,7 +113,6 @@ def mark_async_with(app: Sphinx) -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("missing-reference", _resolve)
-    app.connect("autodoc-before-process-signature", _attrs_init_hints)
     app.connect("builder-inited", _property_as_method)
     app.add_config_value("async_with_modules", [], "env")
     app.connect("builder-inited", mark_async_with)
