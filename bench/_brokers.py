@@ -268,10 +268,14 @@ trio.run(main)
 
 
 def start_embedded_broker(
-    data_dir: Path | None = None, timeout: float = 15.0, name: str = "embedded"
+    data_dir: Path | None = None,
+    timeout: float = 15.0,
+    name: str = "embedded",
+    options: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], Target]:
-    """Start the embedded broker in a subprocess (durable with ``data_dir``); return it and
-    its :class:`Target` once it listens. Stop it with :func:`stop_process`.
+    """Start the embedded broker in a subprocess (durable with ``data_dir``; ``options``:
+    more of ``trio-stomp broker``'s); return it and its :class:`Target` once it listens.
+    Stop it with :func:`stop_process`.
 
     Uses the ``trio-stomp broker`` console script next to this interpreter
     when there is one, else ``python -c`` with ``open_broker`` (volatile).
@@ -282,7 +286,8 @@ def start_embedded_broker(
         command = [str(script), "broker", "--listen", f"{HOST}:0"]
         if data_dir is not None:
             command += ["--data-dir", str(data_dir)]
-    elif data_dir is None:
+        command += options
+    elif data_dir is None and not options:
         command = [sys.executable, "-c", _FALLBACK_BROKER]
     else:
         raise BenchError(f"a durable broker needs the trio-stomp script beside {sys.executable}")
@@ -308,10 +313,13 @@ def start_embedded_broker(
 
 @contextmanager
 def embedded_broker(
-    timeout: float = 15.0, data_dir: Path | None = None, name: str = "embedded"
+    timeout: float = 15.0,
+    data_dir: Path | None = None,
+    name: str = "embedded",
+    options: tuple[str, ...] = (),
 ) -> Iterator[Target]:
     """The embedded broker in a subprocess for the block (:func:`start_embedded_broker`)."""
-    proc, target = start_embedded_broker(data_dir, timeout, name)
+    proc, target = start_embedded_broker(data_dir, timeout, name, options)
     try:
         yield target
     finally:

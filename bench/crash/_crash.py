@@ -9,7 +9,7 @@ with SIGKILL once the far side holds a random share of the messages (plus
 once, at one of the kills), then runs until everything arrived and is
 stopped with SIGTERM (a clean exit is required). Figures: arrived (must be
 all), missing, duplicates and the most copies of one id, against the bound
-at-least-once promises (``kills * in_flight``), or 0 for a scenario whose
+at-least-once promises (``kills * in_flight``, per route), or 0 for a scenario whose
 source and sink claim effectively once together (``Scenario.once``).
 
 Every script in ``bench/crash/`` imports from here; what it shares with the
@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _base import HOST as HOST
 from _base import BenchError as BenchError
+from _base import bench_command as bench_command
 from _base import bridges_command as bridges_command
 from _base import environment_line as environment_line
 from _base import free_port as free_port
@@ -114,19 +116,24 @@ def private_servers(wanted: Mapping[str, Server | None]) -> Iterator[dict[str, S
         yield servers
 
 
-def route_config(source: str, sink: str) -> str:
+def route_table(name: str, source: str, sink: str) -> str:
+    """A ``[routes.NAME]`` table with the harness's window, batches and retries."""
     return f"""
-[bridge]
-shutdown_timeout = 20
-log_level = "warning"
-
-[routes.crash]
+[routes.{name}]
 in_flight = {IN_FLIGHT}
 batch = {{ count = {BATCH}, time = 0.01 }}
 retry = {{ attempts = 1000, initial = 0.05, max = 1.0 }}
 source = {source}
 sink = {sink}
 """
+
+
+def route_config(source: str, sink: str, extra: str = "") -> str:
+    return f"""
+[bridge]
+shutdown_timeout = 20
+log_level = "warning"
+{route_table("crash", source, sink)}{extra}"""
 
 
 @dataclasses.dataclass
@@ -140,10 +147,24 @@ class Scenario:
     finished: Callable[[], bool]  # everything arrived (and the source is drained)
     restart_server: Callable[[], None]
     once: bool = False  # source and sink claim effectively once: the bound is 0 duplicates
+    extra: str = ""  # more of the config: an embedded broker, a second route
+    routes: int = 1  # routes in the config: each may send its in-flight window again
 
 
-#: Builds a scenario in a working directory for the message ids.
-Factory = Callable[[Path, list[str]], Scenario]
+@dataclasses.dataclass(frozen=True)
+class Direct:
+    """A scenario with a harness of its own (a webhook sender, an HTTP receiver).
+
+    ``run(count, kills, rng)`` gives a result with the keys :func:`run_scenario`'s has.
+    """
+
+    run: Callable[[int, int, random.Random], dict[str, Any]]
+
+
+#: Builds a scenario in a working directory for the message ids (or runs it: Direct).
+Factory = Callable[[Path, list[str]], Scenario] | Direct
+
+_RUNNING: Final = re.compile(rb"running \d+ route\(s\)")
 
 
 def wait_for(
@@ -196,7 +217,7 @@ def _run_to_the_end(
         # (a SIGTERM before the bridge handles signals would just kill it)
         with log.open("rb") as text:
             text.seek(log_start)
-            running = b"running 1 route(s)" in text.read()
+            running = _RUNNING.search(text.read()) is not None
         return running and scenario.finished()
 
     try:
@@ -215,11 +236,14 @@ def _run_to_the_end(
 def run_scenario(
     name: str, make: Factory, count: int, kills: int, restart: bool, rng: random.Random
 ) -> dict[str, Any]:
+    if isinstance(make, Direct):
+        return {"scenario": name, **make.run(count, kills, rng)}
     ids = [f"msg-{i:06d}" for i in range(count)]
     with tempfile.TemporaryDirectory(prefix=f"crash-{name}-") as tmp:
         work = Path(tmp)
         scenario = make(work, ids)
-        (work / "bridge.toml").write_text(route_config(scenario.source, scenario.sink))
+        config = route_config(scenario.source, scenario.sink, scenario.extra)
+        (work / "bridge.toml").write_text(config)
         log_path = work / "bridge.log"
         command = [*bridges_command(), "run", str(work / "bridge.toml")]
         started = time.monotonic()
@@ -247,7 +271,7 @@ def run_scenario(
             "missing": len(set(ids) - set(copies)),
             "duplicates": total - len(copies),
             "max_copies": max(copies.values(), default=0),
-            "bound": 0 if scenario.once else kills * IN_FLIGHT,
+            "bound": 0 if scenario.once else kills * IN_FLIGHT * scenario.routes,
             "exit_status": status,
             "seconds": round(time.monotonic() - started, 1),
             "log_tail": log_path.read_text()[-1500:] if status != 0 else "",
@@ -263,21 +287,22 @@ def ok(result: dict[str, Any]) -> bool:
 
 
 def print_table(title: str, results: list[dict[str, Any]]) -> None:
+    width = max([14, *(len(r["scenario"]) for r in results)])
     print(title)
     print(
-        "| scenario       | messages | kills | restart | arrived | missing | duplicates "
+        f"| {'scenario':<{width}} | messages | kills | restart | arrived | missing | duplicates "
         "| max copies | dup bound | exit | time, s | verdict |"
     )
     print(
-        "|----------------|----------|-------|---------|---------|---------|------------"
+        f"|{'-' * (width + 2)}|----------|-------|---------|---------|---------|------------"
         "|------------|-----------|------|---------|---------|"
     )
     for r in results:
         if "error" in r:
-            print(f"| {r['scenario']:<14} | error: {r['error']}")
+            print(f"| {r['scenario']:<{width}} | error: {r['error']}")
             continue
         print(
-            f"| {r['scenario']:<14} | {r['messages']:>8,} | {r['kills']:>5} "
+            f"| {r['scenario']:<{width}} | {r['messages']:>8,} | {r['kills']:>5} "
             f"| {'yes' if r['server_restarted'] else 'no':>7} | {r['arrived']:>7,} "
             f"| {r['missing']:>7} | {r['duplicates']:>10} | {r['max_copies']:>10} "
             f"| {r['bound']:>9,} | {r['exit_status']:>4} | {r['seconds']:>7} "
@@ -292,42 +317,75 @@ def main(
     scenarios: list[str],
     setup: Callable[[list[str]], AbstractContextManager[Mapping[str, Factory]]],
 ) -> int:
-    """A crash script's command line: ``--count --kills --only --restart --seed --json``.
+    """A crash script's command line: ``--count --kills --only --restart --seed --json
+    --report``.
 
     SETUP, given the scenario names to run, yields a factory for each (having
-    started what they need: servers, a broker).
+    started what they need: servers, a broker). ``--seed A,B`` runs every
+    scenario once per seed; ``--report PATH`` writes the figures of every run
+    (:func:`_base.write_report`: lost and duplicates per scenario and seed).
     """
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--only", default=",".join(scenarios))
     parser.add_argument("--restart", action="store_true", help="restart the server once, too")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--seed", default=None, help="a seed, or several: 11,12")
+    parser.add_argument("--json", action="store_true", help="one JSON object per run")
+    parser.add_argument("--report", metavar="PATH", help="write the figures here (JSON)")
     args = parser.parse_args()
     names = [name for name in args.only.split(",") if name]
     unknown = set(names) - set(scenarios)
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
-    seed = args.seed if args.seed is not None else random.randrange(2**32)
-    rng = random.Random(seed)
+    seeds = [int(seed) for seed in args.seed.split(",")] if args.seed else [random.randrange(2**32)]
+    if not args.json:
+        print(environment_line(), flush=True)
     results = []
     with setup(names) as factories:
-        for name in names:
-            try:
-                result = run_scenario(
-                    name, factories[name], args.count, args.kills, args.restart, rng
-                )
-            except BenchError as exc:
-                result = {"scenario": name, "error": str(exc)}
-            result["seed"] = seed
-            results.append(result)
-            if args.json:
-                print(json.dumps(result), flush=True)
+        for seed in seeds:
+            rng = random.Random(seed)
+            for name in names:
+                try:
+                    result = run_scenario(
+                        name, factories[name], args.count, args.kills, args.restart, rng
+                    )
+                except BenchError as exc:
+                    result = {"scenario": name, "error": str(exc)}
+                result["seed"] = seed
+                results.append(result)
+                if args.json:
+                    print(json.dumps(result), flush=True)
     if not args.json:
-        print_table(
-            f"{args.count} messages per scenario, {args.kills} SIGKILLs at random moments, "
-            f"in_flight {IN_FLIGHT}, seed {seed}",
-            results,
+        for seed in seeds:
+            print_table(
+                f"{args.count} messages per scenario, {args.kills} SIGKILLs at random moments, "
+                f"in_flight {IN_FLIGHT}, seed {seed}",
+                [r for r in results if r["seed"] == seed],
+            )
+    if args.report:
+        write_report(
+            args.report,
+            bench=Path(sys.argv[0]).stem,
+            command=bench_command(sys.argv[0], sys.argv[1:]),
+            unit="messages",
+            rows=report_rows(results),
         )
     return 0 if all("error" not in r and ok(r) for r in results) else 1
+
+
+def report_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Lost and duplicates per scenario (label) and seed (series), with what rides along."""
+    rows = []
+    for r in results:
+        if "error" in r:
+            continue
+        kept = ("messages", "kills", "bound", "max_copies", "exit_status", "requests_repeated")
+        along = {k: r[k] for k in kept if k in r}
+        along |= {"seconds": r["seconds"], "verdict": "ok" if ok(r) else "FAIL"}
+        for series, key in (("lost", "missing"), ("duplicates", "duplicates")):
+            rows.append(
+                {"series": f"{series}, seed {r['seed']}", "label": r["scenario"], "value": r[key]}
+                | along
+            )
+    return rows

@@ -1,7 +1,8 @@
 """Crash test for effectively-once pairs: ``bridges run`` killed with SIGKILL, 0 duplicates wanted.
 
     .venv/bin/python bench/crash/once_crash.py [--count 10000] [--kills 5]
-        [--only jsonl-to-files,jsonl-to-jsonl,redis-to-nats,nats-to-redis] [--seed N] [--json]
+        [--only jsonl-to-files,jsonl-to-jsonl,redis-to-nats,nats-to-redis,...]
+        [--seed N[,N...]] [--json] [--report PATH]
 
 Each scenario is a pair whose source gives stable ids and whose sink makes a
 repeated id a no-op at the target (bridges/README.md, "Delivery guarantees"):
@@ -12,12 +13,26 @@ repeated id a no-op at the target (bridges/README.md, "Delivery guarantees"):
     redis-to-nats:   a stream of ``count`` entries without bridge-id (id: the entry id)
                      ->  nats (JetStream, Nats-Msg-Id, the stream's 2-minute window)
     nats-to-redis:   a JetStream stream (id: STREAM:SEQ)  ->  redis (the idempotent append)
+    file-to-broker-to-jsonl:
+                     file events.jsonl  ->  stomp sink to the embedded broker (its duplicate
+                     window on bridge-id, kept in its data dir)  ->  stomp source  ->  file
+                     outbox/, JSON lines; both routes and the broker in the one process
+                     that is killed
+    webhook-to-broker:
+                     webhooks (webhook-id) posted by a sender that retries until its 2xx
+                     ->  http source  ->  stomp sink to the embedded broker (its own
+                     process, with a data dir); the queue is counted (bench/crash/http_crash.py)
+    stomp-to-http:   the embedded broker's queue (bridge-id)  ->  http sink  ->  a receiver
+                     that honours Idempotency-Key: duplicates are effects taken twice
+                     (bench/crash/http_crash.py; requests repeated are in ``requests_repeated``)
 
-and two controls, the same pairs with the sink's de-duplication off
+and four controls, the same pairs with the sink's de-duplication off
 (``dedup_window = 0``), held to the at-least-once bound only: they show that
 the kills do make the source send messages again (``--only`` them to see).
 
-    jsonl-to-jsonl-off, nats-to-redis-off
+    jsonl-to-jsonl-off, nats-to-redis-off,
+    file-to-broker-to-jsonl-off (broker window and jsonl read-back both off),
+    webhook-to-broker-off (the broker's window off)
 
 Redis and NATS are private servers (``redis-server`` with AOF and appendfsync
 always, ``nats-server -js``), in temporary directories. The harness is
@@ -31,14 +46,29 @@ from __future__ import annotations
 
 import functools
 import sys
+import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from _crash import HOST, Factory, Scenario, Server, main, private_servers
+import http_crash
+import trio
+from _crash import (
+    HOST,
+    IN_FLIGHT,
+    Direct,
+    Factory,
+    Scenario,
+    Server,
+    embedded_broker,
+    free_port,
+    main,
+    private_servers,
+    route_table,
+)
 from mqtt_redis_crash import redis_bodies, redis_command, redis_fill, redis_length
 from queues_crash import (
     FILE_SINK,
@@ -146,13 +176,82 @@ def nats_to_redis(
     )
 
 
+def file_to_broker_to_jsonl(work: Path, ids: list[str], *, off: bool = False) -> Scenario:
+    (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
+    outbox = work / "outbox"
+    stomp = '{ type = "stomp", url = "embedded", destination = "/queue/once" }'
+    sink = FILE_SINK.replace(" }", ", dedup_window = 0 }") if off else FILE_SINK
+    extra = f"""
+[broker]
+embedded = true
+listen = "{HOST}:{free_port()}"
+data_dir = "state"
+duplicate_window = {0 if off else 10_000}
+{route_table("deliver", stomp, sink)}"""
+    return Scenario(
+        JSONL_SOURCE,
+        stomp,
+        lambda: sum(outbox_bodies(outbox).values()),
+        lambda: outbox_bodies(outbox),
+        lambda: len(outbox_bodies(outbox)) >= len(ids),
+        lambda: None,
+        once=not off,
+        extra=extra,
+        routes=2,
+    )
+
+
+def _http_result(result: dict[str, Any], **figures: Any) -> dict[str, Any]:
+    """A bench/crash/http_crash.py result in this harness's form."""
+    return {
+        "messages": result["messages"],
+        "kills": result["kills"],
+        "server_restarted": False,
+        "held_at_kills": result["done_at_kills"],
+        "arrived": result["acknowledged"] - result["lost"],
+        "missing": result["lost"] + result["unexpected"],
+        "max_copies": result["max_copies"],
+        "exit_status": result["exit_status"],
+        "seconds": result["seconds"],
+        "log_tail": result["log_tail"],
+        **figures,
+    }
+
+
+def webhook_to_broker(count: int, kills: int, rng: Any, *, off: bool = False) -> dict[str, Any]:
+    options = ("--duplicate-window", "0") if off else ()
+    with tempfile.TemporaryDirectory(prefix="once-broker-") as tmp:
+        with embedded_broker(data_dir=Path(tmp), options=options) as target:
+            result = trio.run(http_crash.inbound, target, count, kills, rng)
+    return _http_result(
+        result,
+        duplicates=result["duplicates"],
+        bound=kills * IN_FLIGHT if off else 0,
+        # (posts beyond one per webhook: refused while the bridge was down, cut, 503)
+        requests_repeated=sum(result["answers"].values()) - result["messages"],
+    )
+
+
+def stomp_to_http(count: int, kills: int, rng: Any) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="once-broker-") as tmp:
+        with embedded_broker(data_dir=Path(tmp)) as target:
+            result = trio.run(http_crash.outbound, target, count, kills, rng)
+    wrong = result["effect_duplicates"] + result["keys_not_the_id"]
+    return _http_result(result, duplicates=wrong, bound=0, requests_repeated=result["duplicates"])
+
+
 SCENARIOS: Final = [
     "jsonl-to-files",
     "jsonl-to-jsonl",
     "redis-to-nats",
     "nats-to-redis",
+    "file-to-broker-to-jsonl",
+    "webhook-to-broker",
+    "stomp-to-http",
     "jsonl-to-jsonl-off",
     "nats-to-redis-off",
+    "file-to-broker-to-jsonl-off",
+    "webhook-to-broker-off",
 ]
 
 
@@ -169,6 +268,11 @@ def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
             "jsonl-to-files": jsonl_to_files,
             "jsonl-to-jsonl": jsonl_to_jsonl,
             "jsonl-to-jsonl-off": functools.partial(jsonl_to_jsonl, off=True),
+            "file-to-broker-to-jsonl": file_to_broker_to_jsonl,
+            "file-to-broker-to-jsonl-off": functools.partial(file_to_broker_to_jsonl, off=True),
+            "webhook-to-broker": Direct(webhook_to_broker),
+            "webhook-to-broker-off": Direct(functools.partial(webhook_to_broker, off=True)),
+            "stomp-to-http": Direct(stomp_to_http),
         }
         if servers:
             redis, nats = servers["redis"], servers["nats"]

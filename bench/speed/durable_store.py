@@ -73,15 +73,24 @@ def _connect(target: Target) -> socket.socket:
 
 
 def _sender(
-    sock: socket.socket, destination: str, body: bytes, count: int, window: int, tag: str
+    sock: socket.socket,
+    destination: str,
+    body: bytes,
+    count: int,
+    window: int,
+    tag: str,
+    bridge_ids: bool = False,
 ) -> None:
     head = f"SEND\ndestination:{destination}\npersistent:true\ncontent-length:{len(body)}\n"
+    ids = f"bridge-id:{tag}-{{}}\n" if bridge_ids else ""
     sent = received = 0
     tail = b""
     while received < count:
         frames = []
         while sent < count and sent - received < window:
-            frames.append(f"{head}receipt:{tag}-{sent}\n\n".encode() + body + b"\0")
+            frames.append(
+                f"{head}{ids.format(sent)}receipt:{tag}-{sent}\n\n".encode() + body + b"\0"
+            )
             sent += 1
         if frames:
             sock.sendall(b"".join(frames))
@@ -95,8 +104,11 @@ def _sender(
         tail = data[-7:]  # cannot hold a whole "RECEIPT\n": counted once, next read
 
 
-def measure(target: Target, count: int, size: int, senders: int, window: int) -> float:
-    """msg/s of ``senders`` connections sending ``count`` receipted messages in all."""
+def measure(
+    target: Target, count: int, size: int, senders: int, window: int, bridge_ids: bool = False
+) -> float:
+    """msg/s of ``senders`` connections sending ``count`` receipted messages in all
+    (each with a ``bridge-id`` of its own when ``bridge_ids``)."""
     destination = unique_queue("durable", target.name)
     body = body_of(size)
     socks = [_connect(target) for _ in range(senders)]
@@ -105,7 +117,7 @@ def measure(target: Target, count: int, size: int, senders: int, window: int) ->
 
     def run(index: int) -> None:
         try:
-            _sender(socks[index], destination, body, share[index], window, f"s{index}")
+            _sender(socks[index], destination, body, share[index], window, f"s{index}", bridge_ids)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 

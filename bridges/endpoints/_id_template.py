@@ -23,6 +23,7 @@ from typing import Final
 
 import attrs
 
+from .._endpoint import InvalidSetting
 from .._message import Message
 from .._template import Template, TemplateError
 
@@ -58,3 +59,21 @@ class IdTemplate:
             return parts[0]
         digest = hashlib.blake2b(message.body, digest_size=16).hexdigest()
         return digest.join(parts)
+
+    def apply(self, message: Message) -> Message:
+        """``message`` with the id this template renders for it."""
+        return attrs.evolve(message, id=self.render(message))
+
+
+def id_template_setting(text: str | None) -> IdTemplate | None:
+    """A source config's ``id_template``, parsed (None when it has none).
+
+    Raises:
+      InvalidSetting: naming ``id_template``, when the template does not parse.
+    """
+    if text is None:
+        return None
+    try:
+        return IdTemplate.parse(text)
+    except TemplateError as exc:
+        raise InvalidSetting("id_template", str(exc)) from None

@@ -1,14 +1,16 @@
-"""The embedded broker a config starts with ``[broker] embedded = true``."""
+"""The embedded broker a config starts (``[broker] embedded``), and what routes hold in it."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from trio_stomp.broker import Broker, StoreDamaged, StoreError, open_broker
+from trio_stomp.broker import Broker, Limits, StoreDamaged, StoreError, open_broker
 
 from .._config import Config
 from .._convert import ConfigError, Problem
+from .._engine import Route
 
 
 @asynccontextmanager
@@ -35,6 +37,10 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
             port,
             data_dir=None if data_dir is None else config.base_dir / data_dir,
             accept_damage=config.broker.accept_damage,
+            limits=Limits(
+                duplicate_window=config.broker.duplicate_window,
+                duplicate_window_seconds=config.broker.duplicate_window_seconds,
+            ),
         ) as broker:
             listening = True
             yield broker
@@ -60,3 +66,9 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
         if listening:
             raise
         raise ConfigError([Problem(config.file, None, "broker.data_dir", str(exc))]) from None
+
+
+def volatile_backlog(route: Route) -> int | None:
+    """What the route's source holds in the embedded broker, or None if it reads elsewhere."""
+    probe: Any = getattr(route.source, "volatile_backlog", None)
+    return None if probe is None else probe()

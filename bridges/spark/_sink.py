@@ -18,7 +18,24 @@ that receipt covers the partition.
 Every message carries a deterministic ``bridge-id``: the row's ``id``
 column when there is one, else ``QUERY-ID:BATCH:PARTITION:ROW``. A task
 or batch that Spark runs again (a retry, a restart from the checkpoint)
-sends the same ids, so a consumer dedupes by them.
+sends the same ids, so a consumer dedupes by them, and the embedded broker
+drops them itself (its duplicate window on ``bridge-id``): to it, this sink
+is effectively once. The positional id names the same row again only when
+the batch's plan puts the rows in the same partitions in the same order
+(the source's partitions, narrow transformations); after a shuffle give an
+``id`` column (the ``stomp`` source's rows have one).
+
+Why there is no option to skip, on a re-run, what the same query already
+sent: Spark's logs cannot tell. The commit log (``commits/N`` in the
+checkpoint) is written by the driver after :meth:`commit` returned for
+batch N, that is after every task of N succeeded, and names the batch
+only; the tasks' commit messages reach the driver in memory and are never
+written. Spark runs again only a batch that has ``offsets/N`` and no
+``commits/N``: exactly the one of which nothing is logged, while the
+repeats come from its tasks that reached the broker before the crash. A
+marker this sink would write beside the checkpoint after each RECEIPT is a
+second write: a crash between the two repeats the partition. So the
+de-duplication has to be at the target, in the same write as the message.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Start one in a test or an app with :func:`open_broker` (or
 :func:`serve_broker` under ``nursery.start``), from the command line with
 ``trio-stomp broker --listen 127.0.0.1:61613``, or in pytest with the
-``stomp_broker`` fixture (see :mod:`trio_stomp.pytest_plugin`)::
+``stomp_broker`` fixture (see :mod:`trio_stomp.testing.pytest_plugin`)::
 
     async with trio_stomp.broker.open_broker() as broker:
         ...  # connect to broker.url
@@ -67,6 +67,14 @@ Policies:
   :func:`list_durable_subscriptions` and :func:`remove_durable_subscription`
   (``trio-stomp broker --list-subscriptions``, ``--remove-subscription``).
   See :mod:`trio_stomp.broker._durable`.
+- Duplicate detection: a SEND whose ``bridge-id`` header repeats one the
+  broker accepted for the same destination, within
+  :attr:`Limits.duplicate_window` ids (10,000; 0: off) and
+  :attr:`Limits.duplicate_window_seconds` (600), gets its RECEIPT (once the
+  first is on disk) and is dropped, like ActiveMQ Artemis's duplicate-id
+  cache; with ``data_dir`` the ids of stored messages are kept in the store,
+  written with the messages. :attr:`Broker.duplicates_dropped` counts them.
+  See :mod:`trio_stomp.broker._dedup`.
 - Acknowledgement: ``auto`` (the default), ``client`` (an ACK or NACK covers
   that message and every earlier unacknowledged one of the subscription) and
   ``client-individual``. STOMP 1.2 ACK/NACK name the MESSAGE's ``ack`` header

@@ -34,7 +34,7 @@ class Limits:
     A client that breaks a limit gets an ERROR frame and is disconnected; the
     broker and every other connection carry on.
 
-    Args:
+    Attributes:
       max_frame_size: the largest frame (head and body) a client may send, in
         bytes.
       max_header_count: the most headers one client frame may carry.
@@ -104,6 +104,19 @@ class Limits:
         past it gets an ERROR naming the limit and is closed; the others carry
         on. Many slow peers each sending part of a large frame cannot exhaust
         memory.
+      duplicate_window: how many ``bridge-id`` values the broker remembers, to
+        drop a SEND that repeats one already accepted for the same
+        destination (it gets its RECEIPT, once the first is on disk, and is
+        dropped), like ActiveMQ Artemis's duplicate-id cache. 0 turns it off.
+        With a data dir the ids of stored messages are kept in the store,
+        written with the messages, so a broker killed and started again still
+        drops their repeats; the ids of messages not stored (topics) are kept
+        in memory. The default, 10,000, covers a sender with that many SENDs
+        in flight when it crashed; see :mod:`trio_stomp.broker._dedup`.
+      duplicate_window_seconds: how long an id is remembered (by the wall
+        clock, also while the broker is stopped), whichever of the two ends
+        first; the default is 10 minutes. A repeat that comes later is
+        accepted as a new message.
       connect_timeout: seconds a new connection has to send CONNECT (0: no
         limit).
       close_timeout: seconds the broker waits to flush a final frame (ERROR,
@@ -130,6 +143,8 @@ class Limits:
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)
     max_preconnect_frame: int = attrs.field(default=64 * 1024, validator=_positive)
     max_buffered_bytes: int = attrs.field(default=256 * _MiB, validator=_positive)
+    duplicate_window: int = attrs.field(default=10_000, validator=attrs.validators.ge(0))
+    duplicate_window_seconds: float = attrs.field(default=600.0, validator=_non_negative)
     connect_timeout: float = attrs.field(default=30.0, validator=_non_negative)
     close_timeout: float = attrs.field(default=2.0, validator=_non_negative)
 

@@ -17,6 +17,7 @@ import trio
 from ._budget import Budget
 from ._config import Limits, freeze_users
 from ._connection import Connection
+from ._dedup import Duplicates
 from ._destinations import DestinationDepth, Router
 from ._durable import DurableSubscriptions
 from ._listeners import (
@@ -55,6 +56,7 @@ class Broker:
         users: Mapping[str, str] | None,
         limits: Limits,
         store: Store | None = None,
+        duplicates: Duplicates | None = None,
     ) -> None:
         self._listeners = listeners
         self._host = host
@@ -66,6 +68,7 @@ class Broker:
             durables=DurableSubscriptions(limits, store),
         )
         self._budget = Budget(limits.max_buffered_bytes)
+        self._duplicates = duplicates
         self._connections: set[Connection] = set()
         self._session_ids = itertools.count(1)
         self._session_prefix = secrets.token_hex(4)
@@ -134,6 +137,12 @@ class Broker:
     def limits(self) -> Limits:
         """The limits every connection runs under."""
         return self._limits
+
+    @property
+    def duplicates_dropped(self) -> int:
+        """SENDs dropped as repeats of a ``bridge-id`` within the duplicate window
+        (``Limits.duplicate_window``) since the broker started."""
+        return 0 if self._duplicates is None else self._duplicates.dropped
 
     @property
     def connection_count(self) -> int:
@@ -212,6 +221,7 @@ class Broker:
             users=self._users,
             limits=self._limits,
             budget=self._budget,
+            duplicates=self._duplicates,
         )
         self._connections.add(connection)
         log.debug("connection %s from %s", session_id, peer)
@@ -365,8 +375,13 @@ async def _open_broker(
     store: Store | None,
     **listening: Any,
 ) -> AsyncIterator[Broker]:
+    duplicates = None
+    if limits.duplicate_window and limits.duplicate_window_seconds:
+        duplicates = Duplicates(limits.duplicate_window, limits.duplicate_window_seconds)
+        if store is not None:
+            await store.attach(duplicates)
     listeners = await open_listeners(host, port, **listening)
-    broker = Broker(listeners, host, users, limits, store)
+    broker = Broker(listeners, host, users, limits, store, duplicates)
     error: BaseException | None = None
     async with trio.open_nursery() as nursery:
         # (this module's own Broker: _open_broker is the one owner of its lifetime)

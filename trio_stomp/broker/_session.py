@@ -31,6 +31,7 @@ from ..frame import (
 from ..frame._heartbeat import parse_heartbeat
 from ._budget import Budget
 from ._config import Limits
+from ._dedup import Duplicates
 from ._destinations import (
     Message,
     Pending,
@@ -78,6 +79,8 @@ class Session:
       limits: the broker's limits.
       budget: shared by the broker's sessions: the bound on incomplete frames
         across them (a session of its own when None).
+      duplicates: the broker's window of accepted ``bridge-id`` values (see
+        :mod:`._dedup`); None: every SEND is accepted.
 
     Lifecycle: :meth:`receive_data` until :attr:`closing` (ERROR sent, or
     DISCONNECT); the edge then flushes :meth:`take_output` and closes, and
@@ -95,6 +98,7 @@ class Session:
         users: Mapping[str, str] | None = None,
         limits: Limits | None = None,
         budget: Budget | None = None,
+        duplicates: Duplicates | None = None,
     ) -> None:
         self.router = router
         self.events = events
@@ -102,6 +106,7 @@ class Session:
         self.users = users
         self.limits = limits = limits if limits is not None else Limits()
         self.budget = budget if budget is not None else Budget(limits.max_buffered_bytes)
+        self.duplicates = duplicates
         self.parser = FrameParser(  # (until CONNECT succeeds, only a small frame)
             max_frame_size=min(limits.max_frame_size, limits.max_preconnect_frame),
             max_header_count=limits.max_header_count,
@@ -290,7 +295,16 @@ class Session:
         if not committing and self._transactions.hold(frame):
             return
         destination, items = self.temporary.rewrite(destination, headers)
+        duplicates = self.duplicates
+        key = None
+        if duplicates is not None:
+            key, seen = duplicates.check(destination, headers)
+            if seen is not None:  # a repeat: dropped; its RECEIPT once the first is durable
+                self._ticket = max(self._ticket, seen)
+                return
         ticket = self.router.send(destination, items, frame.body)
+        if duplicates is not None and key is not None:
+            duplicates.accept(key, ticket)
         if ticket:
             self._ticket = ticket
 

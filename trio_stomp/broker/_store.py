@@ -50,7 +50,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -119,6 +119,19 @@ class Watcher(Protocol):
 
     def durable(self, batch: int) -> bool:
         """Batches up to ``batch`` are on disk; return True to keep watching."""
+
+
+class Companion(Protocol):
+    """What is written with each group, in its transaction (the ids of :mod:`._dedup`)."""
+
+    def load(self, connection: sqlite3.Connection) -> None:
+        """Read (and create) its part of the store; worker thread, before any group."""
+
+    def take(self) -> object | None:
+        """What the group now starting writes; None: nothing (event loop)."""
+
+    def write(self, connection: sqlite3.Connection, taken: Any) -> None:
+        """Write ``taken`` inside the group's transaction (worker thread)."""
 
 
 class _Database:
@@ -315,9 +328,10 @@ class _Database:
         adds: Iterable[Message],
         removes: Iterable[int],
         durables: DurableChanges | None = None,
+        extras: Iterable[tuple[Companion, object]] = (),
     ) -> None:
         """Write one group: insert ``adds``, delete ``removes``, write the durable
-        subscriptions' changes; one fsync; then the mark."""
+        subscriptions' changes and the companions' ``extras``; one fsync; then the mark."""
         execute = self.connection.execute
         owners = durables.owners if durables is not None else {}
         rows = [
@@ -338,6 +352,8 @@ class _Database:
         try:
             if durables is not None:
                 write_durables(self.connection, durables)
+            for companion, taken in extras:
+                companion.write(self.connection, taken)
             self.connection.executemany(
                 "INSERT INTO messages (key, id, destination, headers, body, checksum, "
                 "subscription) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -415,6 +431,7 @@ class Store:
         self._wakeup = trio.Event()
         self._closing = False
         self._released = 0  # connections the last commit answered
+        self._companions: list[Companion] = []
 
     def next_key(self) -> int:
         """A new key for a message about to be added."""
@@ -461,6 +478,17 @@ class Store:
         self._wakeup.set()
         return self._batch
 
+    async def attach(self, companion: Companion) -> None:
+        """Write ``companion``'s part with every group from now on, after it loads it.
+
+        Called before anything is added (the broker is not serving yet).
+        """
+        try:
+            await trio.to_thread.run_sync(companion.load, self._database.connection)
+        except (sqlite3.Error, OSError) as exc:
+            raise _store_error(self.path, "read", exc) from None
+        self._companions.append(companion)
+
     def watch(self, watcher: Watcher) -> None:
         """Call ``watcher.durable`` after each commit until it returns False."""
         self._watchers[watcher] = None
@@ -478,7 +506,10 @@ class Store:
         return bool(self._adds or self._removes or self._durables)
 
     async def write_loop(
-        self, commit: Callable[[list[Message], list[int], DurableChanges], None]
+        self,
+        commit: Callable[
+            [list[Message], list[int], DurableChanges, list[tuple[Companion, object]]], None
+        ],
     ) -> None:
         """Commit group after group until :meth:`close_soon`, then flush and return.
 
@@ -499,9 +530,10 @@ class Store:
             self._adds = {}
             self._removes = []
             self._durables = DurableChanges()
-            if adds or removes or durables:
+            extras = [(c, taken) for c in self._companions if (taken := c.take()) is not None]
+            if adds or removes or durables or extras:
                 try:
-                    await trio.to_thread.run_sync(commit, adds, removes, durables)
+                    await trio.to_thread.run_sync(commit, adds, removes, durables, extras)
                 except (sqlite3.Error, OSError) as exc:
                     raise _store_error(self.path, "write", exc) from None
                 self.commits += 1

@@ -19,7 +19,7 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -30,6 +30,9 @@ from ._common import EXIT_FAILED, EXIT_STATUS_HELP, PROG, URL_ENV, UsageError, s
 from ._listen import add_listen
 from ._send import add_send
 from ._subscriptions import add_subscription_options, run_subscriptions
+
+if TYPE_CHECKING:
+    from ..broker import Limits
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -96,6 +99,22 @@ def _add_broker(subcommands: Subparsers) -> None:
         "was lost is logged. Without it such a store is refused: exit 1, with what was "
         "lost (how many, from which store key on)",
     )
+    parser.add_argument(
+        "--duplicate-window",
+        metavar="N",
+        type=int,
+        default=10_000,
+        help="remember the last N bridge-id values (per destination): a SEND repeating "
+        "one is answered (RECEIPT) and dropped; kept in --data-dir with the messages "
+        "(default 10000; 0: off)",
+    )
+    parser.add_argument(
+        "--duplicate-window-seconds",
+        metavar="S",
+        type=float,
+        default=600.0,
+        help="remember a bridge-id at most S seconds (default 600)",
+    )
     add_subscription_options(parser)
     parser.add_argument(
         "--tls-listen",
@@ -152,6 +171,7 @@ def _run_broker(args: argparse.Namespace) -> int:
         "ssl_context": _broker_ssl_context(args),
         "data_dir": args.data_dir,
         "accept_damage": args.accept_damage,
+        "limits": _limits(args),
     }
     if args.ws_listen is not None or args.wss_listen is not None:
         from .._transport import load_websocket
@@ -171,6 +191,18 @@ def _run_broker(args: argparse.Namespace) -> int:
     except StoreError as exc:
         raise UsageError(str(exc), status=EXIT_FAILED) from None
     return 0
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    from ..broker import Limits
+
+    try:
+        return Limits(
+            duplicate_window=args.duplicate_window,
+            duplicate_window_seconds=args.duplicate_window_seconds,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _broker_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:

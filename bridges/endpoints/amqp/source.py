@@ -14,7 +14,9 @@ The id: the ``bridge-id`` header, else the ``message_id`` property, both
 stable. A message with neither has no stable id: its id is empty (no sink
 de-duplicates it), unless ``id_from_content = true`` makes it a digest of
 its body and headers (then two identical messages are one to a
-de-duplicating sink, which is why it is a choice).
+de-duplicating sink, which is why it is a choice), or ``id_template`` makes
+it from headers the publisher keeps the same and ``{body_hash}`` (see
+:mod:`bridges.endpoints._id_template`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from bridges import Context, Envelope, InvalidSetting, Message
 
 from .._asyncio import AsyncioLoop, AsyncioSender, Batcher
 from .._asyncio_client import CLOSE_TIMEOUT
+from .._id_template import IdTemplate, id_template_setting
 from ._connection import AmqpConnection, Connector
 from ._headers import SHORTSTR, to_headers
 
@@ -43,7 +46,23 @@ MAX_PREFETCH: Final = 65535
 
 @attrs.frozen
 class AmqpSourceConfig(AmqpConnection):
-    """Consume an AMQP 0-9-1 queue (manual acks, basic.qos = the route's window)."""
+    """Consume an AMQP 0-9-1 queue (manual acks, basic.qos = the route's window).
+
+    Attributes:
+      queue: required: the queue to consume (it must exist unless
+        ``declare = true``).
+      prefetch: the ``basic.qos`` prefetch count; default: the route's
+        ``in_flight``.
+      declare: true declares the queue (durable) when it is missing.
+      bind_exchange: with ``declare``: bind the queue to this exchange.
+      bind_key: the routing key of that binding.
+      id_from_content: true: a message without ``bridge-id`` or
+        ``message_id`` gets an id made from its content (two equal messages
+        become one); false: its id is empty.
+      id_template: the message id made from its headers and body
+        (``{header:NAME}``, ``{body_hash}``, ``{id}``: the id above) for
+        messages whose publisher sets no ``message_id``; default: none.
+    """
 
     queue: str = ""
     prefetch: int | None = attrs.field(
@@ -53,6 +72,7 @@ class AmqpSourceConfig(AmqpConnection):
     bind_exchange: str | None = None
     bind_key: str = ""
     id_from_content: bool = False
+    id_template: str | None = None
 
 
 class AmqpSource:
@@ -69,6 +89,7 @@ class AmqpSource:
         self._context = context
         self._connector = Connector(config, context)
         self._window = min(config.prefetch or context.in_flight, MAX_PREFETCH)
+        self._id_template = id_template_setting(config.id_template)
 
     @classmethod
     def build(cls, config: AmqpSourceConfig, context: Context) -> AmqpSource:
@@ -98,6 +119,7 @@ class AmqpSource:
             sender, deliveries = aio.channel(self._window + 1)
             receiver = _AmqpReceiver(aio, underlay, deliveries, f"amqp {name}")
             receiver.id_from_content = self._config.id_from_content
+            receiver.id_template = self._id_template
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.settler.run)
                 nursery.start_soon(receiver.watch, channel)
@@ -150,6 +172,8 @@ class _AmqpReceiver:
         self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self.send_settled)
         #: Without bridge-id or message_id: the id from body and headers (else empty).
         self.id_from_content = False
+        #: Makes each message's id, when the config gives one.
+        self.id_template: IdTemplate | None = None
 
     async def receive(self) -> Envelope:
         incoming = await self._deliveries.receive()
@@ -157,7 +181,10 @@ class _AmqpReceiver:
         tag = incoming.delivery_tag
         assert tag is not None  # (no_ack=False: every delivery has one)
         self.note_delivered((tag,))
-        return _AmqpEnvelope(Message(incoming.body, headers, stable), self, tag)
+        message = Message(incoming.body, headers, stable)
+        if self.id_template is not None:
+            message = self.id_template.apply(message)
+        return _AmqpEnvelope(message, self, tag)
 
     async def watch(self, channel: aio_pika.abc.AbstractChannel) -> None:
         """Fail the source when the broker closes the channel or the connection."""

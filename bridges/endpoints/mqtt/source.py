@@ -15,6 +15,9 @@ without one has an empty id (no sink can de-duplicate it) unless
 ``id_from_payload = true`` gives it ``mqtt-`` and a digest of its topic and
 payload: stable across redelivery, but two identical payloads on one topic
 are then one message to a de-duplicating sink, which is why it is a choice.
+``id_template`` (``"{header:mqtt-topic}:{header:order-id}"``, ``{body_hash}``,
+``{id}``: the id above) makes the id from what the publisher keeps the same
+instead; see :mod:`bridges.endpoints._id_template`.
 
 MQTT has no negative acknowledgement: a message is only sent again when the
 session resumes. A nack with an error therefore makes the next
@@ -46,6 +49,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from bridges import Context, Envelope, InvalidSetting, Message
 from bridges._readfile import checked_cafile
 
+from .._id_template import IdTemplate, id_template_setting
 from ._connection import Broker, MqttConnection, MqttError, check_topic
 from ._driver import PahoDriver, open_paho
 
@@ -61,12 +65,29 @@ ID_PROPERTY: Final = "bridge-id"
 
 @attrs.frozen
 class MqttSourceConfig(MqttConnection):
-    """Subscribe to MQTT topics (persistent session, PUBACK after the sink)."""
+    """Subscribe to MQTT topics (persistent session, PUBACK after the sink).
+
+    Attributes:
+      topics: required: the topic filters to subscribe to
+        (``["sensors/+/temp"]``).
+      clean_start: true starts without the session the broker kept (what
+        was published while the bridge was away is dropped).
+      session_expiry: how long the broker keeps the session while the
+        bridge is away (MQTT 5), s.
+      id_from_payload: true: a message without ``bridge-id`` gets an id made
+        from its topic and payload (two equal messages become one); false:
+        its id is empty.
+      id_template: the message id made from its headers and body
+        (``{header:mqtt-topic}``, ``{body_hash}``, ``{id}``: the id above) for
+        messages without ``bridge-id`` (any MQTT 3.1.1 message); default:
+        none.
+    """
 
     topics: list[str] = attrs.field(factory=list)
     clean_start: bool = False
     session_expiry: int = attrs.field(default=7 * 24 * 3600, validator=ge(0))
     id_from_payload: bool = False
+    id_template: str | None = None
 
 
 class MqttSource:
@@ -90,6 +111,7 @@ class MqttSource:
         self._broker = Broker.from_config(config)
         checked_cafile("ca_file", config.ca_file, context)
         self._client_id = config.client_id or f"bridge-{context.route}"
+        self._id_template = id_template_setting(config.id_template)
         if config.qos == 0 and not context.checking:
             log.warning("route %r: %s", context.route, _AT_MOST_ONCE)
 
@@ -123,6 +145,7 @@ class MqttSource:
         receiver = _MqttReceiver(
             self._broker.where, window, config.protocol == 5, id_from_payload=config.id_from_payload
         )
+        receiver.id_template = self._id_template
         properties = None
         if config.protocol == 5:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho is untyped here
@@ -194,6 +217,8 @@ class _MqttReceiver:
         self._window = window
         self._v5 = v5
         self._id_from_payload = id_from_payload
+        #: Makes each message's id, when the config gives one.
+        self.id_template: IdTemplate | None = None
         #: (message, packet id, QoS): converted on arrival, so that paho's objects
         #: (properties, locks) do not live on while a message is in flight: with a
         #: window of them alive, the garbage collector's passes cost more than the
@@ -263,7 +288,8 @@ class _MqttReceiver:
             digest.update(b"\0")
             digest.update(message.payload)
             message_id = "mqtt-" + digest.hexdigest()
-        return Message(bytes(message.payload), headers, message_id)
+        converted = Message(bytes(message.payload), headers, message_id)
+        return converted if self.id_template is None else self.id_template.apply(converted)
 
     def acked(self, mid: int, qos: int) -> None:
         """Send the PUBACK (QoS 1) now that the sink holds the message."""

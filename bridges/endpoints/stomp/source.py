@@ -22,8 +22,7 @@ import trio_stomp
 
 from ..._endpoint import Context, InvalidSetting
 from ..._message import ACKED, NACKED, OPEN, Envelope, trusted_message
-from ..._template import TemplateError
-from .._id_template import IdTemplate
+from .._id_template import IdTemplate, id_template_setting
 from ._connection import ID_HEADER, Connector, StompConnection
 
 #: The header RabbitMQ carries a publisher's AMQP ``message_id`` in: stable, where its
@@ -33,7 +32,20 @@ AMQP_MESSAGE_ID: Final = "amqp-message-id"
 
 @attrs.frozen
 class StompSourceConfig(StompConnection):
-    """Subscribe to a STOMP destination (client-individual acks, prefetch window)."""
+    """Subscribe to a STOMP destination (client-individual acks, prefetch window).
+
+    Attributes:
+      destination: required: the destination to subscribe to
+        (``/queue/in``, ``/topic/orders``).
+      prefetch: the broker's window (``prefetch-count``,
+        ``activemq.prefetchSize``); default: the route's ``in_flight``.
+      subscribe_headers: extra SUBSCRIBE headers (a ``selector``, a durable
+        subscription's name).
+      id_template: the message id made from its headers and body
+        (``{header:NAME}``, ``{body_hash}``...) for messages without a
+        stable id; default: ``bridge-id``, else ``amqp-message-id``, else the
+        broker's ``message-id``.
+    """
 
     destination: str = ""
     prefetch: int | None = attrs.field(default=None, validator=optional(ge(1)))
@@ -50,12 +62,7 @@ class StompSource:
         self._config = config
         self._context = context
         self._connector = Connector(config, context)
-        self._id_template: IdTemplate | None = None
-        if config.id_template is not None:
-            try:
-                self._id_template = IdTemplate.parse(config.id_template)
-            except TemplateError as exc:
-                raise InvalidSetting("id_template", str(exc)) from None
+        self._id_template = id_template_setting(config.id_template)
 
     @classmethod
     def build(cls, config: StompSourceConfig, context: Context) -> StompSource:
@@ -121,8 +128,7 @@ class _StompReceiver:
         template = self.id_template
         if template is not None:
             for envelope in envelopes:
-                message = envelope.message
-                envelope.message = attrs.evolve(message, id=template.render(message))
+                envelope.message = template.apply(envelope.message)
         return envelopes
 
 

@@ -101,8 +101,8 @@ async def test_the_subscribe_receipt_waits_until_the_subscription_is_on_disk(
     written: list[dict[tuple[str, str], str | None]] = []
     original = _Database.commit
 
-    def commit(self: Any, adds: Any, removes: Any, durables: Any = None) -> None:
-        original(self, adds, removes, durables)
+    def commit(self: Any, adds: Any, removes: Any, durables: Any = None, *rest: Any) -> None:
+        original(self, adds, removes, durables, *rest)
         if durables is not None and durables.subscriptions:
             written.append(dict(durables.subscriptions))
 

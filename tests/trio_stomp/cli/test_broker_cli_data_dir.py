@@ -214,3 +214,37 @@ async def test_listing_the_store_of_a_running_broker_is_a_clear_error(tmp_path: 
     assert refused.returncode == 1, err
     assert "is another broker using this data dir?" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.deadline(40)
+async def test_the_duplicate_window_survives_sigkill(tmp_path: Path) -> None:
+    first = {"destination": "/queue/d", "bridge-id": "order-7", "receipt": "1"}
+    async with _broker(tmp_path) as (process, port, _):
+        with trio.fail_after(10):
+            async with open_raw_client(port) as client:
+                await client.send("SEND", first, b"first")
+                await client.receipt("1")
+                # Consumed: the message's row is gone, its id stays.
+                await client.subscribe("/queue/d", ack="client-individual")
+                message = await client.expect("MESSAGE")
+                await client.send("ACK", {"id": message.headers["ack"]})
+                # (an ACK's RECEIPT does not wait for the disk; a SEND's does, and its
+                # commit carries the removal the ACK made before it)
+                await client.send("SEND", {"destination": "/queue/other", "receipt": "2"})
+                await client.receipt("2")
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    async with _broker(tmp_path) as (process, port, _):
+        with trio.fail_after(10):
+            async with open_raw_client(port) as client:
+                await client.send("SEND", {**first, "receipt": "3"}, b"again")  # (a resend)
+                await client.receipt("3")
+                await client.send("SEND", {"destination": "/queue/d", "receipt": "4"}, b"next")
+                await client.receipt("4")
+                await client.subscribe("/queue/d")
+                assert (await client.expect("MESSAGE")).body == b"next"
+
+
+def test_a_negative_duplicate_window_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["broker", "--listen", "127.0.0.1:0", "--duplicate-window", "-1"]) == 2
+    assert "duplicate_window" in capsys.readouterr().err

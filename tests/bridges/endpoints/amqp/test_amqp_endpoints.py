@@ -308,3 +308,24 @@ async def test_the_amqp_sink_keeps_the_sink_contract() -> None:
 @given(mix=POISON_MIXES)
 def test_the_amqp_sink_sets_each_poison_message_aside_alone(mix: list[int | None]) -> None:
     poison_run(amqp_sink_case, mix)
+
+
+async def test_id_template_makes_the_id_and_a_redelivery_keeps_it() -> None:
+    url = require_amqp()
+    async with queue(url) as (name, aio, channel):
+        plain = aio_pika.Message(b"21.5", headers={"sensor": "s-7"})  # no message_id
+        await publish(aio, channel, name, plain)
+        config = AmqpSourceConfig(url=url, queue=name, id_template="{header:sensor}-{body_hash}")
+        async with AmqpSource(config, CTX).open() as receiver:
+            first = await receiver.receive()
+            await first.nack(RuntimeError("the sink failed"))
+            second = await receiver.receive()
+            await second.ack()
+    assert first.message.id.startswith("s-7-")
+    assert len(first.message.id) == len("s-7-") + 32
+    assert second.message.id == first.message.id
+
+
+def test_a_bad_id_template_is_refused_naming_the_setting() -> None:
+    with pytest.raises(InvalidSetting, match="id_template"):
+        AmqpSource(AmqpSourceConfig(url="amqp://h/", queue="q", id_template="{nope}"), CTX)

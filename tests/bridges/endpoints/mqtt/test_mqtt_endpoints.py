@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
+import paho.mqtt.client as paho
 import pytest
 import trio
 from family_kit import check_says
@@ -30,6 +31,7 @@ from bridges.endpoints.mqtt import (
     MqttSourceConfig,
 )
 from bridges.endpoints.mqtt._connection import check_string, check_topic
+from bridges.endpoints.mqtt.source import _MqttReceiver
 from bridges.testing import FakeSink, FakeSource, messages, wait_until
 
 CTX = Context(route="m", in_flight=100)
@@ -385,3 +387,24 @@ async def test_without_bridge_id_the_id_is_empty_unless_chosen_from_the_payload(
         assert same[0].message.id == same[1].message.id  # identical payloads: one id
         for envelope in [*got, *same]:
             await envelope.ack()
+
+
+def _received(topic_name: str, payload: bytes) -> paho.MQTTMessage:
+    message = paho.MQTTMessage(topic=topic_name.encode())
+    message.payload = payload
+    return message
+
+
+def test_id_template_makes_the_id_of_a_message_without_bridge_id() -> None:
+    source = MqttSource(
+        source_config("mqtt://127.0.0.1:1", ["t/#"], id_template="{header:mqtt-topic}:{body_hash}"),
+        CTX,
+    )
+    receiver = _MqttReceiver("here", 10, v5=False, id_from_payload=False)
+    receiver.id_template = source._id_template
+    first = receiver._convert(_received("t/a", b"21.5"))
+    assert first.id.startswith("t/a:")
+    assert receiver._convert(_received("t/a", b"21.5")).id == first.id  # (redelivered: same)
+    assert receiver._convert(_received("t/b", b"21.5")).id != first.id
+    with pytest.raises(InvalidSetting, match="id_template"):
+        MqttSource(source_config("mqtt://127.0.0.1:1", ["t/#"], id_template="{nope}"), CTX)

@@ -3,9 +3,11 @@
 A small run of the crash bench (bench/crash/once_crash.py), one SIGKILL at a
 random moment, for each pair whose source gives stable ids and whose sink makes
 a repeated id a no-op at the target: JSON lines -> a file per message, JSON
-lines -> JSON lines, redis -> nats, nats -> redis. ``crash_run`` asserts that
-every message arrived and that duplicates stay within the bound, which for these
-pairs is 0. (Here, beside the redis tests: two of the four pairs need the
+lines -> JSON lines, redis -> nats, nats -> redis, and file -> the embedded
+broker (its duplicate window on ``bridge-id``, in its data dir) -> JSON lines,
+the broker inside the process that is killed. ``crash_run`` asserts that
+every message arrived and that duplicates stay within the bound, which for
+these pairs is 0. (Here, beside the redis tests: two of the pairs need the
 private redis-server and nats-server the bench starts.)
 """
 
@@ -21,6 +23,10 @@ NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 def test_sigkill_repeats_nothing_between_json_lines_and_files() -> None:
     crash_run("once_crash.py", ["jsonl-to-files", "jsonl-to-jsonl"], count=600, seed=5)
+
+
+def test_sigkill_repeats_nothing_through_the_embedded_broker_killed_with_the_bridge() -> None:
+    crash_run("once_crash.py", ["file-to-broker-to-jsonl"], count=600, seed=5)
 
 
 def test_sigkill_repeats_nothing_between_redis_and_nats() -> None:
