@@ -2,7 +2,9 @@
 
 No Trio and no clock: a :class:`Router` is driven by plain method calls from
 the sessions (one per connection), and hands messages to them with
-:meth:`Session.deliver <trio_stomp.broker._session.Session.deliver>`.
+:meth:`Consumer.deliver` (a session, one per connection: this layer knows
+it only by that :class:`Consumer` protocol, and the durable subscriptions
+above it by :class:`DurableRouting`).
 
 Policies:
 
@@ -49,16 +51,15 @@ import itertools
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Generic, NamedTuple, Never, Protocol, TypeVar, overload
 
 import attrs
 
 from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
+from ._wire import message_parts, subscription_line
 
 if TYPE_CHECKING:
-    from ._durable import DurableSubscriptions
     from ._selector import Selector
-    from ._session import Session
 
 TOPIC_PREFIX: Final = "/topic/"
 #: The prefix of temporary queues' names (see :mod:`._temporary`).
@@ -72,9 +73,9 @@ SELECTOR_SCAN: Final = 10_000
 _FRAME_OVERHEAD: Final = 64
 
 
-@attrs.frozen(slots=True)
-class Message:
-    """One message, as the broker keeps it until it is delivered.
+class Message(NamedTuple):
+    """One message, as the broker keeps it until it is delivered (immutable: a
+    redelivered copy is ``message._replace(redelivered=True)``).
 
     Attributes:
       message_id: unique within the broker; kept when redelivered.
@@ -86,6 +87,8 @@ class Message:
       key: its key in the durable store; 0 when it is not stored (a
         negative key marks a durable subscription's message in a broker
         without a store, see :mod:`._durable`).
+      head, tail: its MESSAGE frames' parts (see :mod:`._wire`), encoded
+        once; ``b""`` when its deliveries are encoded the careful way.
     """
 
     message_id: str
@@ -95,6 +98,21 @@ class Message:
     size: int
     redelivered: bool = False
     key: int = 0
+    head: bytes = b""
+    tail: bytes = b""
+
+
+def new_message(
+    message_id: str,
+    destination: str,
+    headers: tuple[tuple[str, str], ...],
+    body: bytes,
+    key: int = 0,
+) -> Message:
+    """A message as a SEND makes it: its size estimated, its wire parts encoded."""
+    head, tail = message_parts(destination, message_id, headers, len(body))
+    size = message_size(destination, headers, body)
+    return Message(message_id, destination, headers, body, size, False, key, head, tail)
 
 
 def message_size(destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> int:
@@ -103,6 +121,13 @@ def message_size(destination: str, headers: Iterable[tuple[str, str]], body: byt
     for name, value in headers:
         size += len(name) + len(value) + 2
     return size
+
+
+class Watcher(Protocol):
+    """Who waits for the store's commits (a session holding back a RECEIPT)."""
+
+    def durable(self, batch: int) -> bool:
+        """Batches up to ``batch`` are on disk; return True to keep watching."""
 
 
 class MessageLog(Protocol):
@@ -125,10 +150,10 @@ class MessageLog(Protocol):
     def durable(self) -> int:
         """The number of the last commit on disk."""
 
-    def watch(self, watcher: Session) -> None:
+    def watch(self, watcher: Watcher) -> None:
         """Call ``watcher.durable(number)`` after each commit until it returns False."""
 
-    def unwatch(self, watcher: Session) -> None:
+    def unwatch(self, watcher: Watcher) -> None:
         """Stop calling ``watcher``."""
 
 
@@ -180,6 +205,41 @@ class DestinationDepth:
         return self.destination
 
 
+class Consumer(Protocol):
+    """A session, as its subscriptions and queues see it (see :mod:`._session`)."""
+
+    @property
+    def closing(self) -> bool:
+        """True once the session is ending: it takes no more messages."""
+
+    def can_receive(self) -> bool:
+        """True when queue deliveries may go to the session now."""
+
+    def deliver(self, sub: Subscription, message: Message) -> None:
+        """Send ``message`` to the client as a MESSAGE of ``sub``."""
+
+    def backlog_changed(self, delta: int) -> None:
+        """Bytes waiting in the session's private queues changed by ``delta``."""
+
+
+class DurableRouting(Protocol):
+    """The durable topic subscriptions, as the router uses them (see :mod:`._durable`)."""
+
+    def publish(self, message: Message) -> int:
+        """Keep a copy of a topic's ``message`` for each durable subscription to
+        it; return the store's commit number that makes them durable (0: none)."""
+
+    def consumed(self, key: int) -> None:
+        """The durable subscription's message of ``key`` is consumed."""
+
+    def depths(self) -> list[DestinationDepth]:
+        """What each durable subscription holds."""
+
+
+#: The durable subscriptions a router routes to (the router's type parameter).
+D = TypeVar("D", bound=DurableRouting, covariant=True)
+
+
 @attrs.define(slots=True, eq=False)
 class Pending:
     """A delivered message waiting for its ACK or NACK."""
@@ -202,9 +262,10 @@ class Subscription:
         subscription takes none yet: its SUBSCRIBE with one is refused.)
       queue: where its messages come from (shared, or private for a topic).
       unacked: delivered and not yet acknowledged, by message id, oldest first.
+      line: the ``subscription`` line of its MESSAGE frames (see :mod:`._wire`).
     """
 
-    session: Session
+    session: Consumer
     id: str
     destination: str
     ack_mode: AckMode
@@ -212,6 +273,10 @@ class Subscription:
     selector: Selector | None = None
     queue: Queue = attrs.field(init=False)
     unacked: OrderedDict[str, Pending] = attrs.field(factory=OrderedDict)
+    line: bytes = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.line = subscription_line(self.id)
 
     def ready(self) -> bool:
         """True when the subscription can take one more message now."""
@@ -244,7 +309,7 @@ class Queue:
         "selecting",
     )
 
-    def __init__(self, name: str, owner: Session | None = None, scan: int = SELECTOR_SCAN) -> None:
+    def __init__(self, name: str, owner: Consumer | None = None, scan: int = SELECTOR_SCAN) -> None:
         self.name = name
         self.owner = owner
         self.messages: deque[Message] = deque()
@@ -276,7 +341,7 @@ class Queue:
 
     def requeue(self, messages: Iterable[Message]) -> None:
         """Put delivered ``messages`` back at the front, in order, marked redelivered."""
-        returned = [attrs.evolve(m, redelivered=True) for m in messages]
+        returned = [m._replace(redelivered=True) for m in messages]
         if not returned:
             return
         self.messages.extendleft(reversed(returned))
@@ -392,7 +457,7 @@ class Queue:
         self.messages.clear()
 
 
-class Router:
+class Router(Generic[D]):
     """Every destination of one broker, and where each message goes.
 
     Args:
@@ -406,12 +471,29 @@ class Router:
         :mod:`._durable`); None for none.
     """
 
+    @overload
+    def __init__(
+        self: Router[Never],
+        id_prefix: str | None = None,
+        store: MessageLog | None = None,
+        selector_scan: int = SELECTOR_SCAN,
+        durables: None = None,
+    ) -> None: ...
+    @overload
     def __init__(
         self,
         id_prefix: str | None = None,
         store: MessageLog | None = None,
         selector_scan: int = SELECTOR_SCAN,
-        durables: DurableSubscriptions | None = None,
+        *,
+        durables: D,
+    ) -> None: ...
+    def __init__(
+        self,
+        id_prefix: str | None = None,
+        store: MessageLog | None = None,
+        selector_scan: int = SELECTOR_SCAN,
+        durables: D | None = None,
     ) -> None:
         self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
         self._scan = selector_scan
@@ -433,16 +515,15 @@ class Router:
           The store's commit number that makes it durable (see
           :meth:`MessageLog.add`); 0 when nothing is stored.
         """
-        kept = tuple(pair for pair in headers if pair[0] not in RESERVED_HEADERS)
-        size = message_size(destination, kept, body)
+        kept = tuple([pair for pair in headers if pair[0] not in RESERVED_HEADERS])
         message_id = f"{self._prefix}{next(self._ids)}"
         if destination.startswith(REPLY_QUEUE_PREFIX):
             queue = self.temporary.get(destination)
             if queue is not None:  # (else its session has gone: dropped, as RabbitMQ does)
-                queue.put(Message(message_id, destination, kept, body, size))
+                queue.put(new_message(message_id, destination, kept, body))
             return 0
         if destination.startswith(TOPIC_PREFIX):
-            message = Message(message_id, destination, kept, body, size)
+            message = new_message(message_id, destination, kept, body)
             for sub in tuple(self.topics.get(destination, ())):
                 if sub.selects(message):
                     sub.queue.put(message)
@@ -450,9 +531,9 @@ class Router:
             return durables.publish(message) if durables is not None else 0
         store = self.store
         if store is None:
-            self._queue(destination).put(Message(message_id, destination, kept, body, size))
+            self._queue(destination).put(new_message(message_id, destination, kept, body))
             return 0
-        message = Message(message_id, destination, kept, body, size, key=store.next_key())
+        message = new_message(message_id, destination, kept, body, store.next_key())
         ticket = store.add(message)
         self._queue(destination).put(message)
         return ticket
@@ -472,7 +553,7 @@ class Router:
             queue = self.queues[destination] = Queue(destination, scan=self._scan)
         return queue
 
-    def open_temporary(self, name: str, owner: Session) -> Queue:
+    def open_temporary(self, name: str, owner: Consumer) -> Queue:
         """A new temporary queue ``name`` (``/reply-queue/...``) of ``owner``'s."""
         queue = self.temporary[name] = Queue(name, owner=owner)
         return queue

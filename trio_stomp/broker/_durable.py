@@ -209,7 +209,7 @@ class DurableSubscriptions:
                 durable.dropped += 1
                 continue
             key = store.next_key() if store is not None else next(self._volatile_keys)
-            kept = attrs.evolve(message, key=key)
+            kept = message._replace(key=key)
             self._hold(durable, kept)
             if store is not None:
                 ticket = store.add(kept, durable.key)
