@@ -492,7 +492,8 @@ def report_rows(
     names: list[tuple[str, str]], modes: list[str], rounds: Rounds
 ) -> list[dict[str, Any]]:
     """The raw clients' median rates (one bar per broker and mode) for write_report,
-    each with its median ratio to the embedded broker's."""
+    each with the broker's CPU per message (its best round) and, for the other
+    brokers, the median ratio embedded / it."""
     rows: list[dict[str, Any]] = []
     for name, label in names:
         for mode in modes:
@@ -500,6 +501,9 @@ def report_rows(
             if rate is None:
                 continue
             row: dict[str, Any] = {"series": label, "label": mode, "value": round(rate)}
+            cell = best(rounds[(name, "raw", mode)])
+            if not isinstance(cell, str) and cell[1] is not None:
+                row["broker_cpu_us"] = round(cell[1] / cell[0].count * 1e6, 2)
             if name != EMBEDDED:
                 ratio = median_ratio(rounds, "raw", mode, name)
                 row["embedded_ratio"] = None if ratio is None else round(ratio, 3)
