@@ -32,7 +32,7 @@ _CHILD: Final = """
 import sys, tempfile, time
 from pathlib import Path
 from trio_stomp.broker._store_database import Database
-from trio_stomp.broker._destinations import Message
+from trio_stomp.broker._message import Message
 size, sync = int(sys.argv[1]), sys.argv[2]
 with tempfile.TemporaryDirectory(prefix="store-commit-") as tmp:
     db, _, key = Database.open(Path(tmp) / "broker.sqlite3")

@@ -34,10 +34,7 @@ from ._config import Limits
 from ._listeners import Goodbye
 from ._session import Session
 
-#: Bytes per read. A read's frames are acted on before any other connection's:
-#: 64 KiB (some 600 SENDs of 100 B, a few ms) lets a consumer's ACKs and the
-#: writers interleave with a fast producer; 256 KiB held them four times longer.
-RECEIVE_SIZE: Final = 64 * 1024
+RECEIVE_SIZE: Final = 256 * 1024
 
 _STREAM_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError)
 

@@ -58,7 +58,8 @@ import attrs
 
 from ..frame import Headers
 from ._config import Limits
-from ._destinations import TOPIC_PREFIX, DestinationDepth, Message, Queue, Subscription
+from ._destinations import TOPIC_PREFIX, Queue, Subscription
+from ._message import DestinationDepth, Message
 from ._transactions import ClientError
 
 if TYPE_CHECKING:

@@ -31,8 +31,9 @@ from ..frame import (
 from ..frame._heartbeat import parse_heartbeat
 from ._budget import Budget
 from ._config import Limits
-from ._destinations import Message, Router, Subscription, prefetch_window
+from ._destinations import Router, Subscription, prefetch_window
 from ._durable import CLIENT_ID_HEADER, NAME_HEADER, DurableSubscriptions, durable_name
+from ._message import Message
 from ._negotiation import (
     SUPPORTED,
     check_credentials,

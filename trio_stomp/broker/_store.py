@@ -38,7 +38,8 @@ from typing import Final
 
 import trio
 
-from ._destinations import Message, Watcher
+from ._destinations import Watcher
+from ._message import Message
 from ._store_database import STORE_FILE, Database, StoreDamaged, StoreError
 from ._store_durable import DurableChanges, DurableKey, Restored, stored_key
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from ._destinations import Message, message_size
+from ._message import Message, message_size
 from ._store_durable import (
     DurableChanges,
     Restored,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..frame import Frame
-from ._destinations import DurableRouting, Message, Pending, Router, Subscription
+from ._destinations import DurableRouting, Router, Subscription
+from ._message import Message, Pending
 from ._transactions import ClientError
 
 

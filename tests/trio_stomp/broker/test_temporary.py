@@ -8,8 +8,9 @@ queue's privacy and lifetime, and the bounds a hostile peer meets.
 from __future__ import annotations
 
 from trio_stomp.broker import DestinationDepth, Limits
-from trio_stomp.broker._destinations import Message, Router, Watcher
+from trio_stomp.broker._destinations import Router, Watcher
 from trio_stomp.broker._durable import DurableSubscriptions
+from trio_stomp.broker._message import Message
 from trio_stomp.broker._session import Session
 from trio_stomp.frame import Frame, FrameParser, HeadersLike
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from test_broker_model import connected
 
 import trio_stomp.broker._wire as running
-from trio_stomp.broker._destinations import Router, new_message
+from trio_stomp.broker._destinations import Router
+from trio_stomp.broker._message import new_message
 from trio_stomp.broker._negotiation import encode_message
 from trio_stomp.frame import Frame, FrameParser
 
