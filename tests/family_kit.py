@@ -12,7 +12,7 @@ to start a private one. The rest is here, once:
 - :func:`bridges_command`, :func:`bridges_run`, :func:`stop_bridge`,
   :func:`stomp_round_trip` and :func:`check_round_trip`: an ``examples/*.toml``
   through ``bridges run``.
-- :func:`crash_run`: a small run of a ``bench/`` crash script, with the
+- :func:`crash_run`: a small run of a ``bench/crash/`` crash script, with the
   assertions every crash test makes.
 - :data:`POISON_MIXES`, :data:`POISON_SETTINGS` and :func:`poison_run`: the
   Sink contract's poison rule over batches Hypothesis draws, for every sink.
@@ -47,7 +47,7 @@ from bridges.testing import FakeSink, PoisonOutcome, SinkFactory, check_poison
 REQUIRE = os.environ.get("STOMP_REQUIRE_BROKERS") == "1"
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-BENCH = ROOT / "bench"
+BENCH = ROOT / "bench" / "crash"
 
 #: A probe answers None when a server speaks its protocol at (host, port), or why not.
 Probe = Callable[[str, int], "str | None"]
@@ -316,7 +316,7 @@ def check_says(
 
 
 def crash_run(script: str, scenarios: Sequence[str], count: int, seed: int) -> list[dict[str, Any]]:
-    """``bench/SCRIPT`` for SCENARIOS: COUNT messages, one SIGKILL; the results, as JSON.
+    """``bench/crash/SCRIPT`` for SCENARIOS: COUNT messages, one SIGKILL; the results, as JSON.
 
     Asserts what every crash test asserts: each scenario ran, no error,
     nothing missing, every message arrived, duplicates within the in-flight

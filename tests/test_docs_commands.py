@@ -53,7 +53,7 @@ def test_the_quick_and_safe_readme_commands_run_as_written(checked: Checked) -> 
 def test_the_sweep_names_each_broken_command_with_its_line_and_what_is_wrong() -> None:
     text = "\n".join(
         [
-            "Run `bridges check` first, then `bench/receive.py --rounds many`.",  # 1
+            "Run `bridges check` first, then `bench/speed/receive.py --rounds many`.",  # 1
             "```sh",
             "bridges check CONFIG           # it's fine: a placeholder, a comment",
             "bridges run --no-such-flag x.toml",  # 4
@@ -85,7 +85,7 @@ def test_the_sweep_names_each_broken_command_with_its_line_and_what_is_wrong() -
     assert "invalid choice: 'lsiten'" in problems[1]
     assert "no-such-program-here: no such program" in problems[2]
     assert "`.venv/bin/python bench/nope.py --flag`: bench/nope.py does not exist" in problems[3]
-    assert "bench/receive.py: the parser says:" in problems[4]
+    assert "bench/speed/receive.py: the parser says:" in problems[4]
     assert "--rounds: invalid int value: 'many'" in problems[4]
     assert [(str(c), why.split()[0]) for c, why in checked.skipped] == [
         ("R.md:9: `sudo rm -rf /nothing`", "changes"),

@@ -57,7 +57,7 @@ class Limits:
         queues the next write while the client is still reading the last one
         (at 256 KiB, a fast consumer of a full queue sat idle while the broker
         filled each write, and received at 0.5-0.65x of the raw limit in some
-        runs of ``bench/throughput.py``).
+        runs of ``bench/speed/throughput.py``).
       default_prefetch: the prefetch window (most unacknowledged messages in
         flight) of a ``client`` or ``client-individual`` subscription that
         names none with ``prefetch-count`` or ``activemq.prefetchSize``.

@@ -7,7 +7,7 @@ each chunk, and split writes into small pieces.
 :func:`lossless_run` is the workload that goes with it: numbered messages
 through two reconnecting clients while something disrupts them, tallied
 (lost, duplicated, reconnect downtimes). The test suite and
-``bench/faults.py`` both run it.
+``bench/crash/faults.py`` both run it.
 """
 
 from __future__ import annotations

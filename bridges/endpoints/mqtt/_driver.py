@@ -19,7 +19,7 @@ paho's ``connect`` (TCP connect, TLS handshake, CONNECT sent): it runs in
 ``trio.to_thread.run_sync`` bounded by ``connect_timeout`` and is never
 abandoned, so that thread too ends inside the ``async with``. The host name
 is resolved by Trio first, so an unknown host fails fast and cancellably.
-bench/mqtt_throughput.py measures this driver against paho's own thread.
+bench/speed/mqtt_throughput.py measures this driver against paho's own thread.
 """
 
 from __future__ import annotations

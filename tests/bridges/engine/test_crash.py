@@ -1,4 +1,4 @@
-"""Kill -9 at random moments loses nothing: a small run of ``bench/bridge_crash.py``.
+"""Kill -9 at random moments loses nothing: a small run of ``bench/crash/bridge_crash.py``.
 
 1,000 files go file -> STOMP -> file through ``bridges run``, which is killed
 with SIGKILL three times at random points of the transfer and started again; the broker
@@ -19,7 +19,7 @@ import pytest
 
 from conftest import require_real_broker
 
-SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "bridge_crash.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "crash" / "bridge_crash.py"
 
 
 def crash_run(broker: str, seed: int) -> dict[str, Any]:

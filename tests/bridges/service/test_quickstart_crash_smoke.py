@@ -1,4 +1,4 @@
-"""A small run of bench/quickstart_crash.py: the quickstart killed twice loses nothing."""
+"""A small run of bench/crash/quickstart_crash.py: the quickstart killed twice loses nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.mark.deadline(60)
 def test_the_quickstart_killed_twice_loses_nothing() -> None:
-    script = ROOT / "bench" / "quickstart_crash.py"
+    script = ROOT / "bench" / "crash" / "quickstart_crash.py"
     command = [sys.executable, str(script), "--count", "200", "--kills", "2", "--seed", "3"]
     result = subprocess.run(
         [*command, "--json"], capture_output=True, text=True, timeout=60, check=False

@@ -1,4 +1,4 @@
-"""bridges@.service under a real systemd: a quick run of bench/systemd_unit.py.
+"""bridges@.service under a real systemd: a quick run of bench/crash/systemd_unit.py.
 
 A Debian bookworm tree (debootstrapped once, cached in /var/cache/trio-stomp/)
 is booted with systemd-nspawn; this checkout is installed in it as the README
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "bench" / "systemd_unit.py"
+SCRIPT = ROOT / "bench" / "crash" / "systemd_unit.py"
 LIMIT = 900  # s: a cold cache (debootstrap) on a slow mirror included
 
 

@@ -1,4 +1,4 @@
-"""Kill -9 loses nothing through the amqp endpoints, either way (bench/queues_crash.py, small).
+"""Kill -9 loses nothing through the amqp endpoints, either way (small bench/crash/queues_crash.py).
 
 ``bridges run`` is killed with SIGKILL once at a random moment and started
 again, for file -> amqp (publisher confirms) and for amqp -> file (manual

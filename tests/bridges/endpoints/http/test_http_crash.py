@@ -1,4 +1,4 @@
-"""Kill -9 loses no webhook, either way: a small run of ``bench/http_crash.py``.
+"""Kill -9 loses no webhook, either way: a small run of ``bench/crash/http_crash.py``.
 
 ``bridges run`` is killed with SIGKILL twice at random moments and started
 again, once for http -> stomp (a sender that retries until it gets a 2xx)
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[4] / "bench" / "http_crash.py"
+SCRIPT = Path(__file__).resolve().parents[4] / "bench" / "crash" / "http_crash.py"
 
 
 def test_sigkill_loses_no_webhook_in_either_direction() -> None:

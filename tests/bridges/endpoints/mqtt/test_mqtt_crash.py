@@ -1,6 +1,6 @@
 """Kill -9 loses no message, stomp -> mqtt and mqtt -> stomp: a small run of the crash bench.
 
-``bench/mqtt_redis_crash.py`` runs ``bridges run`` against a private
+``bench/crash/mqtt_redis_crash.py`` runs ``bridges run`` against a private
 Mosquitto and the embedded broker (each in its own process), kills the
 bridge with SIGKILL at a random moment and starts it again; every
 message must arrive, duplicates within ``kills * in_flight``, and the last

@@ -1,4 +1,4 @@
-"""Kill -9 loses nothing through the nats endpoints, either way (bench/queues_crash.py, small).
+"""Kill -9 loses nothing through the nats endpoints, either way (small bench/crash/queues_crash.py).
 
 ``bridges run`` is killed with SIGKILL once at a random moment and started
 again, for file -> nats (JetStream drops the re-sent messages by

@@ -1,12 +1,12 @@
-"""Kill -9 and effectively once: 0 duplicates through the pairs that claim it (bench/once_crash.py).
+"""Kill -9 and effectively once: 0 duplicates through the pairs that claim it.
 
-A small run of the crash bench, one SIGKILL at a random moment, for each pair
-whose source gives stable ids and whose sink makes a repeated id a no-op at
-the target: JSON lines -> a file per message, JSON lines -> JSON lines,
-redis -> nats, nats -> redis. ``crash_run`` asserts that every message
-arrived and that duplicates stay within the bound, which for these pairs is
-0. (Here, beside the redis tests: two of the four pairs need the private
-redis-server and nats-server the bench starts.)
+A small run of the crash bench (bench/crash/once_crash.py), one SIGKILL at a
+random moment, for each pair whose source gives stable ids and whose sink makes
+a repeated id a no-op at the target: JSON lines -> a file per message, JSON
+lines -> JSON lines, redis -> nats, nats -> redis. ``crash_run`` asserts that
+every message arrived and that duplicates stay within the bound, which for these
+pairs is 0. (Here, beside the redis tests: two of the four pairs need the
+private redis-server and nats-server the bench starts.)
 """
 
 from __future__ import annotations

@@ -1,0 +1,333 @@
+"""The crash scripts' harness (``bench/crash/``): ``bridges run`` SIGKILLed at random moments.
+
+A crash script (``mqtt_redis_crash.py``, ``queues_crash.py``) names its
+scenarios, each a function that fills the near side, says the route's
+source and sink, and how to watch the far side (:class:`Scenario`). This
+module runs them all the same way: ``bridges run`` is started and killed
+with SIGKILL once the far side holds a random share of the messages (plus
+0-50 ms), ``--kills`` times (with ``--restart`` the server is also restarted
+once, at one of the kills), then runs until everything arrived and is
+stopped with SIGTERM (a clean exit is required). Figures: arrived (must be
+all), missing, duplicates and the most copies of one id, against the bound
+at-least-once promises (``kills * in_flight``), or 0 for a scenario whose
+source and sink claim effectively once together (``Scenario.once``).
+
+Every script in ``bench/crash/`` imports from here; what it shares with the
+throughput benchmarks (``bench/_base.py``, ``bench/_brokers.py``,
+``bench/_spark.py``, one folder up) is re-exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+# The layer under both bench folders (bench/: _base, _brokers, _http, _spark), for the
+# scripts here: they are run by path, so only their own folder is on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _base import HOST as HOST
+from _base import BenchError as BenchError
+from _base import bridges_command as bridges_command
+from _base import environment_line as environment_line
+from _base import free_port as free_port
+from _base import stop_process as stop_process
+from _base import wait_port as wait_port
+from _base import write_report as write_report
+from _brokers import EMBEDDED as EMBEDDED
+from _brokers import TARGETS as TARGETS
+from _brokers import Target as Target
+from _brokers import check_target as check_target
+from _brokers import embedded_broker as embedded_broker
+from _brokers import start_embedded_broker as start_embedded_broker
+from _http import START_LIMIT as START_LIMIT
+from _http import child as child
+from _http import wait_healthy as wait_healthy
+from _spark import committed_files as committed_files
+
+IN_FLIGHT: Final = 200
+BATCH: Final = 100
+LIMIT: Final = 120.0
+
+
+class Server:
+    """A private server (mosquitto, redis-server, nats-server) that the run may restart.
+
+    COMMAND gives its command line for a port and a working directory (kept
+    across restarts, removed by :meth:`close`); it must save its data on
+    SIGTERM.
+    """
+
+    def __init__(
+        self, command: Callable[[int, Path], list[str]], what: str, down: float = 0.3
+    ) -> None:
+        self.port = free_port()
+        self._work = Path(tempfile.mkdtemp(prefix=f"{what}-"))
+        self._command = command(self.port, self._work)
+        self._what = what
+        self._down = down
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_port(self.port, self._process, self._what)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(30)
+            self._process = None
+
+    def restart(self) -> None:
+        self.stop()
+        time.sleep(self._down)
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self._work, ignore_errors=True)
+
+
+@contextmanager
+def private_servers(wanted: Mapping[str, Server | None]) -> Iterator[dict[str, Server]]:
+    """The servers WANTED (None: not needed this run), started; stopped and removed after."""
+    with ExitStack() as stack:
+        servers = {name: server for name, server in wanted.items() if server is not None}
+        for server in servers.values():
+            stack.callback(server.close)
+            server.start()
+        yield servers
+
+
+def route_config(source: str, sink: str) -> str:
+    return f"""
+[bridge]
+shutdown_timeout = 20
+log_level = "warning"
+
+[routes.crash]
+in_flight = {IN_FLIGHT}
+batch = {{ count = {BATCH}, time = 0.01 }}
+retry = {{ attempts = 1000, initial = 0.05, max = 1.0 }}
+source = {source}
+sink = {sink}
+"""
+
+
+@dataclasses.dataclass
+class Scenario:
+    """One scenario's route (source and sink tables) and the means to watch the far side."""
+
+    source: str
+    sink: str
+    held: Callable[[], int]  # messages the far side holds now (duplicates included)
+    final: Callable[[], Counter[str]]  # copies per body (id) at the end
+    finished: Callable[[], bool]  # everything arrived (and the source is drained)
+    restart_server: Callable[[], None]
+    once: bool = False  # source and sink claim effectively once: the bound is 0 duplicates
+
+
+#: Builds a scenario in a working directory for the message ids.
+Factory = Callable[[Path, list[str]], Scenario]
+
+
+def wait_for(
+    condition: Callable[[], bool], process: subprocess.Popen[bytes], limit: float = LIMIT
+) -> None:
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            if condition():
+                return
+        except Exception:  # the server is restarting: look again
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise BenchError("no progress (the bridge exited, or the limit passed)")
+        time.sleep(0.05)
+
+
+def _kill_at_random_moments(
+    name: str,
+    scenario: Scenario,
+    run: Callable[[], subprocess.Popen[bytes]],
+    goals: list[int],
+    restart_at: int,
+    rng: random.Random,
+) -> list[int]:
+    progress = []
+    for n, goal in enumerate(goals):
+        process = run()
+        wait_for(lambda goal=goal: scenario.held() >= goal, process)  # type: ignore[misc]
+        time.sleep(rng.uniform(0.0, 0.05))
+        if n == restart_at:
+            scenario.restart_server()
+            time.sleep(1.0)
+        if process.poll() is not None:
+            raise BenchError(f"{name}: bridges exited by itself; see its bridge.log")
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        progress.append(scenario.held())
+    return progress
+
+
+def _run_to_the_end(
+    scenario: Scenario, run: Callable[[], subprocess.Popen[bytes]], log: Path, limit: float
+) -> int:
+    """The last run: until everything arrived, then SIGTERM; its exit status."""
+    log_start = log.stat().st_size
+    process = run()
+
+    def finished() -> bool:
+        # (a SIGTERM before the bridge handles signals would just kill it)
+        with log.open("rb") as text:
+            text.seek(log_start)
+            running = b"running 1 route(s)" in text.read()
+        return running and scenario.finished()
+
+    try:
+        wait_for(finished, process, limit)
+        time.sleep(0.5)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            status = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            status = -9
+    return status
+
+
+def run_scenario(
+    name: str, make: Factory, count: int, kills: int, restart: bool, rng: random.Random
+) -> dict[str, Any]:
+    ids = [f"msg-{i:06d}" for i in range(count)]
+    with tempfile.TemporaryDirectory(prefix=f"crash-{name}-") as tmp:
+        work = Path(tmp)
+        scenario = make(work, ids)
+        (work / "bridge.toml").write_text(route_config(scenario.source, scenario.sink))
+        log_path = work / "bridge.log"
+        command = [*bridges_command(), "run", str(work / "bridge.toml")]
+        started = time.monotonic()
+        shares = sorted(rng.uniform(0.05, 0.9) for _ in range(kills))
+        goals = [int(share * count) for share in shares]
+        restart_at = rng.randrange(kills) if restart and kills else -1
+        with log_path.open("w") as log:
+
+            def run() -> subprocess.Popen[bytes]:
+                log.flush()
+                return subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
+
+            progress = _kill_at_random_moments(name, scenario, run, goals, restart_at, rng)
+            log.flush()
+            status = _run_to_the_end(scenario, run, log_path, LIMIT + count / 100)
+        copies = scenario.final()
+        total = sum(copies.values())
+        return {
+            "scenario": name,
+            "messages": count,
+            "kills": kills,
+            "server_restarted": restart_at >= 0,
+            "held_at_kills": progress,
+            "arrived": len(set(copies) & set(ids)),
+            "missing": len(set(ids) - set(copies)),
+            "duplicates": total - len(copies),
+            "max_copies": max(copies.values(), default=0),
+            "bound": 0 if scenario.once else kills * IN_FLIGHT,
+            "exit_status": status,
+            "seconds": round(time.monotonic() - started, 1),
+            "log_tail": log_path.read_text()[-1500:] if status != 0 else "",
+        }
+
+
+def ok(result: dict[str, Any]) -> bool:
+    return bool(
+        result["missing"] == 0
+        and result["duplicates"] <= result["bound"]
+        and result["exit_status"] == 0
+    )
+
+
+def print_table(title: str, results: list[dict[str, Any]]) -> None:
+    print(title)
+    print(
+        "| scenario       | messages | kills | restart | arrived | missing | duplicates "
+        "| max copies | dup bound | exit | time, s | verdict |"
+    )
+    print(
+        "|----------------|----------|-------|---------|---------|---------|------------"
+        "|------------|-----------|------|---------|---------|"
+    )
+    for r in results:
+        if "error" in r:
+            print(f"| {r['scenario']:<14} | error: {r['error']}")
+            continue
+        print(
+            f"| {r['scenario']:<14} | {r['messages']:>8,} | {r['kills']:>5} "
+            f"| {'yes' if r['server_restarted'] else 'no':>7} | {r['arrived']:>7,} "
+            f"| {r['missing']:>7} | {r['duplicates']:>10} | {r['max_copies']:>10} "
+            f"| {r['bound']:>9,} | {r['exit_status']:>4} | {r['seconds']:>7} "
+            f"| {'ok' if ok(r) else 'FAIL':<7} |"
+        )
+        if r["log_tail"]:
+            print(r["log_tail"])
+
+
+def main(
+    doc: str,
+    scenarios: list[str],
+    setup: Callable[[list[str]], AbstractContextManager[Mapping[str, Factory]]],
+) -> int:
+    """A crash script's command line: ``--count --kills --only --restart --seed --json``.
+
+    SETUP, given the scenario names to run, yields a factory for each (having
+    started what they need: servers, a broker).
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=10_000)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--only", default=",".join(scenarios))
+    parser.add_argument("--restart", action="store_true", help="restart the server once, too")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    names = [name for name in args.only.split(",") if name]
+    unknown = set(names) - set(scenarios)
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    rng = random.Random(seed)
+    results = []
+    with setup(names) as factories:
+        for name in names:
+            try:
+                result = run_scenario(
+                    name, factories[name], args.count, args.kills, args.restart, rng
+                )
+            except BenchError as exc:
+                result = {"scenario": name, "error": str(exc)}
+            result["seed"] = seed
+            results.append(result)
+            if args.json:
+                print(json.dumps(result), flush=True)
+    if not args.json:
+        print_table(
+            f"{args.count} messages per scenario, {args.kills} SIGKILLs at random moments, "
+            f"in_flight {IN_FLIGHT}, seed {seed}",
+            results,
+        )
+    return 0 if all("error" not in r and ok(r) for r in results) else 1
