@@ -549,7 +549,9 @@ def main(argv: list[str]) -> int:
         const=SELECTOR,
         default=None,
         help="also measure each cell with this selector on the SUBSCRIBE "
-        f"(without a value: {SELECTOR!r}); RabbitMQ, which has none, is left out",
+        f"(without a value: {SELECTOR!r}; RabbitMQ, which has none, is left out)".replace(
+            "%", "%%"
+        ),
     )
     add_cell_options(parser)
     args = parser.parse_args(argv)
