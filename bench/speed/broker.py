@@ -106,6 +106,7 @@ from _common import (
 )
 
 CLIENTS: Final = ("trio_stomp", "raw")
+REPO: Final = Path(__file__).resolve().parents[2]
 #: The headers every message carries in a --selector run (with or without it).
 SELECTOR_HEADERS: Final = {"region": "eu", "tier": "gold", "size": "42", "kind": "order"}
 #: A selector of the usual shape, true for every message of SELECTOR_HEADERS.
@@ -600,7 +601,7 @@ def main(argv: list[str]) -> int:
         write_report(
             args.json,
             bench="broker",
-            command="python bench/broker.py " + " ".join(argv),
+            command=f"python {Path(__file__).resolve().relative_to(REPO)} " + " ".join(argv),
             unit="msg/s",
             rows=report_rows(names, modes, rounds),
         )
