@@ -235,7 +235,12 @@ def _split(text: str, escapes: tuple[str, bool] | None) -> tuple[tuple[str, str]
 
 
 def _pairs_walk(text: str) -> tuple[tuple[str, str], ...]:
-    """Every header line's name and value (split at its first colon), sliced from the text."""
+    """Every header line's name and value (split at its first colon), sliced from the text.
+
+    The walk of :func:`_first_values_walk`, keeping every pair: that one keeps
+    its own loop, since building the pairs first costs it 30% (0.69 -> 0.90 us
+    for a RabbitMQ MESSAGE's six headers, compiled).
+    """
     pairs: list[tuple[str, str]] = []
     size = len(text)
     start = text.find("\n") + 1
