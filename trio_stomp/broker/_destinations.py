@@ -57,7 +57,7 @@ import attrs
 
 from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
 from ._message import DestinationDepth, Message, Pending, new_message
-from ._wire import subscription_line
+from ._wire import kept_headers, subscription_line
 
 if TYPE_CHECKING:
     from ._selector import Selector
@@ -399,14 +399,14 @@ class Router(Generic[D]):
             for message in store.restored:
                 self._queue(message.destination).put(message)
 
-    def send(self, destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> int:
+    def send(self, destination: str, headers: tuple[tuple[str, str], ...], body: bytes) -> int:
         """Route one SEND: queue it, or fan it out to a topic's subscriptions.
 
         Returns:
           The store's commit number that makes it durable (see
           :meth:`MessageLog.add`); 0 when nothing is stored.
         """
-        kept = tuple([pair for pair in headers if pair[0] not in RESERVED_HEADERS])
+        kept = kept_headers(headers, RESERVED_HEADERS)
         message_id = f"{self._prefix}{next(self._ids)}"
         if destination.startswith(REPLY_QUEUE_PREFIX):
             queue = self.temporary.get(destination)

@@ -114,6 +114,7 @@ class Session:
         self.aborted = False
         #: The largest frame (or topic backlog entry) queued for the client, bytes.
         self._largest_frame = 0
+        self._max_outbound = limits.max_outbound_bytes
         #: Heart-beat intervals agreed at CONNECT, in ms (0: none).
         self.heartbeat_send_ms = 0
         self.heartbeat_receive_ms = 0
@@ -533,8 +534,10 @@ class Session:
         cut a client that keeps up when the next frame (its RECEIPT, a small
         message) is due behind it.
         """
-        self._largest_frame = largest = max(self._largest_frame, size)
-        return waiting + size > self.limits.max_outbound_bytes + largest
+        largest = self._largest_frame
+        if size > largest:
+            self._largest_frame = largest = size
+        return waiting + size > self._max_outbound + largest
 
     def _abort(self) -> None:
         self.aborted = True

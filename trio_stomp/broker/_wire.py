@@ -41,6 +41,16 @@ def escape_line(name: str, value: str) -> str | None:
     return text.replace("\0", ":") + "\n"
 
 
+def kept_headers(
+    headers: tuple[tuple[str, str], ...], reserved: frozenset[str]
+) -> tuple[tuple[str, str], ...]:
+    """``headers`` without the ``reserved`` ones (a SEND's own headers, as a message keeps them)."""
+    for name, _ in headers:
+        if name in reserved:
+            return tuple([pair for pair in headers if pair[0] not in reserved])
+    return headers
+
+
 def message_parts(
     destination: str, message_id: str, headers: tuple[tuple[str, str], ...], size: int
 ) -> tuple[bytes, bytes]:

@@ -124,3 +124,12 @@ def test_new_messages_carry_their_parts() -> None:
         ("k", "v"),
         ("content-length", "3"),
     )
+
+
+@BUILDS
+@given(own=st.lists(st.tuples(st.sampled_from(["a", "receipt", "ack", "b"]), text)).map(tuple))
+def test_kept_headers_leave_out_the_reserved(
+    wire: ModuleType, own: tuple[tuple[str, str], ...]
+) -> None:
+    reserved = frozenset({"receipt", "ack"})
+    assert wire.kept_headers(own, reserved) == tuple(p for p in own if p[0] not in reserved)
