@@ -31,7 +31,7 @@ from setuptools import Extension, setup
 
 #: The codec's modules that are compiled: the frames, the head parser, the
 #: parser, escaping, the headers and the message runs (one shared library).
-CODEC = ("_escaping", "_frame", "_headers", "_head", "_parser", "_runs", "_shape")
+CODEC = ("_escaping", "_frame", "_handmade", "_headers", "_head", "_parser", "_runs", "_shape")
 #: The embedded broker's modules compiled with them, in ``trio_stomp/broker/``: its
 #: MESSAGE frames put together from parts (the broker's hot path; see _wire.py).
 BROKER = ("_wire",)

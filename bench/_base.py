@@ -7,7 +7,8 @@ which put this folder on ``sys.path`` and re-export what their scripts use:
 - :func:`free_port`, :func:`wait_port`, :func:`stop_process` and
   :func:`bridges_command`: the processes a bench starts, and their ports;
 - :func:`environment_line` and :func:`write_report`: what a run prints first and
-  the JSON of its figures (``docs/performance/data``).
+  the JSON of its figures (``docs/performance/data``); :func:`bench_command`, the
+  command a report records.
 
 Nothing here is timed by itself, and nothing imports trio or bridges at import time
 (measurement children start clean).
@@ -80,6 +81,23 @@ def environment_line() -> str:
         f"trio-stomp {version()} ({build()}); Python {sys.version.split()[0]}, "
         f"{os.cpu_count()} CPUs, load average {load} at start"
     )
+
+
+def bench_command(script: str, argv: list[str]) -> str:
+    """The command that runs ``script`` (a bench's ``__file__``) again with ``argv``, from
+    the repository's root, for :func:`write_report` (``--json PATH`` and ``--profile
+    DIR`` left out: what a reader reruns is the measurement)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--json", "--profile"):
+            skip = True
+        elif not arg.startswith(("--json=", "--profile=")):
+            kept.append(arg)
+    where = os.path.relpath(os.path.abspath(script), Path(__file__).resolve().parent.parent)
+    return " ".join([".venv/bin/python", where, *kept])
 
 
 def write_report(

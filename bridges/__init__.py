@@ -15,6 +15,7 @@ Programmatic use, with your own endpoints::
 or build :class:`Route` objects directly and ``await route.run()``.
 """
 
+from ._builtins import default_registry as default_registry
 from ._config import BridgeSettings as BridgeSettings
 from ._config import BrokerSettings as BrokerSettings
 from ._config import Config as Config
@@ -34,6 +35,7 @@ from ._endpoint import Sink as Sink
 from ._endpoint import Source as Source
 from ._endpoint import Writer as Writer
 from ._endpoint import prepare_each as prepare_each
+from ._endpoint import shared_resource as shared_resource
 from ._engine import Route as Route
 from ._engine import run_routes as run_routes
 from ._flow import RouteStats as RouteStats
@@ -44,11 +46,9 @@ from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._registry import Plugin as Plugin
 from ._registry import Registry as Registry
 from ._registry import Unavailable as Unavailable
-from ._registry import default_registry as default_registry
 from ._retry import RetryPolicy as RetryPolicy
 from ._shared import Shared as Shared
 from ._shared import open_shared as open_shared
-from ._shared import shared_resource as shared_resource
 from ._template import Template as Template
 from ._template import TemplateError as TemplateError
 from ._transforms import Transform as Transform

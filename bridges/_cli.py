@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -39,6 +39,15 @@ if TYPE_CHECKING:
     from .service._status import StatusLine
 
 PROG = "bridges"
+
+#: Exit status: done; ``run``: stopped with every message it took written.
+EXIT_OK: Final = 0
+#: Exit status: ``run`` failed while running (the embedded broker's store failed).
+EXIT_FAILED: Final = 1
+#: Exit status: the config cannot be used (each problem printed: file, route, key).
+EXIT_CONFIG: Final = 2
+#: Exit status: interrupted by SIGINT (Ctrl-C) before ``run`` handles the signal itself.
+EXIT_INTERRUPTED: Final = 130
 
 
 def _say(message: str) -> None:
@@ -139,12 +148,13 @@ def _plugins(registry: Registry) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``bridges`` with ``argv``; return the exit status (0 ok, 1 failed, 2 bad config)."""
+    """Run ``bridges`` with ``argv``; return the exit status (``EXIT_*`` here, and
+    ``Stopped.exit_status``: 3 or 4 when ``run`` left messages behind)."""
     from trio_stomp.broker import StoreError
 
+    from ._builtins import default_registry
     from ._config import load_config
     from ._convert import ConfigError
-    from ._registry import default_registry
     from .service import Notifier, build_routes, freeze_heap, run_bridge
     from .service._logs import configure_logging
 
@@ -159,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     registry = default_registry()
     if args.command == "plugins":
         _plugins(registry)
-        return 0
+        return EXIT_OK
     if args.command == "unit":
         from .service._unit import print_unit
 
@@ -171,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         secrets.enter_context(_redacting(config, say))
         if args.command == "check":
             _check(args.config, build_routes(config, registry, checking=True), config)
-            return 0
+            return EXIT_OK
         if not args.verbose:
             logging.getLogger().setLevel(config.bridge.log_level.upper())
         if config.bridge.engine == "spark":
@@ -188,15 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         for problem in exc.problems:
             say(str(problem))
-        return 2
+        return EXIT_CONFIG
     except StoreError as exc:  # the embedded broker's store failed while running
         say(str(exc))
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         secrets.close()
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

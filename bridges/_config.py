@@ -122,6 +122,19 @@ class BrokerSettings:
     damaged row) is refused, naming how many and from which store key on,
     unless ``accept_damage`` (then the loss is logged and the broker starts).
     ``stomp`` endpoints reach it with ``url = "embedded"``.
+
+    Attributes:
+      embedded: true starts an embedded STOMP broker with the process, and
+        stops it with the process.
+      listen: ``HOST:PORT`` the embedded broker listens on (port 0 picks a
+        free one).
+      data_dir: keep the embedded broker's queue messages on disk in this
+        directory (SQLite, fsynced before each RECEIPT), across stops and
+        crashes; without it, what is queued at a stop is lost. Needs
+        ``embedded = true``.
+      accept_damage: start even when the store in ``data_dir`` is damaged
+        (it lost messages since the broker last wrote it); the loss is
+        logged. Needs ``data_dir``.
     """
 
     embedded: bool = False
@@ -138,7 +151,13 @@ class BrokerSettings:
 @attrs.frozen
 class Batching:
     """``batch = { count = 100, time = 0.02 }``: up to ``count`` messages per write;
-    once one is waiting, wait at most ``time`` s for more before writing."""
+    once one is waiting, wait at most ``time`` s for more before writing.
+
+    Attributes:
+      count: the most messages one write to the sink carries.
+      time: once a message is waiting, how long to wait for more before
+        writing, s (0: write what is there at once).
+    """
 
     count: int = attrs.field(default=100, validator=ge(1))
     time: float = attrs.field(default=0.02, validator=ge(0.0))
@@ -170,6 +189,25 @@ class RouteConfig:
 
 @attrs.frozen
 class _RouteTable:
+    """One ``[routes.NAME]`` table: where messages come from, where they go, and how.
+
+    Attributes:
+      source: where messages come from: ``{ type = "...", ... }``, a source
+        type below.
+      sink: where they are written: ``{ type = "...", ... }``, a sink type
+        below. A message is acked to the source only once the sink holds it
+        durably.
+      transforms: applied in order to each message (``[[routes.NAME.transforms]]``
+        tables, each with a transform ``type``).
+      dead_letter: a sink for the messages that the sink rejects or that keep
+        failing after ``retry``; without one they are nacked.
+      in_flight: the most messages taken from the source and not yet settled
+        (the route's window; a source's prefetch follows it unless set).
+      batch: how many messages one write carries, and how long to wait for
+        them (below).
+      retry: how a failed write is tried again (below).
+    """
+
     source: dict[str, Any]
     sink: dict[str, Any]
     transforms: list[dict[str, Any]] = attrs.field(factory=list)

@@ -81,7 +81,7 @@ class Problem:
 
 
 class ConfigError(Exception):
-    """The config cannot be used; :attr:`problems` says everything that is wrong."""
+    """The config cannot be used; ``problems`` says everything that is wrong."""
 
     def __init__(self, problems: Sequence[Problem]) -> None:
         super().__init__("\n".join(str(problem) for problem in problems))

@@ -6,21 +6,23 @@ the engine hands it batches. Both are async context managers so that their
 connections, tasks and files live inside the route's ``async with`` and end
 with it (see DESIGN.md). The engine may open a sink again after a failure,
 and a whole route again after its source failed.
+
+An endpoint is built in a :class:`Context` (its route, its base directory,
+the process's :class:`~bridges.Shared` resources, which
+:func:`shared_resource` opens for it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import attrs
 
 from ._message import Envelope, Message
-
-if TYPE_CHECKING:
-    from ._shared import Shared
+from ._shared import Opener, Shared
 
 T = TypeVar("T")
 
@@ -114,7 +116,7 @@ class MessageRejected(Exception):
     """A sink cannot ever write some messages of a batch (bad header, no destination).
 
     Those go to the dead-letter sink (or are nacked) at once, each with its
-    own reason when :attr:`reasons` has one; the rest of the batch is written
+    own reason when ``reasons`` has one; the rest of the batch is written
     again without waiting.
 
     Args:
@@ -237,3 +239,17 @@ class Context:
     def path(self, value: str) -> Path:
         """``value`` (``~`` expanded) resolved against :attr:`base_dir`."""
         return self.base_dir / Path(value).expanduser()
+
+
+def shared_resource(
+    context: Context, key: Hashable, open: Opener[T]
+) -> AbstractAsyncContextManager[T]:
+    """The resource ``key`` for an endpoint: the process's shared one, else a private one.
+
+    Inside ``bridges run`` (``context.shared`` is set) the resource is opened
+    once per process and kept; elsewhere ``open()`` is entered for the
+    caller's ``async with`` alone.
+    """
+    if context.shared is not None:
+        return context.shared.use(key, open)
+    return open()

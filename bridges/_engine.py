@@ -50,7 +50,6 @@ from ._flow import (
     DeadLetterFailed,
     Queue,
     RouteStats,
-    TransformFailed,
     Window,
     error_of,
     one_line,
@@ -60,7 +59,7 @@ from ._flow import (
 )
 from ._message import Envelope, Message
 from ._retry import RetryPolicy
-from ._transforms import Transform, is_async
+from ._transforms import Chain, Transform
 
 log = logging.getLogger("bridges.route")
 
@@ -112,7 +111,7 @@ class Route:
         self.source = source
         self.sink = sink
         self.dead_letter = dead_letter
-        self._transforms = [(t, is_async(t)) for t in transforms]
+        self._chain = Chain(transforms)
         self._window = in_flight
         self._batch_count = batch_count
         self._batch_time = batch_time
@@ -289,7 +288,7 @@ class Route:
                 taken.put(envelope)
                 continue
             try:
-                message = await self._transform(envelope.message)
+                message = await self._chain(envelope.message)
             except Exception as exc:
                 results.append(exc)
                 taken.put(envelope)
@@ -300,24 +299,6 @@ class Route:
             else:
                 results.append(message)
                 taken.put(envelope)
-
-    async def _transform(self, message: Message) -> Message | None:
-        for index, (transform, asynchronous) in enumerate(self._transforms):
-            try:
-                result = transform(message)
-                if asynchronous:
-                    result = await result  # type: ignore[misc]
-            except Exception as exc:
-                name = getattr(transform, "__name__", type(transform).__name__)
-                raise TransformFailed(f"transform {index} ({name}) failed: {exc!r}") from exc
-            if result is None:
-                return None
-            if not isinstance(result, Message):
-                raise TransformFailed(
-                    f"transform {index} returned {type(result).__name__}, not Message or None"
-                )
-            message = result
-        return message
 
     # -- delivering ---------------------------------------------------------------
 
@@ -423,7 +404,8 @@ class Route:
             if gathering is None:
                 if not await taken.wait():
                     return None
-                gathering = self._gathering = Gathering(trio.current_time() + wait)
+                # (from when its first message was queued: not batch_time more after a write)
+                gathering = self._gathering = Gathering(taken.since + wait)
             envelopes, messages, failed = gathering.envelopes, gathering.messages, gathering.failed
             deadline = gathering.deadline
             while True:

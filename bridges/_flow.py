@@ -80,10 +80,13 @@ class Queue(Generic[T]):
     costs one slice, not a call per item.
     """
 
-    __slots__ = ("_lot", "_waiting", "_wanted", "closed", "items")
+    __slots__ = ("_lot", "_waiting", "_wanted", "closed", "items", "since")
 
     def __init__(self) -> None:
         self.items: list[T] = []
+        #: When the oldest item still queued was put (trio clock, s), or earlier: set
+        #: when an item is put into the empty queue, kept when a take leaves some.
+        self.since = 0.0
         self.closed = False
         self._lot = trio.lowlevel.ParkingLot()
         self._waiting = False  # the consumer is parked and nobody woke it yet
@@ -91,6 +94,8 @@ class Queue(Generic[T]):
 
     def put(self, item: T) -> None:
         items = self.items
+        if not items:
+            self.since = trio.current_time()
         items.append(item)
         if self._waiting and len(items) >= self._wanted:
             self._waiting = False
@@ -99,6 +104,8 @@ class Queue(Generic[T]):
     def put_all(self, more: Iterable[T]) -> None:
         """:meth:`put` each of ``more``, in order (one wake-up at most)."""
         items = self.items
+        if not items:
+            self.since = trio.current_time()
         items += more
         if self._waiting and len(items) >= self._wanted:
             self._waiting = False

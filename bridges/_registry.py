@@ -21,7 +21,9 @@ Third-party plugins come from the entry-point group
     redis = "bridges_redis:register"
 
 A :class:`Registry` starts empty, so tests see only what they register;
-:func:`default_registry` has the built-ins and the installed plugins.
+:func:`bridges.default_registry` (:mod:`bridges._builtins`) has the
+built-ins and the installed plugins. This module is the mechanism alone: it
+names no endpoint and no transform.
 """
 
 from __future__ import annotations
@@ -217,21 +219,3 @@ class Registry:
                 continue
             loaded.append(entry.name)
         return loaded
-
-
-def default_registry(*, plugins: bool = True) -> Registry:
-    """The built-in transforms and endpoint families, plus installed plugins when ``plugins``.
-
-    A family whose dependencies are missing is listed by
-    :meth:`Registry.unavailable` instead of registered.
-    """
-    from ._transforms import register_transforms
-    from .endpoints import FAMILIES
-
-    registry = Registry()
-    register_transforms(registry)
-    for family, (module, extra) in FAMILIES.items():
-        registry.load_family(family, module, extra)
-    if plugins:
-        registry.load_entry_points()
-    return registry

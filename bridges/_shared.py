@@ -11,21 +11,19 @@ open_shared()`` block ends (after every route has stopped). A route that
 restarts therefore never takes a shared resource down with it.
 
 Endpoints do not need to know whether they run inside a process:
-:func:`shared_resource` uses the route's :class:`Shared` when its
-:class:`~bridges.Context` has one, and otherwise opens the resource for the
-caller's own ``async with`` (tests, a :class:`~bridges.Route` run by hand).
+:func:`bridges.shared_resource` (beside :class:`~bridges.Context`, which
+carries the route's :class:`Shared`) uses it when there is one, and otherwise
+opens the resource for the caller's own ``async with`` (tests, a
+:class:`~bridges.Route` run by hand). This module knows nothing of endpoints.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import trio
-
-if TYPE_CHECKING:
-    from ._endpoint import Context
 
 T = TypeVar("T")
 
@@ -47,7 +45,7 @@ class Shared:
     """Resources opened once per process and kept until :func:`open_shared` ends.
 
     Build it with :func:`open_shared`; endpoints reach it through
-    :func:`shared_resource`.
+    :func:`bridges.shared_resource`.
     """
 
     def __init__(self, nursery: trio.Nursery) -> None:
@@ -135,17 +133,3 @@ async def open_shared() -> AsyncIterator[Shared]:
             # Closing is cancelling the holders: each leaves its resource's own
             # ``async with``, which does the resource's (shielded) cleanup.
             shared.close()
-
-
-def shared_resource(
-    context: Context, key: Hashable, open: Opener[T]
-) -> AbstractAsyncContextManager[T]:
-    """The resource ``key`` for an endpoint: the process's shared one, else a private one.
-
-    Inside ``bridges run`` (``context.shared`` is set) the resource is opened
-    once per process and kept; elsewhere ``open()`` is entered for the
-    caller's ``async with`` alone.
-    """
-    if context.shared is not None:
-        return context.shared.use(key, open)
-    return open()

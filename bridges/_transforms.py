@@ -16,17 +16,15 @@ import importlib
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 
 from ._endpoint import Context, InvalidSetting
+from ._flow import TransformFailed
 from ._message import Message
 from ._template import Template, TemplateError
-
-if TYPE_CHECKING:
-    from ._registry import Registry
 
 Transform = Callable[[Message], Message | Awaitable[Message | None] | None]
 
@@ -43,7 +41,13 @@ def _template(key: str, text: str) -> Template:
 
 @attrs.frozen
 class SetHeadersConfig:
-    """``type = "set_headers"``: add or replace headers; values are templates."""
+    """``type = "set_headers"``: add or replace headers; values are templates.
+
+    Attributes:
+      headers: required: name -> value, each value a template (``{id}``,
+        ``{header:NAME}``...).
+      overwrite: false keeps a header the message already has.
+    """
 
     headers: dict[str, str]
     overwrite: bool = True
@@ -71,7 +75,11 @@ class SetHeaders:
 
 @attrs.frozen
 class RemoveHeadersConfig:
-    """``type = "remove_headers"``: drop the named headers."""
+    """``type = "remove_headers"``: drop the named headers.
+
+    Attributes:
+      names: required: the headers to drop.
+    """
 
     names: tuple[str, ...]
 
@@ -93,7 +101,12 @@ class RemoveHeaders:
 
 @attrs.frozen
 class RenameHeadersConfig:
-    """``type = "rename_headers"``: ``names = { old = "new" }``."""
+    """``type = "rename_headers"``: ``names = { old = "new" }``.
+
+    Attributes:
+      names: required: old name -> new name; a renamed header replaces one
+        already called by the new name.
+    """
 
     names: dict[str, str]
 
@@ -125,7 +138,12 @@ class RenameHeaders:
 
 @attrs.frozen
 class DestinationConfig:
-    """``type = "destination"``: where the sink sends it, from a template."""
+    """``type = "destination"``: where the sink sends it, from a template.
+
+    Attributes:
+      template: required: the destination, a template
+        (``/queue/orders.{header:region}``); it overrides the sink's own.
+    """
 
     template: str
 
@@ -153,6 +171,14 @@ class FilterConfig:
 
     Give one test: ``equals`` (a value or a list of values), ``matches`` (a
     regular expression the whole value must match) or ``present``.
+
+    Attributes:
+      header: required: the header tested.
+      equals: matches when the header's value is this (or one of this list).
+      matches: matches when this regular expression matches the whole value.
+      present: matches when the header is there (true) or is not (false).
+      action: ``"keep"``: keep the matches, drop the rest; ``"drop"``: drop
+        the matches. A dropped message is acked (counted as filtered).
     """
 
     header: str
@@ -213,6 +239,11 @@ class JsonExtractConfig:
     compact JSON. With ``required = false`` a body that is not JSON, or a
     missing field, leaves the message unchanged; with ``required = true``
     it is an error (the message is dead-lettered).
+
+    Attributes:
+      fields: required: header -> dotted path into the JSON body.
+      required: true: a body that is not JSON, or a missing field, is an
+        error (dead letter); false: the message goes on unchanged.
     """
 
     fields: dict[str, str]
@@ -281,6 +312,14 @@ class PythonConfig:
     (``function(message) -> Message | None``, plain or async). Or
     ``factory = "package.module:make"`` with ``options = {...}``: the
     transform is ``make(**options)``, built once when the route starts.
+
+    Attributes:
+      callable: ``"package.module:function"``: the transform itself
+        (``function(message) -> Message | None``, plain or async; None drops
+        the message).
+      factory: ``"package.module:make"``: called once as ``make(**options)``
+        when the route starts, it returns the transform.
+      options: the keyword arguments of ``factory``.
     """
 
     callable: str | None = None
@@ -327,12 +366,33 @@ def is_async(transform: Transform) -> bool:
     return inspect.iscoroutinefunction(transform) or inspect.iscoroutinefunction(call)
 
 
-def register_transforms(registry: Registry) -> None:
-    """Register the built-in transforms (not a family: they need nothing installed)."""
-    registry.register("transform", "set_headers", SetHeadersConfig, SetHeaders.build)
-    registry.register("transform", "remove_headers", RemoveHeadersConfig, RemoveHeaders.build)
-    registry.register("transform", "rename_headers", RenameHeadersConfig, RenameHeaders.build)
-    registry.register("transform", "destination", DestinationConfig, SetDestination.build)
-    registry.register("transform", "filter", FilterConfig, Filter.build)
-    registry.register("transform", "json_extract", JsonExtractConfig, JsonExtract.build)
-    registry.register("transform", "python", PythonConfig, build_python)
+class Chain:
+    """A route's transforms, applied in order: each gets what the one before made of it."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        self._steps = [(t, is_async(t)) for t in transforms]
+
+    async def __call__(self, message: Message) -> Message | None:
+        """What the transforms make of ``message``; None once one dropped it.
+
+        Raises:
+          TransformFailed: a transform raised, or returned neither a Message nor None.
+        """
+        for index, (transform, asynchronous) in enumerate(self._steps):
+            try:
+                result = transform(message)
+                if asynchronous:
+                    result = await result  # type: ignore[misc]
+            except Exception as exc:
+                name = getattr(transform, "__name__", type(transform).__name__)
+                raise TransformFailed(f"transform {index} ({name}) failed: {exc!r}") from exc
+            if result is None:
+                return None
+            if not isinstance(result, Message):
+                raise TransformFailed(
+                    f"transform {index} returned {type(result).__name__}, not Message or None"
+                )
+            message = result
+        return message

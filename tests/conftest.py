@@ -55,7 +55,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the behaviour x broker conformance table (README keeps a copy)."""
+    """Print the behaviour x broker conformance table (docs/explanation/stomp-dialects.md)."""
     if not _conformance:
         return
     width = max(len(row) for row in _conformance)

@@ -1,11 +1,13 @@
-"""Reading the READMEs' commands as a shell would, and checking each (issue 22 §2).
+"""Reading the docs' commands as a shell would, and checking each.
 
 tests/test_docs_commands.py runs the sweep; this module is how it reads and checks.
 
 A reader on a fresh clone runs ``scripts/quickstart`` or ``scripts/test``,
 then ``source .venv/bin/activate`` as README says, and types what the
-READMEs show. So every command of their shell blocks (fences marked ``sh``,
-and lines of unmarked fences that start with a program), and every command
+READMEs and the site's pages (docs/) show. So every command of their shell
+blocks (fences marked ``sh``, and lines of unmarked fences that start with a
+program; a block marked ``<!-- test: skip: WHY -->`` is listed as not checked,
+with its reason), and every command
 quoted inline in their prose (``.venv/bin/python bench/...``), is taken
 apart as a shell would, and:
 
@@ -51,7 +53,15 @@ from bridges._cli import build_parser as bridges_parser
 from trio_stomp.cli._main import build_parser as trio_stomp_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-READMES = ("README.md", "bridges/README.md")
+
+
+def documents() -> tuple[str, ...]:
+    """README.md, bridges/README.md and every page of the site (docs/), from the top folder."""
+    pages = (path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").rglob("*.md"))
+    return ("README.md", "bridges/README.md", *sorted(p for p in pages if "/_" not in p))
+
+
+DOCUMENTS = documents()
 #: The venv's programs: what ``source .venv/bin/activate`` puts first on PATH.
 BIN = Path(sys.executable).parent
 VENV_PROGRAMS = frozenset({"bridges", "trio-stomp", "python", "python3", "pip", "pytest"})
@@ -101,6 +111,8 @@ class Command:
     line: int
     text: str
     inline: bool
+    #: Why the block it is in is not run (its ``<!-- test: skip: WHY -->`` marker), or "".
+    unchecked: str = ""
 
     def __str__(self) -> str:
         return f"{self.readme}:{self.line}: `{self.text}`"
@@ -109,39 +121,81 @@ class Command:
 # -- finding the commands ------------------------------------------------------------
 
 
+@attrs.frozen
+class Block:
+    """One fenced block of a page: its language, its text, and the marker just above it.
+
+    A marker is an HTML comment on the line before the fence, ``<!-- test: KIND -->``
+    or ``<!-- test: KIND: ARGUMENT -->``, telling the snippet tests how to run the
+    block (tests/snippet_kit.py lists the kinds); invisible on the site and the forge.
+    """
+
+    page: str
+    line: int  # of its first line of content
+    language: str
+    text: str
+    marker: str = ""
+    argument: str = ""
+
+
+MARKER = re.compile(r"^<!-- test: ([\w-]+)(?:: (.*?))? -->$")
+
+
+def split_page(page: str, text: str) -> tuple[list[Block], list[tuple[int, str]]]:
+    """The fenced blocks of a Markdown page, and its other lines (numbered from 1)."""
+    blocks: list[Block] = []
+    prose: list[tuple[int, str]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        if not line.lstrip().startswith("```"):
+            prose.append((index, line))
+            continue
+        indent = len(line) - len(line.lstrip())
+        start = index
+        while index < len(lines) and lines[index].strip() != "```":
+            index += 1
+        body = "\n".join(text_line[indent:] for text_line in lines[start:index])
+        marker = MARKER.match(lines[start - 2].strip()) if start >= 2 else None
+        kind, argument = marker.groups("") if marker else ("", "")
+        blocks.append(Block(page, start + 1, line.strip()[3:].strip(), body, kind, argument))
+        index += 1
+    return blocks, prose
+
+
 def readme_commands(readme: str, text: str | None = None) -> Iterator[Command]:
     """The commands of ``readme``'s shell blocks and of its inline code spans, in order."""
     if text is None:
         text = (ROOT / readme).read_text(encoding="utf-8")
-    lines = text.splitlines()
-    fence: str | None = None
-    prose: list[tuple[int, str]] = []
+    blocks, prose = split_page(readme, text)
+    for block in blocks:
+        if block.language in SHELL_LANGUAGES or block.language == "":
+            yield from _block_commands(block)
+    yield from _inline_commands(readme, prose)
+
+
+def _block_commands(block: Block) -> Iterator[Command]:
+    """A shell block's commands (continuation lines joined, here-documents skipped)."""
+    lines = block.text.splitlines()
+    unchecked = block.argument if block.marker == "skip" else ""
     index = 0
     while index < len(lines):
-        line = lines[index]
-        number = index + 1
+        number = block.line + index
+        text = lines[index].strip().removeprefix("$ ")
         index += 1
-        if line.startswith("```"):
-            fence = line[3:].strip() if fence is None else None
-            continue
-        if fence is None:
-            prose.append((number, line))
-            continue
-        if fence not in SHELL_LANGUAGES and fence != "":
-            continue
-        text = line.strip().removeprefix("$ ")
         while text.endswith("\\") and index < len(lines):
             text = f"{text[:-1].rstrip()} {lines[index].strip()}"
             index += 1
         if not text or text.startswith("#"):
             continue
-        if fence in SHELL_LANGUAGES or is_command(text):
-            yield Command(readme, number, text, inline=False)
+        if block.language in SHELL_LANGUAGES or is_command(text):
+            yield Command(block.page, number, text, inline=False, unchecked=unchecked)
         heredoc = re.search(r"<<-?\s*['\"]?(\w+)", text)
         while heredoc and index < len(lines) and lines[index].strip() != heredoc.group(1):
             index += 1  # a here-document's lines are its command's input, not commands
         index += 1 if heredoc else 0
-    yield from _inline_commands(readme, prose)
 
 
 def _inline_commands(readme: str, prose: list[tuple[int, str]]) -> Iterator[Command]:
@@ -295,6 +349,9 @@ class Checked:
     skipped: list[tuple[Command, str]] = attrs.Factory(list)
 
     def check(self, command: Command) -> None:
+        if command.unchecked:
+            self.skipped.append((command, command.unchecked))
+            return
         for start, reason in UNCHECKED.items():
             if command.text.startswith(start):
                 self.skipped.append((command, reason))
@@ -356,7 +413,9 @@ def _runnable(name: str, args: list[str]) -> bool:
         return True
     if name != "bridges" or not args:
         return False
-    return args[0] == "plugins" or (args[0] == "check" and len(args) == 2)
+    if args[0] == "check" and len(args) == 2:
+        return args[1] in PLACEHOLDERS or (ROOT / args[1]).exists()  # else a file the page writes
+    return args[0] == "plugins"
 
 
 #: Runs in a fresh interpreter: parses each (script, flags) with the script's own parser,
@@ -444,15 +503,26 @@ def run_problem(argv: list[str]) -> str | None:
 
 def prose(readme: str) -> str:
     """``readme`` without its fenced blocks."""
-    text = (ROOT / readme).read_text(encoding="utf-8")
-    return re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    _, lines = split_page(readme, (ROOT / readme).read_text(encoding="utf-8"))
+    return "\n".join(line for _, line in lines)
 
 
 def named_paths(readme: str) -> Iterator[str]:
-    """The repository paths ``readme`` names in its code spans (``tests/...``, ``bench/...``)."""
+    """The repository paths ``readme`` names: in its code spans (``tests/...``,
+    ``bench/...``), as the files its ``{literalinclude}`` blocks show, and as the first
+    word of a line of its plain text blocks (a layout: ``trio_stomp/frame/  the codec``)."""
     folders = "|".join(re.escape(folder) for folder in REPO_DIRS)
     for span in re.findall(r"`([^`]+)`", prose(readme)):
         yield from re.findall(rf"(?<![\w./-])(?:{folders})[\w./@{{}},*-]*", span)
+    blocks, _ = split_page(readme, (ROOT / readme).read_text(encoding="utf-8"))
+    for block in blocks:
+        if block.language.startswith("{literalinclude}"):
+            target = block.language.removeprefix("{literalinclude}").strip()
+            yield ((ROOT / readme).parent / target).resolve().relative_to(ROOT).as_posix()
+        elif block.language in ("", "text"):
+            lines = [line for line in block.text.splitlines() if line[:1].strip()]
+            words = (line.split()[0].rstrip(",") for line in lines)
+            yield from (word for word in words if word.startswith(REPO_DIRS))
 
 
 def link_problems(readme: str) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""Every command README.md and bridges/README.md show works as written (issue 22 §2).
+"""Every command README.md and the site's pages (docs/) show works as written.
 
 How the commands are found and checked, and what is not checked and why
 (``UNCHECKED``), is in :mod:`docs_kit`. A failure lists every broken command
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from docs_kit import (
-    READMES,
+    DOCUMENTS,
     ROOT,
     Checked,
     bench_problems,
@@ -31,7 +31,7 @@ import bridges
 @pytest.fixture(scope="module")
 def checked() -> Checked:
     checked = Checked()
-    for readme in READMES:
+    for readme in DOCUMENTS:
         for command in readme_commands(readme):
             checked.check(command)
     return checked
@@ -94,36 +94,26 @@ def test_the_sweep_names_each_broken_command_with_its_line_and_what_is_wrong() -
     assert [argv for _, argv in checked.runs] == [["bridges", "check", "CONFIG"]]
 
 
-def layout_paths() -> list[str]:
-    """The first column of README's "Layout" block: the folders and modules it describes."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"^## Layout\n+```\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
-    assert block is not None, "README.md has no Layout block"
-    return [line.split()[0].rstrip(",") for line in block.group(1).splitlines() if line[:1].strip()]
-
-
 def test_every_path_and_link_of_the_readmes_exists() -> None:
-    problems = list(itertools.chain.from_iterable(map(link_problems, READMES)))
-    layout = layout_paths()
-    assert "trio_stomp/frame/" in layout
-    problems += [
-        f"README.md: Layout: {path} does not exist" for path in layout if not exists_in_repo(path)
-    ]
-    for readme in READMES:
+    problems = list(itertools.chain.from_iterable(map(link_problems, DOCUMENTS)))
+    named_anywhere = []
+    for readme in DOCUMENTS:
         named = list(named_paths(readme))
-        assert any(path.startswith("tests/") for path in named), readme  # the sweep sees them
+        named_anywhere += named
         problems += [
             f"{readme}: {path} does not exist" for path in named if not exists_in_repo(path)
         ]
-    assert not problems, "README paths that lead nowhere:\n" + "\n".join(problems)
+    assert "examples/quickstart.toml" in named_anywhere  # a literalinclude: the sweep sees them
+    assert any(path.startswith("tests/") for path in named_anywhere)
+    assert not problems, "doc paths that lead nowhere:\n" + "\n".join(problems)
 
 
-def test_the_complete_config_file_of_bridges_readme_passes_check(
+def test_the_complete_config_file_passes_check_with_and_without_a_durable_broker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = (ROOT / "bridges" / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "howto" / "configure.md").read_text(encoding="utf-8")
     block = re.search(r"A complete file, every key.*?```toml\n(.*?)```", text, re.DOTALL)
-    assert block is not None, "bridges/README.md: the complete config file is gone"
+    assert block is not None, "docs/howto/configure.md: the complete config file is gone"
     durable = block.group(1).replace("embedded = false", "embedded = true")
     durable = durable.replace("# data_dir = ", "data_dir = ")
     monkeypatch.chdir(tmp_path)

@@ -7,10 +7,10 @@ own their own state (:mod:`._subscription`, :mod:`._transaction`).
 
 from __future__ import annotations
 
-from ._core import Core, user_headers
+from ._core import Core
 from ._message import Message
 from ._request import Replies
-from ._sender import HeaderArg
+from ._sender import HeaderArg, user_headers
 from ._subscription import Subscription, SubscriptionState
 from ._transaction import Transaction
 from .frame import SUBSCRIBE_RESERVED_HEADERS

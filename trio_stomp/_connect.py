@@ -24,10 +24,10 @@ import trio
 
 from ._client import Client
 from ._connection import Connection
-from ._core import Core, user_headers
+from ._core import Core
 from ._errors import ConnectFailed, RemoteProtocolError
 from ._reconnect import EventCallback, Reconnect, Supervisor
-from ._sender import HeaderArg
+from ._sender import HeaderArg, user_headers
 from ._transport import open_stream
 from ._url import Endpoint
 from .frame import CONNECT_RESERVED_HEADERS, VERSIONS, Frame, encode

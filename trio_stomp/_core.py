@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, NoReturn
 
@@ -39,35 +39,24 @@ from ._errors import (
 )
 from ._groups import unwrap_group
 from ._reconnect import Replay, Supervisor
-from ._sender import HeaderArg, Pairs, ReceiptWaiter, ReplyRouter
+from ._sender import HeaderArg, Pairs, ReceiptWaiter, ReplyRouter, user_headers
 from ._subscription import SubscriptionTable
 from .frame import SEND_RESERVED_HEADERS, Event, Frame, encode
-from .frame._escaping import escape
 from .frame._frame import trusted_frame
+from .frame._handmade import (
+    ack_frame_bytes,
+    ack_frames_bytes,
+    plain_send_bytes,
+    send_bytes,
+    send_head,
+    send_lines,
+)
 from .frame._headers import trusted_headers
 from .frame._runs import message_runs
 
 _CONSUMER_TAG: Final = re.compile(r"tag 'T_([^']*)'")
 #: How many destinations' SEND heads the hot path keeps encoded.
-_SEND_PREFIXES: Final = 1024
-
-
-def user_headers(headers: HeaderArg, reserved: frozenset[str]) -> Pairs:
-    if headers is None:
-        return []
-    pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
-    for name, value in pairs:
-        if not isinstance(name, str) or not isinstance(value, str):
-            shown = repr(name) if isinstance(name, str) else f"a {type(name).__name__} name"
-            raise TypeError(
-                f"header names and values must be str, got {shown} with a "
-                f"{type(value).__name__} value"
-            )
-        if name in reserved:
-            raise LocalProtocolError(
-                f"header {name!r} is set by the client; use the matching argument instead"
-            )
-    return pairs
+_SEND_HEADS: Final = 1024
 
 
 class Core:
@@ -91,9 +80,10 @@ class Core:
         self.subscriptions = SubscriptionTable()
         #: The requests' reply subscription, made by the first request.
         self.replies: ReplyRouter | None = None
-        self._send_prefixes: dict[tuple[str, str], bytes] = {}
+        self._send_heads: dict[tuple[str, str], bytes] = {}
         self.receipts: dict[str, ReceiptWaiter] = {}
-        self._generation = 0
+        #: Which connection of the session is current: it grows on each reconnect.
+        self.generation = 0
         self._connected = True
         self._restored = trio.Event()
         self._restored.set()
@@ -110,10 +100,6 @@ class Core:
     @property
     def version(self) -> str:
         return self.conn.version
-
-    @property
-    def generation(self) -> int:
-        return self._generation
 
     @property
     def connected(self) -> bool:
@@ -233,14 +219,12 @@ class Core:
             body = body.encode("utf-8")
             if content_type is None:
                 content_type = "text/plain;charset=utf-8"
-        elif (
+        if (
             body
-            and not headers
-            and content_type is None
             and not receipt
             and transaction is None
             and self._connected
-            and await self._send_plain(destination, body)
+            and await self._send_quick(destination, body, headers, content_type)
         ):
             return
         pairs = [("destination", destination)]
@@ -256,28 +240,46 @@ class Core:
         waiter = await self.queue_frame("SEND", pairs, body, receipt, transaction is None)
         await self.await_receipt(waiter)
 
-    def _plain_send_prefix(self, destination: str, version: str) -> bytes:
+    def _send_head(self, destination: str, version: str) -> bytes:
         key = (destination, version)
-        prefix = self._send_prefixes.get(key)
-        if prefix is None:
-            prefix = send_prefix(destination, version)
-            if len(self._send_prefixes) >= _SEND_PREFIXES:
-                self._send_prefixes.clear()
-            self._send_prefixes[key] = prefix
-        return prefix
+        head = self._send_heads.get(key)
+        if head is None:
+            head = send_head(destination, version)
+            if len(self._send_heads) >= _SEND_HEADS:
+                self._send_heads.clear()
+            self._send_heads[key] = head
+        return head
 
-    async def _send_plain(self, destination: str, body: bytes) -> bool:
-        """The hot path of ``send(dest, body)``: no headers, receipt or transaction.
+    async def _send_quick(
+        self, destination: str, body: bytes, headers: HeaderArg, content_type: str | None
+    ) -> bool:
+        """The hot path of ``send``: a body, no receipt, no transaction, and headers (a
+        dict) that need no escaping, or none.
 
-        Returns False when the general path must take over (the connection
-        dropped under us, with reconnect on).
+        Returns False, having queued nothing, when the general path must take
+        over: headers it declines (it says why), or the connection dropped
+        under us with reconnect on.
         """
         conn = self.conn
-        prefix = self._plain_send_prefix(destination, conn.version)
-        data = plain_send_bytes(prefix, body)
+        head = self._send_head(destination, conn.version)
+        extra: Mapping[str, str] = {}
+        if headers or content_type is not None:
+            if conn.version == "1.0" or not isinstance(headers, dict | None):
+                return False
+            extra = headers or {}
+            if content_type is not None:
+                if "content-type" in extra:
+                    return False
+                extra = {"content-type": content_type, **extra}
+            lines = send_lines(extra)
+            data = send_bytes(head, lines, body) if lines is not None else None
+            if data is None:
+                return False
+        else:
+            data = plain_send_bytes(head, body)
         replay = None
         if self._supervisor is not None:
-            pairs = (("destination", destination),)
+            pairs = (("destination", destination), *extra.items())
             replay = self._supervisor.replay(trusted_frame("SEND", trusted_headers(pairs), body))
         try:
             await conn.outbox.put(data, replay)
@@ -289,11 +291,25 @@ class Core:
 
     async def send_ack(self, command: str, pairs: Pairs, *, receipt: bool, message: object) -> None:
         try:
-            if not receipt and len(pairs) == 1 and self.version == "1.2":
-                # The hot path of client-individual consumers: one header, no receipt.
-                await self.conn.outbox.put(ack_frame_bytes(command, pairs[0][1]), urgent=False)
-                return
             await self.send_frame(command, pairs, receipt=receipt)
+        except (ConnectionLost, ClientClosed) as exc:
+            self._ack_lost(exc, command, message)
+
+    def send_ack_id(self, command: str, ack_id: str, *, message: object) -> Awaitable[None]:
+        """The hot path of client-individual consumers: a 1.2 ACK or NACK, no receipt.
+
+        Not a coroutine: without a reconnect policy an error needs no
+        rewording (:meth:`_ack_lost`), so the caller awaits the outbox's
+        own coroutine, one frame fewer on every ACK.
+        """
+        data = ack_frame_bytes(command, ack_id)
+        if self._supervisor is None:
+            return self.conn.outbox.put(data, urgent=False)
+        return self._put_ack(data, command, message)
+
+    async def _put_ack(self, data: bytes, command: str, message: object) -> None:
+        try:
+            await self.conn.outbox.put(data, urgent=False)
         except (ConnectionLost, ClientClosed) as exc:
             self._ack_lost(exc, command, message)
 
@@ -359,7 +375,7 @@ class Core:
                 continue
             sub = find(item[0].headers)
             if sub is not None:
-                sub.deliver(item, self._generation)
+                sub.deliver(item, self.generation)
             elif self.replies is not None and self.replies.claims(item[0]):
                 self.replies.deliver(item)
             # else: for a subscription we just ended; the broker redelivers it.
@@ -482,7 +498,7 @@ class Core:
         self._connected = False
         if self._restored.is_set():  # else callers already wait on it (a failed restore)
             self._restored = trio.Event()
-        self._generation += 1
+        self.generation += 1
         lost = ConnectionLost(f"the connection to {old.url} was lost: {error}")
         for receipt_id, waiter in list(self.receipts.items()):
             if receipt_id not in supervisor.replays:
@@ -566,34 +582,3 @@ class Core:
             queued = self._supervisor.queue if self._supervisor is not None else []
             if not self._connected and not queued:
                 self._disconnected = True  # nothing was left unsent
-
-
-def send_prefix(destination: str, version: str) -> bytes:
-    """The encoded head of ``SEND destination`` up to ``content-length:``: what the hot
-    path of :meth:`Core.send_message` splices a length and a body into. The encoder
-    makes it, so the result is the encoder's bytes (a test checks the splice)."""
-    head = encode(Frame("SEND", [("destination", destination)], b"\0"), version)
-    return head[: head.rindex(b"content-length:") + len(b"content-length:")]
-
-
-def plain_send_bytes(prefix: bytes, body: bytes) -> bytes:
-    """A whole SEND from :func:`send_prefix`'s ``prefix`` and ``body``."""
-    return b"%s%d\n\n%s\0" % (prefix, len(body), body)
-
-
-def ack_frame_bytes(command: str, ack_id: str) -> bytes:
-    """An ACK or NACK of 1.2 with only the ``id`` header, built by hand for speed: the same
-    bytes as :func:`encode` gives (a test checks it)."""
-    return b"%s\nid:%s\n\n\0" % (command.encode(), escape(ack_id, "1.2").encode())
-
-
-def ack_frames_bytes(command: str, ack_ids: list[str]) -> bytes:
-    """:func:`ack_frame_bytes` of each of ``ack_ids``, joined, built in a few passes over
-    all of them at once: the ids are joined on NUL (which no header holds), escaped
-    together, and each NUL becomes the end of one frame and the start of the next."""
-    joined = "\0".join(ack_ids)
-    if joined.count("\0") != len(ack_ids) - 1:  # a NUL in an id: one by one
-        return b"".join([ack_frame_bytes(command, ack_id) for ack_id in ack_ids])
-    head = f"{command}\nid:"
-    frames = escape(joined, "1.2").replace("\0", f"\n\n\0{head}")
-    return f"{head}{frames}\n\n\0".encode()

@@ -40,10 +40,9 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 import trio
 
-from ._core import user_headers
 from ._errors import LocalProtocolError, RequestTimeout, StompError
 from ._message import AckCommand, Delivery, Message, TransactionScope
-from ._sender import HeaderArg
+from ._sender import HeaderArg, user_headers
 from .frame import SEND_RESERVED_HEADERS, Frame
 
 if TYPE_CHECKING:

@@ -10,16 +10,35 @@ implements it; nothing here imports the client, so there is no cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import trio
 
-from ._errors import StompError
+from ._errors import LocalProtocolError, StompError
 from .frame import Frame
 
 HeaderArg = Mapping[str, str] | Iterable[tuple[str, str]] | None
 Pairs = list[tuple[str, str]]
+
+
+def user_headers(headers: HeaderArg, reserved: frozenset[str]) -> Pairs:
+    """The caller's ``headers`` as pairs: names and values str, none of ``reserved``."""
+    if headers is None:
+        return []
+    pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
+    for name, value in pairs:
+        if not isinstance(name, str) or not isinstance(value, str):
+            shown = repr(name) if isinstance(name, str) else f"a {type(name).__name__} name"
+            raise TypeError(
+                f"header names and values must be str, got {shown} with a "
+                f"{type(value).__name__} value"
+            )
+        if name in reserved:
+            raise LocalProtocolError(
+                f"header {name!r} is set by the client; use the matching argument instead"
+            )
+    return pairs
 
 
 class ReceiptWaiter:
@@ -89,6 +108,9 @@ class Sender(Protocol):
 
     async def send_ack(self, command: str, pairs: Pairs, *, receipt: bool, message: object) -> None:
         """Send an ACK or NACK of ``message`` (named in errors)."""
+
+    def send_ack_id(self, command: str, ack_id: str, *, message: object) -> Awaitable[None]:
+        """Send a 1.2 ACK or NACK without receipt whose ``id`` is ``ack_id``: what to await."""
 
     async def send_acks(
         self, command: str, acks: list[Pairs], *, receipt: bool, message: object

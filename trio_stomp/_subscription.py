@@ -81,6 +81,8 @@ class SubscriptionState:
         self.buffer: deque[Message] = deque()
         #: What the messages of the current connection share (made once per connection).
         self.delivery = Delivery(self.acknowledge, self.acknowledge_batch, subscription_id, 0)
+        #: Whether this connection's messages take the ACK hot path (STOMP 1.2, acked).
+        self.quick_acks = self._quick_acks()
         self.lot = trio.lowlevel.ParkingLot()
         self.since_yield = 0
         self.error: StompError | None = None
@@ -146,6 +148,7 @@ class SubscriptionState:
             delivery = self.delivery = Delivery(
                 self.acknowledge, self.acknowledge_batch, self.id, generation
             )
+            self.quick_acks = self._quick_acks()
         buffer = self.buffer
         room = self.buffer_size - len(buffer)
         if len(frames) <= room:
@@ -204,7 +207,14 @@ class SubscriptionState:
                 f"cannot {command} {message!r}: the connection it came on was lost; "
                 "the broker will redeliver it"
             )
-        if transaction is not None:
+        if transaction is None:
+            if self.quick_acks and not receipt and self.active:
+                # The hot path of client-individual consumers: one header, no receipt.
+                # (The message is of this connection: its delivery set quick_acks.)
+                ack_id = message.frame.headers.get("ack")
+                if ack_id is not None:
+                    return sender.send_ack_id(command, ack_id, message=message)
+        else:
             transaction.check_usable(sender)
         pairs = self._ack_pairs(message, command, sender.version)
         if transaction is not None:
@@ -235,6 +245,9 @@ class SubscriptionState:
             return
         acks = [self._ack_pairs(message, command, version) for message in messages]
         await sender.send_acks(command, acks, receipt=receipt, message=messages[-1])
+
+    def _quick_acks(self) -> bool:
+        return self.ack != "auto" and self.sender.version == "1.2"
 
     def _ack_ids(self, messages: Sequence[Message], command: str) -> list[str]:
         """The ``ack`` header of each of ``messages`` (1.2), checked as :meth:`_ack_pairs` does."""

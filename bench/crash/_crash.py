@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _base import HOST as HOST
 from _base import BenchError as BenchError
+from _base import bench_command as bench_command
 from _base import bridges_command as bridges_command
 from _base import environment_line as environment_line
 from _base import free_port as free_port

@@ -64,38 +64,12 @@ from bridges.service import freeze_heap
 DESTINATION: Final = "/queue/bench-receive"
 
 
-class WindowedStream(RecordedStream):
-    """:class:`RecordedStream` that keeps the prefetch window: a read goes out
-    only while fewer than ``window`` of the messages sent are unacked."""
-
-    def __init__(self, reads: list[bytes], window: int) -> None:
-        super().__init__([])
-        self._pending = list(reads)
-        self._ends = [read.count(b"\0") for read in reads]
-        self._window = window
-        self._unacked = 0
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        data = bytes(data)
-        acks = data.count(b"\0ACK\n") + data.count(b"\0\nACK\n") + data.startswith(b"ACK\n")
-        if data.startswith(b"ACK\n") and b"DISCONNECT" not in data:
-            await trio.lowlevel.checkpoint()  # only ACKs: nothing to answer (the stub's
-            # cost kept out of the figure as far as it can be)
-        else:
-            await super().send_all(data)
-        self._unacked -= acks
-        if self.subscribed:
-            while self._pending and self._unacked < self._window:
-                self._send.send_nowait(self._pending.pop(0))
-                self._unacked += self._ends.pop(0)
-
-
 def client_batches(reads: list[bytes], count: int, window: int) -> float:
     spent = 0.0
 
     async def main() -> None:
         nonlocal spent
-        stream = WindowedStream(reads, window)
+        stream = RecordedStream(reads, window)
         async with trio_stomp.wrap_stream(stream, heartbeat=(0, 0)) as conn:
             got = 0
             start = time.process_time()
@@ -121,7 +95,7 @@ def bridge(reads: list[bytes], count: int, window: int, fsync: bool) -> float:
     @contextlib.asynccontextmanager
     async def recorded(self: object) -> AsyncIterator[trio_stomp.Client]:
         async with trio_stomp.wrap_stream(
-            WindowedStream(reads, window), heartbeat=(0, 0)
+            RecordedStream(reads, window), heartbeat=(0, 0)
         ) as client:
             yield client
 

@@ -84,6 +84,7 @@ from _common import (
     Result,
     Target,
     add_cell_options,
+    bench_command,
     body_of,
     broker_went_away,
     check_cell_options,
@@ -106,7 +107,6 @@ from _common import (
 )
 
 CLIENTS: Final = ("trio_stomp", "raw")
-REPO: Final = Path(__file__).resolve().parents[2]
 #: The headers every message carries in a --selector run (with or without it).
 SELECTOR_HEADERS: Final = {"region": "eu", "tier": "gold", "size": "42", "kind": "order"}
 #: A selector of the usual shape, true for every message of SELECTOR_HEADERS.
@@ -601,7 +601,7 @@ def main(argv: list[str]) -> int:
         write_report(
             args.json,
             bench="broker",
-            command=f"python {Path(__file__).resolve().relative_to(REPO)} " + " ".join(argv),
+            command=bench_command(__file__, argv),
             unit="msg/s",
             rows=report_rows(names, modes, rounds),
         )

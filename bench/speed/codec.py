@@ -1,6 +1,6 @@
 """Codec throughput: trio_stomp against stomp.py 9 and stompest 2.3, in one run.
 
-    .venv/bin/python bench/speed/codec.py [--quick]
+    .venv/bin/python bench/speed/codec.py [--quick] [--json PATH]
 
 Parses a stream of MESSAGE frames (6 headers, content-length included, and
 bodies of 100 B, 1 KiB and 1 MiB) fed in 64 KiB chunks, and encodes the same
@@ -28,11 +28,14 @@ each body in fresh memory and makes page faults, not the parser, the cost.
 
 Prints one table; its last column gives the ratio measured for each target
 (parse 100 B >= 3x stomp.py's frames/s, parse 1 MiB >= 1.5x stompest's MB/s,
-encode 100 B >= 300,000 frames/s) and whether it is met.
+encode 100 B >= 300,000 frames/s) and whether it is met. ``--json PATH``
+writes the table (``bench/_base.write_report``: MB/s per operation and
+body, one series per implementation, frames/s beside).
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import platform
@@ -48,7 +51,7 @@ import stomp
 import stomp.protocol
 import stomp.transport
 import stomp.utils
-from _common import environment_line
+from _common import bench_command, environment_line, write_report
 from stompest.protocol import StompFrame, StompParser
 
 from trio_stomp.frame import Frame, FrameParser, encode
@@ -326,8 +329,12 @@ TARGETS: dict[tuple[str, str], tuple[str, float, int, str | None]] = {
 }
 
 
-def main(argv: Sequence[str]) -> None:
-    quick = "--quick" in argv
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short runs, not for quoting")
+    parser.add_argument("--json", metavar="PATH", help="write the figures there as JSON")
+    args = parser.parse_args(argv)
+    quick = args.quick
     started = time.perf_counter()
     load = os.getloadavg()[0]
     rows = run(quick)
@@ -377,6 +384,23 @@ def main(argv: Sequence[str]) -> None:
     )
     note = " (--quick: too short to quote)" if quick else ""
     print(f"{time.perf_counter() - started:.1f} s{note}")
+    if args.json:
+        report = [
+            {
+                "series": impl,
+                "label": f"{op} {body}",
+                "value": round(mbs, 1),
+                "frames_s": round(fps),
+            }
+            for op, body, impl, fps, mbs in rows
+        ]
+        write_report(
+            args.json,
+            bench="codec",
+            command=bench_command(__file__, argv),
+            unit="MB/s",
+            rows=report,
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The client's own cost per received MESSAGE: recorded broker bytes, no socket.
 
     .venv/bin/python bench/speed/receive.py [--count 50000] [--rounds 7] [--profile FILE]
+        [--json PATH]
 
 Feeds the bytes a broker sends (RabbitMQ's MESSAGE header set: subscription,
 destination, message-id, redelivered, ack, content-length; 100-byte bodies;
@@ -26,10 +27,15 @@ client does with them, in one process, CPU time (``time.process_time``):
 Rows run interleaved, ``--rounds`` times each, and the best (lowest CPU) is
 kept: on a shared machine the minimum is the cost, the rest is noise. The
 first line says whether the codec ran compiled (``scripts/compile-codec``).
-The stream stub ignores the prefetch window, so each subscription gets a
-buffer for every message.
+The stream stub keeps to the prefetch window (``DEFAULT_PREFETCH``) as a
+broker does: with acks, a read goes out only while fewer than the window's
+messages are unacked; an ``auto`` subscription gets every read at once, and
+so a buffer for every message.
 Garbage collection stays on (a receive loop runs with it). ``--profile``
-runs the client auto row once under cProfile into FILE.
+runs the client auto row once under cProfile into FILE. ``--json PATH``
+writes the rows (``bench/_base.write_report``: CPU us per message, series
+trio_stomp and stomp.py, each trio_stomp row beside the stomp.py row it is
+compared with).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import stomp
 import stomp.protocol
 import stomp.transport
 import trio
+from _common import bench_command, environment_line, write_report
 from codec import StompPyReceiver
 
 import trio_stomp
@@ -55,6 +62,7 @@ from trio_stomp.frame import FrameParser
 READ: Final = 64 * 1024
 SESSION: Final = "session-sk6IWufXN4R__fsP0pWCcw"
 DESTINATION: Final = "/queue/bench-receive"
+_WINDOW: Final = re.compile(rb"\nprefetch-count:(\d+)\n")
 _RECEIPT: Final = re.compile(rb"DISCONNECT\n(?:[^\n]*\n)*?receipt:([^\n]*)\n")
 
 
@@ -79,18 +87,32 @@ def reads_of(data: bytes) -> list[bytes]:
 
 class RecordedStream(trio.abc.Stream):
     """A broker made of recorded bytes: CONNECTED for CONNECT, the reads after
-    SUBSCRIBE, a RECEIPT for DISCONNECT; what the client writes is counted."""
+    SUBSCRIBE, a RECEIPT for DISCONNECT; what the client writes is counted.
 
-    def __init__(self, reads: list[bytes]) -> None:
+    Like a broker, it keeps to the subscription's prefetch window when it
+    acks: no further read goes out while ``window`` messages (the
+    SUBSCRIBE's ``prefetch-count`` unless given) are unacked, a read's
+    messages counted by the frames it ends. ``auto``: every read at once, as
+    a broker pushes an auto subscription's messages. A write of ACKs alone
+    needs no answer, and costs the client no more than a checkpoint."""
+
+    def __init__(self, reads: list[bytes], window: int | None = None) -> None:
         self._reads = reads
+        self._next = 0  # the next read to hand out
         self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
         self.written = 0
         self.subscribed = False
+        self._window = window  # None until SUBSCRIBE: then None for auto
+        self._unacked = 0
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await trio.lowlevel.checkpoint()
         data = bytes(data)
         self.written += len(data)
+        if data.startswith(b"ACK\n") and b"DISCONNECT\n" not in data:
+            self._unacked -= data.count(b"ACK\nid:")
+            self._release()
+            return
         if data.startswith(b"CONNECT\n"):
             self._send.send_nowait(
                 f"CONNECTED\nserver:RabbitMQ/3.10.8\nsession:{SESSION}\n"
@@ -98,11 +120,26 @@ class RecordedStream(trio.abc.Stream):
             )
         if b"SUBSCRIBE\n" in data and not self.subscribed:
             self.subscribed = True
-            for chunk in self._reads:
-                self._send.send_nowait(chunk)
+            window = _WINDOW.search(data)
+            if b"\nack:auto\n" in data:
+                self._window = None
+            elif self._window is None and window:
+                self._window = int(window.group(1))
+        self._unacked -= data.count(b"ACK\nid:")
+        self._release()
         match = _RECEIPT.search(data)
         if match:
             self._send.send_nowait(b"RECEIPT\nreceipt-id:" + match.group(1) + b"\n\n\0")
+
+    def _release(self) -> None:
+        """Hand out the next reads while the window has room (all of them for auto)."""
+        while self.subscribed and self._next < len(self._reads):
+            if self._window is not None and self._unacked >= self._window:
+                break
+            chunk = self._reads[self._next]
+            self._next += 1
+            self._unacked += chunk.count(b"\0")
+            self._send.send_nowait(chunk)
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -229,11 +266,12 @@ def best_of_rounds(
 
 
 def recorded_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
-    """The options of a bench on recorded frames: --count, --rounds, --profile."""
+    """The options of a bench on recorded frames: --count, --rounds, --profile, --json."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--count", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--profile", metavar="FILE")
+    parser.add_argument("--json", metavar="PATH", help="write the figures there as JSON")
     return parser
 
 
@@ -254,26 +292,60 @@ def main(argv: list[str]) -> int:
     if hasattr(trio_stomp.Subscription, "batches"):
         rows.update(BATCH_ROWS)
     best = best_of_rounds(rows, args.rounds, reads, args.count)
-    compiled = getattr(trio_stomp.frame, "compiled", False)
+    print(environment_line())
     print(
         f"client cost per received MESSAGE: {args.count:,} recorded RabbitMQ frames of "
-        f"100 B in 64 KiB reads, best of {args.rounds}; codec "
-        f"{'compiled' if compiled else 'pure Python'}"
+        f"100 B in 64 KiB reads, best of {args.rounds}; CPU us per message"
     )
-    peer = {
-        "trio_stomp parse": "stomp.py parse",
-        "trio_stomp client auto": "stomp.py dispatch (auto)",
-        "trio_stomp batches auto": "stomp.py dispatch (auto)",
-        "trio_stomp client client-individual": "stomp.py dispatch + ack",
-        "trio_stomp batches client-individual": "stomp.py dispatch + ack",
-    }
     print(f"{'row':<40}{'us/msg':>8}{'vs stomp.py':>13}")
     for name, spent in best.items():
         us = spent / args.count * 1e6
-        other = peer.get(name)
+        other = PEERS.get(name)
         shown = f"{spent / best[other]:.2f}x" if other else ""
         print(f"{name:<40}{us:>8.2f}{shown:>13}")
+    if args.json:
+        write_report(
+            args.json,
+            bench="receive",
+            command=bench_command(__file__, argv),
+            unit="CPU us per message",
+            rows=report_rows(best, args.count),
+        )
     return 0
+
+
+#: The stomp.py row each trio_stomp row is compared with.
+PEERS: Final = {
+    "trio_stomp parse": "stomp.py parse",
+    "trio_stomp client auto": "stomp.py dispatch (auto)",
+    "trio_stomp batches auto": "stomp.py dispatch (auto)",
+    "trio_stomp client client-individual": "stomp.py dispatch + ack",
+    "trio_stomp batches client-individual": "stomp.py dispatch + ack",
+}
+
+
+def report_rows(best: dict[str, float], count: int) -> list[dict[str, Any]]:
+    """One position per trio_stomp row (``label``: what it does), with a trio_stomp bar and
+    the bar of the stomp.py row it is compared with."""
+    rows: list[dict[str, Any]] = []
+    for name, peer in PEERS.items():
+        if name not in best:
+            continue
+        label = name.removeprefix("trio_stomp ")
+        ours = best[name] / count * 1e6
+        theirs = best[peer] / count * 1e6
+        rows.append(
+            {
+                "series": "trio_stomp",
+                "label": label,
+                "value": round(ours, 3),
+                "vs_stomp_py": round(ours / theirs, 3),
+            }
+        )
+        rows.append(
+            {"series": "stomp.py 9", "label": label, "value": round(theirs, 3), "row": peer}
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ reloads the config (see ``_reload``).
 
 from __future__ import annotations
 
-from ._embedded import open_embedded
+from ._embedded import open_embedded, volatile_backlog
 from ._notify import Notifier
-from ._process import STOP_NOW_WITHIN, Stopped, freeze_heap, run_bridge, shutdown, volatile_backlog
+from ._process import STOP_NOW_WITHIN, Stopped, freeze_heap, run_bridge, shutdown
 from ._routes import build_routes
 
 __all__ = [

@@ -1,14 +1,16 @@
-"""The embedded broker a config starts with ``[broker] embedded = true``."""
+"""The embedded broker a config starts (``[broker] embedded``), and what routes hold in it."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from trio_stomp.broker import Broker, StoreDamaged, StoreError, open_broker
 
 from .._config import Config
 from .._convert import ConfigError, Problem
+from .._engine import Route
 
 
 @asynccontextmanager
@@ -60,3 +62,9 @@ async def open_embedded(config: Config) -> AsyncIterator[Broker | None]:
         if listening:
             raise
         raise ConfigError([Problem(config.file, None, "broker.data_dir", str(exc))]) from None
+
+
+def volatile_backlog(route: Route) -> int | None:
+    """What the route's source holds in the embedded broker, or None if it reads elsewhere."""
+    probe: Any = getattr(route.source, "volatile_backlog", None)
+    return None if probe is None else probe()

@@ -61,8 +61,8 @@ from .._redact import redact
 from .._shared import Shared
 from ..endpoints.http.listener import Receive, Scope, Send, listen, respond
 from ..endpoints.stomp import EMBEDDED_BROKER
+from ._embedded import volatile_backlog
 from ._health import route_state
-from ._process import volatile_backlog
 from ._service import Service
 
 log = logging.getLogger("bridges.service")

@@ -23,7 +23,7 @@ The embedded broker stops last.
 Stopping is bounded whatever a peer does: each cleanup on the wire is
 bounded (a route's hand-back, an endpoint's DISCONNECT), and
 :func:`run_bridge` takes a ``hard_stop`` that ``bridges run`` uses as the
-last resort: if the process is still not done :data:`STOP_NOW_WITHIN` s
+last resort: if the process is still not done ``STOP_NOW_WITHIN`` s
 after the abort (a thread stuck on a hung disk, a plugin ignoring
 cancellation), it prints what was left and exits at once. Nothing is lost
 either way: whatever was not acknowledged stays with its source.
@@ -31,7 +31,7 @@ either way: whatever was not acknowledged stays with its source.
 :func:`run_bridge` returns a :class:`Stopped`: how many messages were
 handed back to their sources, and, by destination, kept in the embedded
 broker's store or lost with it; ``bridges run`` makes its exit status
-(:attr:`Stopped.exit_status`) and last line (:meth:`Stopped.summary`) of
+(:attr:`Stopped.exit_status`) and last line (``Stopped.summary()``) of
 those, e.g. ``bridges: stopped; 3 message(s) lost in /queue/a (2),
 /queue/b (1) (set [broker] data_dir to keep them)``.
 """
@@ -42,7 +42,7 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
@@ -57,12 +57,13 @@ from .._redact import Secrets, redacting
 from .._registry import Registry
 from .._shared import open_shared
 from ..endpoints.stomp import EMBEDDED_BROKER
-from ._embedded import open_embedded
+from ._embedded import open_embedded, volatile_backlog
 from ._logs import log_counters
 from ._notify import Notifier
 from ._reload import Reloader
 from ._routes import build_routes
-from ._service import Service, open_service
+from ._service import Service
+from ._tasks import open_service
 
 if TYPE_CHECKING:
     from ._status import StatusLine  # (rich, imported only when a status line shows)
@@ -227,12 +228,6 @@ def freeze_heap() -> None:
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def volatile_backlog(route: Route) -> int | None:
-    """What the route's source holds in the embedded broker, or None if it reads elsewhere."""
-    probe: Any = getattr(route.source, "volatile_backlog", None)
-    return None if probe is None else probe()
-
-
 def _busy(route: Route) -> bool:
     return not route.finished.is_set() and ((volatile_backlog(route) or 0) + route.in_flight) > 0
 
@@ -285,12 +280,12 @@ async def run_bridge(
     """Run ``config`` until SIGTERM/SIGINT (then shut down gracefully) or every route ends.
 
     Args:
-      say: prints one status line (the last one is :meth:`Stopped.summary`).
+      say: prints one status line (the last one is ``Stopped.summary()``).
       notifier: tells systemd how the process is doing (``bridges run``
         passes ``Notifier()``, which reads ``$NOTIFY_SOCKET``); None: nothing
         is sent, as suits a bridge embedded in another program.
       hard_stop: called with what is left if the process is not done
-        :data:`STOP_NOW_WITHIN` s after its routes were aborted (or had
+        ``STOP_NOW_WITHIN`` s after its routes were aborted (or had
         stopped, after a signal); ``bridges run`` exits there. None (tests,
         embedding): wait for the bounded cleanups however long they take.
       status: the status lines to draw on a terminal while the routes run

@@ -38,7 +38,17 @@ BUILT_IN_FORMATS: Final = ("parquet", "json", "orc", "csv", "text", "delta")
 
 @attrs.frozen
 class SparkSinkConfig:
-    """Written by Spark's file sink (engine = "spark" only): parquet, json, delta..."""
+    """Written by Spark's file sink (engine = "spark" only): parquet, json, delta...
+
+    Attributes:
+      path: required: the directory Spark writes (its ``_spark_metadata``
+        lists each micro-batch's files once).
+      format: any format Spark's file sink writes (``parquet``, ``json``,
+        ``orc``, ``csv``, ``text``; ``delta`` when installed).
+      options: passed to the writer (``{ compression = "zstd" }``).
+      partition_by: the columns to partition by (``destination``,
+        ``message_id``, ``id``, ``headers``, ``body``, ``received_at``).
+    """
 
     path: str
     format: str = "parquet"

@@ -14,11 +14,11 @@
 - :func:`messages`, :func:`wait_until`: small helpers those tests need.
 """
 
-from ._contract import ContractViolation as ContractViolation
-from ._contract import SinkCase as SinkCase
-from ._contract import SinkFactory as SinkFactory
-from ._contract import SourceCase as SourceCase
-from ._contract import SourceFactory as SourceFactory
+from ._cases import ContractViolation as ContractViolation
+from ._cases import SinkCase as SinkCase
+from ._cases import SinkFactory as SinkFactory
+from ._cases import SourceCase as SourceCase
+from ._cases import SourceFactory as SourceFactory
 from ._contract import check_sink as check_sink
 from ._contract import check_source as check_source
 from ._contract import contract_messages as contract_messages

@@ -41,90 +41,29 @@ A family's test passes a *factory*: an async context manager that makes a
 fresh endpoint against the real server (a new queue, directory or stream, so
 that checks do not see each other's messages) together with the means to
 feed it (:class:`SourceCase`) or to read what it wrote (:class:`SinkCase`).
-Messages are told apart by their bodies, which are unique per check.
+Messages are told apart by their bodies, which are unique per check. The
+cases and the error are in :mod:`bridges.testing._cases`.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 
-import attrs
 import trio
 import trio.lowlevel
 
-from .._endpoint import BulkReceiver, MessageRejected, Receiver, Sink, Source, Writer
+from .._endpoint import BulkReceiver, MessageRejected, Receiver, Writer
 from .._message import Envelope, Message
-
-#: Hands messages to the server a source reads from; see :class:`SourceCase`.
-Publish = Callable[[Sequence[Message]], Awaitable[None]]
-#: What the server a sink writes to holds now, oldest first; see :class:`SinkCase`.
-ReadBack = Callable[[], Awaitable[Sequence[Message]]]
+from ._cases import ContractViolation, SinkCase, SinkFactory, SourceCase, SourceFactory
+from ._poison import check_poison
 
 #: Delays (s) after which a receive() or write() is cancelled, in turn: at the
 #: first checkpoint, then a little later each time, so that the cancellation
 #: lands at different points of the call.
 _CANCEL_AFTER = (0.0, 0.0, 1e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.03)
-
-
-class ContractViolation(AssertionError):
-    """An endpoint broke the Source or Sink contract; the message says which rule, and how."""
-
-
-@attrs.frozen
-class SourceCase:
-    """A fresh source under test and the means to feed it.
-
-    Attributes:
-      source: the endpoint, built but not open.
-      publish: puts messages (body, and headers where the system has them)
-        into the server the source reads, and returns once the server holds
-        them. It runs in a task of its own while the source is open (a push
-        source, such as a webhook, needs the source listening first), and
-        may be cancelled once every message arrived. A push publisher retries
-        what the source refused or dropped until it is accepted.
-      nack_redelivers: False when ``nack(error)`` dead-letters the message
-        instead of offering it again (ActiveMQ's redelivery policy, say);
-        ``nack(None)``, a release, must always make it available again.
-      stable_ids: False when the source gives the published messages no id
-        that stays the same across redelivery (its docs must say so).
-    """
-
-    source: Source
-    publish: Publish
-    nack_redelivers: bool = True
-    stable_ids: bool = True
-
-
-@attrs.frozen
-class SinkCase:
-    """A fresh sink under test and the means to read back what it wrote.
-
-    Attributes:
-      sink: the endpoint, built but not open.
-      read_back: every message the server holds durably now, oldest first
-        (bodies must be kept; headers need not be). It is called while the
-        sink's writer is still open: it must see what a reader elsewhere
-        would see after a crash.
-      reject: a message this sink can never write (e.g. one without a
-        destination); None when the sink accepts every message.
-      ordered: False when the server does not keep the order of a batch.
-      poison: messages the target cannot take (a body over the sink's
-        limit, say): the poison rule requires each to be dead-lettered,
-        never written, and the rest of its batch written.
-    """
-
-    sink: Sink
-    read_back: ReadBack
-    reject: Message | None = None
-    ordered: bool = True
-    poison: Sequence[Message] = ()
-
-
-SourceFactory = Callable[[], AbstractAsyncContextManager[SourceCase]]
-SinkFactory = Callable[[], AbstractAsyncContextManager[SinkCase]]
 
 
 def contract_messages(count: int, label: str) -> list[Message]:
@@ -386,8 +325,6 @@ async def check_sink(factory: SinkFactory, *, count: int = 10, rule_seconds: flo
             with _bounded(rule, rule_seconds):
                 async with _one_error(), trio.open_nursery() as unused:
                     await rule(case, unused, max(count, 3))
-    from ._poison import check_poison  # (it builds on this module)
-
     await check_poison(factory, rule_seconds=rule_seconds)
 
 

@@ -37,7 +37,7 @@ from .._batch import DEAD_LETTER_HEADERS
 from .._engine import Route
 from .._message import Message
 from .._retry import RetryPolicy
-from ._contract import ContractViolation, SinkCase, SinkFactory
+from ._cases import ContractViolation, SinkCase, SinkFactory
 from ._fakes import FakeBulkSource, FakeSink
 
 #: The hostile messages every sink meets: (label, headers, id suffix).
@@ -102,8 +102,8 @@ async def check_poison(
     Args:
       factory: opens a fresh :class:`SinkCase` against the real server.
       mix: the batch, in order: None for a good message, N for candidate N
-        (modulo their number) of the sink's own poison (:func:`own_poison`)
-        followed by :data:`HOSTILE`; default: :func:`default_mix`.
+        (modulo their number) of the sink's own poison (``own_poison``)
+        followed by :data:`HOSTILE`; default: every candidate once, each after a good message.
       rule_seconds: bound on the whole rule.
 
     Returns:

@@ -39,13 +39,14 @@ from mqtt_servers import require_mqtt  # noqa: E402
 from nats_servers import require_nats  # noqa: E402
 from redis_servers import require_redis  # noqa: E402
 
-README = (ROOT / "bridges" / "README.md").read_text()
+WEBHOOKS = (ROOT / "docs" / "howto" / "webhooks.md").read_text()
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
 def snippet(kind: str) -> str:
-    """The code block under ``<!-- webhook-sender: KIND -->`` in bridges/README.md."""
-    found = re.search(rf"<!-- webhook-sender: {kind} -->\n```\w+\n(.*?)```", README, re.S)
+    """The block under ``<!-- test: example: webhook-sender KIND -->`` in docs/howto/webhooks.md."""
+    marker = f"<!-- test: example: webhook-sender {kind} -->"
+    found = re.search(rf"{re.escape(marker)}\n```\w+\n(.*?)```", WEBHOOKS, re.S)
     assert found is not None, kind
     return found[1]
 
@@ -73,7 +74,7 @@ async def peek(url: str, destination: str, body: str) -> None:
 
 
 async def send_webhook(example: Example, kind: str) -> None:
-    """bridges/README.md's sender of KIND, as documented: 204."""
+    """The webhooks how-to's sender of KIND, as documented: 204."""
     if kind == "sh":
         said = await example.sh(snippet("sh"))
     else:

@@ -3,7 +3,7 @@
 Start one in a test or an app with :func:`open_broker` (or
 :func:`serve_broker` under ``nursery.start``), from the command line with
 ``trio-stomp broker --listen 127.0.0.1:61613``, or in pytest with the
-``stomp_broker`` fixture (see :mod:`trio_stomp.pytest_plugin`)::
+``stomp_broker`` fixture (see :mod:`trio_stomp.testing.pytest_plugin`)::
 
     async with trio_stomp.broker.open_broker() as broker:
         ...  # connect to broker.url

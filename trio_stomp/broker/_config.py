@@ -34,7 +34,7 @@ class Limits:
     A client that breaks a limit gets an ERROR frame and is disconnected; the
     broker and every other connection carry on.
 
-    Args:
+    Attributes:
       max_frame_size: the largest frame (head and body) a client may send, in
         bytes.
       max_header_count: the most headers one client frame may carry.

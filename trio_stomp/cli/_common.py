@@ -45,6 +45,7 @@ PROG: Final = "trio-stomp"
 URL_ENV: Final = "STOMP_URL"
 DEFAULT_URL: Final = "stomp://127.0.0.1:61613"
 
+#: Success.
 EXIT_OK: Final = 0
 #: The connection failed, the broker refused or sent ERROR.
 EXIT_FAILED: Final = 1

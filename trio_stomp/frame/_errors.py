@@ -30,7 +30,7 @@ class LocalProtocolError(ProtocolError):
 class RemoteProtocolError(ProtocolError):
     """The peer sent bytes that are not valid STOMP.
 
-    The only exception that :meth:`trio_stomp.FrameParser.feed` ever raises,
+    The only exception that :meth:`trio_stomp.frame.FrameParser.feed` ever raises,
     whatever bytes arrive. The parser is unusable afterwards.
 
     Attributes:

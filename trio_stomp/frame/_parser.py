@@ -26,8 +26,11 @@ from ._head import (
 from ._headers import Headers
 from ._shape import usual_head_end
 
+#: The largest frame a parser accepts unless told otherwise (``max_frame_size``), bytes.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
+#: The most headers in one frame a parser accepts unless told otherwise.
 DEFAULT_MAX_HEADER_COUNT: Final = 1000
+#: The longest header line a parser accepts unless told otherwise, bytes.
 DEFAULT_MAX_HEADER_LENGTH: Final = 64 * 1024
 
 Event = Frame | Heartbeat

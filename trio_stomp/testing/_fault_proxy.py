@@ -29,11 +29,22 @@ from .._reconnect import ConnectionEvent, Reconnect
 
 @attrs.define
 class FaultProxy:
-    """Forwards 127.0.0.1:``port`` to ``upstream``; see the module docstring."""
+    """Forwards 127.0.0.1:``port`` to ``upstream``; see the module docstring.
+
+    Attributes:
+      upstream: the ``(host, port)`` every connection is forwarded to.
+      port: the port to listen on (0: a free one); the bound port once
+        :meth:`serve` has started.
+      stalled: per direction (``"up"`` is client to broker, ``"down"`` the
+        other way), True while bytes are held there.
+      delay: seconds each chunk waits before it is forwarded.
+      split: forward in pieces of at most this many bytes (None: as read).
+      cuts: how many times :meth:`cut` was called.
+      accepted: connections accepted so far.
+    """
 
     upstream: tuple[str, int]
     port: int = 0
-    #: Hold bytes in this direction while True: "up" is client->broker.
     stalled: dict[str, bool] = attrs.field(factory=lambda: {"up": False, "down": False})
     delay: float = 0.0
     split: int | None = None
@@ -45,6 +56,7 @@ class FaultProxy:
     _unstalled: trio.Event = attrs.field(factory=trio.Event)
 
     def url(self, scheme: str = "stomp", userinfo: str = "", query: str = "") -> str:
+        """The proxy's URL (``stomp://127.0.0.1:PORT/``) with ``userinfo`` and ``query``."""
         auth = f"{userinfo}@" if userinfo else ""
         return f"{scheme}://{auth}127.0.0.1:{self.port}/{query}"
 
@@ -63,6 +75,7 @@ class FaultProxy:
         self._unstalled = trio.Event()
 
     def resume(self) -> None:
+        """Forward both directions again (what was held goes on)."""
         self.stalled = {"up": False, "down": False}
         self._unstalled.set()
 

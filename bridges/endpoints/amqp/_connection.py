@@ -38,6 +38,14 @@ class AmqpConnection:
     ``url`` follows RabbitMQ's URI spec (``amqp://user:pass@host:port/vhost``,
     the default vhost ``/`` written ``%2f``); a password may instead come
     from ``password`` (or ``password_file``), which overrides the URL's.
+
+    Attributes:
+      url: the server: ``amqp://USER[:PASSWORD]@HOST:PORT/VHOST`` or
+        ``amqps://`` for TLS (the vhost ``/`` is written ``%2f``);
+        credentials in it are never logged.
+      password: the password (overrides the URL's).
+      connect_timeout: how long connecting may take, s.
+      heartbeat: the AMQP heartbeat interval, s (0: none).
     """
 
     url: str = attrs.field(default="amqp://127.0.0.1:5672/%2f", repr=False)

@@ -50,7 +50,19 @@ DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024
 
 @attrs.frozen
 class AmqpSinkConfig(AmqpConnection):
-    """Publish to an AMQP exchange: publisher confirms, persistent, mandatory."""
+    """Publish to an AMQP exchange: publisher confirms, persistent, mandatory.
+
+    Attributes:
+      exchange: the exchange to publish to (it must exist); ``""`` is the
+        default exchange.
+      routing_key: the routing key, a template; a ``destination`` transform
+        overrides it.
+      persistent: true publishes with delivery mode 2 (kept on disk).
+      confirm_timeout: how long the batch's publisher confirms may take before
+        the write fails (and is retried), s.
+      max_message_size: a larger message is rejected, bytes (RabbitMQ 4's
+        default; 3.x allows 128 MiB).
+    """
 
     exchange: str = ""
     routing_key: str = ""

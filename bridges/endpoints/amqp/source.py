@@ -43,7 +43,20 @@ MAX_PREFETCH: Final = 65535
 
 @attrs.frozen
 class AmqpSourceConfig(AmqpConnection):
-    """Consume an AMQP 0-9-1 queue (manual acks, basic.qos = the route's window)."""
+    """Consume an AMQP 0-9-1 queue (manual acks, basic.qos = the route's window).
+
+    Attributes:
+      queue: required: the queue to consume (it must exist unless
+        ``declare = true``).
+      prefetch: the ``basic.qos`` prefetch count; default: the route's
+        ``in_flight``.
+      declare: true declares the queue (durable) when it is missing.
+      bind_exchange: with ``declare``: bind the queue to this exchange.
+      bind_key: the routing key of that binding.
+      id_from_content: true: a message without ``bridge-id`` or
+        ``message_id`` gets an id made from its content (two equal messages
+        become one); false: its id is empty.
+    """
 
     queue: str = ""
     prefetch: int | None = attrs.field(

@@ -64,7 +64,30 @@ DEFAULT_DEDUP_WINDOW = 10_000
 
 @attrs.frozen
 class FileSinkConfig:
-    """Write JSON lines (rotated) or a file per message, fsynced before the ack."""
+    """Write JSON lines (rotated) or a file per message, fsynced before the ack.
+
+    Attributes:
+      path: required: the directory written to (created when missing).
+      format: ``"jsonl"``: a line per message in rotated files;
+        ``"files"``: a file per message.
+      body: JSON lines: ``"auto"`` writes ``body`` when the body is UTF-8
+        text, else ``body_base64``; ``"text"`` rejects a body that is not
+        UTF-8; ``"base64"`` always writes ``body_base64``.
+      prefix: JSON lines: files are named ``PREFIX-TIMESTAMP.jsonl``.
+      rotate_bytes: JSON lines: a file that holds this many bytes is
+        finished (renamed from ``.part`` to ``.jsonl``).
+      rotate_seconds: JSON lines: a file this old is finished, s.
+      name: file per message: the file's name, a template (``{id}``,
+        ``{header:NAME}``...); the id makes repeats no-ops.
+      conflict: file per message: what to do when the name exists with other
+        content: ``"fail"`` (reject the message), ``"replace"``, ``"ignore"``
+        (count it written) or ``"rename"`` (``STEM-1.EXT``...).
+      fsync: false skips fsync: faster; survives ``kill -9`` but not a power
+        cut.
+      dedup_window: JSON lines: the ids of this many last lines are read back
+        on open and kept, and a message with one of them is not written again
+        (0: off); default: 10,000, or the route's ``in_flight`` if more.
+    """
 
     path: str
     format: Literal["jsonl", "files"] = "jsonl"

@@ -89,7 +89,29 @@ def _identity(info: os.stat_result) -> _Identity:
 
 @attrs.frozen
 class FileSourceConfig:
-    """Read a directory (a file per message) or tail a JSON-lines file (a line per message)."""
+    """Read a directory (a file per message) or tail a JSON-lines file (a line per message).
+
+    Attributes:
+      path: required: the directory to watch (created when missing), or the
+        JSON-lines file to tail.
+      mode: ``"directory"``: each complete file is a message; ``"jsonl"``:
+        each complete line of the file is a message.
+      pattern: directory: the names to take (an ``fnmatch`` pattern).
+      settle: directory: how long a file must be left unmodified before it is
+        taken, s (0: rely on renames alone).
+      after: directory: what happens to a file once its message is acked:
+        ``"move"`` into ``done_dir``, or ``"delete"``.
+      done_dir: directory: where taken files go, relative to ``path`` (and
+        inside it).
+      poll_interval: how long to wait between scans (or reads) when idle, s.
+      max_bytes: directory: a larger file is left alone (and logged), bytes.
+      position_file: JSON lines: where the offset of the last acked line is
+        kept; default: ``PATH.position``.
+      lines: JSON lines: ``"raw"``: the line is the body; ``"envelope"``:
+        records as the ``file`` sink writes them.
+      max_line: JSON lines: a longer line goes to the dead-letter sink (its
+        first ``max_line`` bytes) or is skipped, bytes.
+    """
 
     path: str
     mode: Literal["directory", "jsonl"] = "directory"

@@ -34,7 +34,8 @@ import json
 import logging
 import os
 from functools import partial
-from typing import TYPE_CHECKING, BinaryIO, Final
+from pathlib import Path
+from typing import BinaryIO, Final, Literal, Protocol
 
 import attrs
 import trio
@@ -42,9 +43,6 @@ import trio
 from ..._message import Envelope, Message, UnreadableEnvelope
 from ._fs import Refused, atomic_write, open_directory, open_regular
 from ._records import parse_record
-
-if TYPE_CHECKING:
-    from .source import FileSource
 
 log = logging.getLogger("bridges.file")
 
@@ -58,10 +56,32 @@ _MAX_POSITION: Final = 4 * 1024 * 1024
 _Position = tuple[int | None, int, tuple[int, ...], int]
 
 
+class TailSettings(Protocol):
+    """The settings of the ``file`` source that the JSON-lines mode reads."""
+
+    @property
+    def lines(self) -> Literal["raw", "envelope"]: ...
+    @property
+    def max_line(self) -> int: ...
+    @property
+    def poll_interval(self) -> float: ...
+
+
+class Tailed(Protocol):
+    """What the JSON-lines mode tails (the ``file`` source is one): a file and its position."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def position(self) -> Path: ...
+    @property
+    def config(self) -> TailSettings: ...
+
+
 class JsonlReceiver:
     """Tails one file; persists the offset below which every line is acked."""
 
-    def __init__(self, source: FileSource) -> None:
+    def __init__(self, source: Tailed) -> None:
         self._source = source
         self._config = source.config
         self._name = source.path.name

@@ -65,7 +65,7 @@ ERROR_BODY_BYTES: Final = 200
 _ERROR_BODY_MARGIN: Final = 1024
 #: How much of a 2xx answer is read (so the connection can be reused); more closes it.
 DRAIN_BYTES: Final = 64 * 1024
-#: Most answers remembered across failed writes (see :class:`HttpSink`).
+#: Most answers remembered across failed writes (see ``HttpSink``).
 MAX_REMEMBERED: Final = 100_000
 #: Statuses that mean "try again later".
 TRANSIENT: Final = frozenset({408, 429})
@@ -88,7 +88,27 @@ _SECRET: Final = {"secret": True}
 
 @attrs.frozen
 class HttpSinkConfig:
-    """POST (or PUT...) each message to a URL; durable on a 2xx answer."""
+    """POST (or PUT...) each message to a URL; durable on a 2xx answer.
+
+    Attributes:
+      url: required: where each message is sent, a template
+        (``https://hooks.example.com/{header:customer}``).
+      method: the HTTP method, a template.
+      headers: request headers; each value is a template.
+      signature: how each request is signed: ``"standard-webhooks"``,
+        ``"github"`` or ``"none"``.
+      secret: the signature's secret, or a list of them (the first signs).
+      bearer_token: sent as ``Authorization: Bearer ...``.
+      concurrency: requests in flight at once per batch.
+      timeout: the deadline of one request, answer included, s.
+      cafile: trust the CAs in this file (PEM) instead of the system's.
+      insecure: true verifies no certificate (not with ``cafile``).
+      http2: true uses HTTP/2 where the server offers it.
+      max_retry_after: the longest ``Retry-After`` of a 429 or 503 that is
+        honoured, s.
+      idempotency_key: send the message id as ``Idempotency-Key: "ID"`` with
+        each request (with ``webhook-id``, always sent).
+    """
 
     url: str
     method: str = "POST"

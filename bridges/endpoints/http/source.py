@@ -77,7 +77,49 @@ STANDARD_HEADERS: Final = ("webhook-id", "webhook-timestamp", "webhook-signature
 
 @attrs.frozen
 class HttpSourceConfig:
-    """Receive webhooks over HTTP(S); answered 2xx once the sink holds them."""
+    """Receive webhooks over HTTP(S); answered 2xx once the sink holds them.
+
+    Attributes:
+      listen: required: ``HOST:PORT`` (or ``[V6]:PORT``) to listen on; routes
+        on one address share one server.
+      path: required: the exact path that takes this route's webhooks.
+      methods: the HTTP methods accepted (others: 405).
+      signature: how each request is signed: ``"standard-webhooks"``,
+        ``"github"`` or ``"none"`` (allowed without asking only with
+        ``bearer_token`` or on a loopback address).
+      secret: the signature's secret, or a list of them (key rotation: any of
+        them verifies).
+      bearer_token: a token each request must carry as ``Authorization:
+        Bearer ...``, alone or with a signature.
+      tolerance: how far a ``webhook-timestamp`` may be from now, either way,
+        s.
+      max_body: the largest body accepted, bytes (larger: 413, before it is
+        read).
+      keep_headers: request headers kept on the message, as ``http-NAME``.
+      id_header: the request header whose value is the message id (a
+        sender's retries carry the same one).
+      id_template: the message id made from its headers and body
+        (``{header:NAME}``, ``{body_hash}``...), for senders without a
+        stable id header.
+      status: the 2xx status answered once the sink holds the message.
+      accept_timeout: how long a request may wait for a place among
+        ``max_pending`` before it gets 503, s.
+      body_timeout: how long the whole body may take to arrive before 408, s.
+      min_body_rate: the average rate a body must keep after ``body_grace``,
+        else 408, bytes/s (0: only ``body_timeout``).
+      body_grace: how long before ``min_body_rate`` applies, s.
+      answer_timeout: how long a taken webhook may wait to be stored before
+        503 (it stays in the route: the sender's retry may be a duplicate), s.
+      max_pending: requests handled at once (memory: at most this times
+        ``max_body``); more get 503 with ``Retry-After`` before their body is
+        read, or push out the body that has been arriving the longest.
+      max_per_peer: of those, the most from one address (an IPv6 /64); more:
+        503.
+      retry_after: the ``Retry-After`` of a 503, s.
+      certfile: the TLS certificate chain (PEM) to serve HTTPS with (with
+        ``keyfile``); routes on one address use the same.
+      keyfile: the private key (PEM) of ``certfile``.
+    """
 
     listen: str
     path: str

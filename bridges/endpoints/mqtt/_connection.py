@@ -26,7 +26,26 @@ class MqttError(Exception):
 
 @attrs.frozen
 class MqttConnection:
-    """Connection settings both ``mqtt`` endpoints share."""
+    """Connection settings both ``mqtt`` endpoints share.
+
+    Attributes:
+      url: the broker: ``mqtt://HOST:PORT``, or ``mqtts://`` for TLS
+        (verified; port 8883); credentials in it are never logged.
+      username: the user name (or in the URL, ``mqtt://user:pass@host``).
+      password: the password.
+      protocol: ``5`` (MQTT 5), or ``4`` for MQTT 3.1.1 (no headers).
+      client_id: the MQTT client id; default: ``bridge-ROUTE`` for a source
+        (it must be unique: the broker keeps its session), and
+        ``bridge-ROUTE-RANDOM`` for a sink (a clean session).
+      keepalive: the MQTT keep-alive interval, s.
+      connect_timeout: how long connecting may take, s.
+      ca_file: for ``mqtts://``: trust the CAs in this file (PEM) instead of
+        the system's.
+      qos: ``1`` (at least once), or ``0`` (at most once: ``bridges check``
+        warns); ``2`` is refused (paho answers PUBREC before the sink holds
+        the message).
+      max_bytes: the largest packet accepted (MQTT 5), bytes.
+    """
 
     url: str = "mqtt://127.0.0.1:1883"
     username: str | None = None

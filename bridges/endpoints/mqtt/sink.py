@@ -53,7 +53,13 @@ _REFUSED: Final = frozenset({0x87, 0x90, 0x95, 0x99})
 
 @attrs.frozen
 class MqttSinkConfig(MqttConnection):
-    """Publish to MQTT (a batch at once, then every PUBACK awaited)."""
+    """Publish to MQTT (a batch at once, then every PUBACK awaited).
+
+    Attributes:
+      topic: required: the topic to publish to, a template
+        (``alerts/{header:site}``); a ``destination`` transform overrides it.
+      retain: true publishes with the retain flag.
+    """
 
     topic: str = ""
     retain: bool = False

@@ -61,7 +61,19 @@ ID_PROPERTY: Final = "bridge-id"
 
 @attrs.frozen
 class MqttSourceConfig(MqttConnection):
-    """Subscribe to MQTT topics (persistent session, PUBACK after the sink)."""
+    """Subscribe to MQTT topics (persistent session, PUBACK after the sink).
+
+    Attributes:
+      topics: required: the topic filters to subscribe to
+        (``["sensors/+/temp"]``).
+      clean_start: true starts without the session the broker kept (what
+        was published while the bridge was away is dropped).
+      session_expiry: how long the broker keeps the session while the
+        bridge is away (MQTT 5), s.
+      id_from_payload: true: a message without ``bridge-id`` gets an id made
+        from its topic and payload (two equal messages become one); false:
+        its id is empty.
+    """
 
     topics: list[str] = attrs.field(factory=list)
     clean_start: bool = False

@@ -40,6 +40,13 @@ class NatsConnection:
 
     ``url`` is ``nats://[user:password@]host:port`` (``tls://`` for TLS);
     ``user`` and ``password`` (or ``password_file``) override the URL's.
+
+    Attributes:
+      url: the server: ``nats://[USER:PASSWORD@]HOST:PORT``, or ``tls://``
+        for TLS; credentials in it are never logged.
+      user: the user (overrides the URL's; keeps it out of the URL).
+      password: the password (overrides the URL's).
+      connect_timeout: how long connecting may take, s.
     """
 
     url: str = attrs.field(default="nats://127.0.0.1:4222", repr=False)

@@ -80,7 +80,19 @@ _NOT_SENT = frozenset({SUBJECT_HEADER, MSG_ID.lower(), "bridge-id"})
 
 @attrs.frozen
 class NatsSinkConfig(NatsConnection):
-    """Publish to NATS JetStream (PubAck per message, Nats-Msg-Id = stable id) or core NATS."""
+    """Publish to NATS JetStream (PubAck per message, Nats-Msg-Id = stable id) or core NATS.
+
+    Attributes:
+      subject: the subject to publish to, a template; a ``destination``
+        transform overrides it. Without either, the message's destination.
+      jetstream: true publishes to JetStream and awaits each PubAck; false
+        publishes with core NATS (a flush per batch: at most once).
+      confirm_timeout: how long the batch's publish acks may take before the
+        write fails (and is retried), s.
+      duplicate_window: the de-duplication window the route needs, s: a
+        warning on open when the stream's is shorter (a repeat after the
+        stream's window is stored again).
+    """
 
     subject: str = ""
     jetstream: bool = True

@@ -62,7 +62,20 @@ _Op = tuple[Any, str, float]
 
 @attrs.frozen
 class NatsSourceConfig(NatsConnection):
-    """Pull from a JetStream durable consumer (explicit acks, fetches bounded by the window)."""
+    """Pull from a JetStream durable consumer (explicit acks, fetches bounded by the window).
+
+    Attributes:
+      stream: required: the JetStream stream.
+      subject: the consumer's filter subject (default: the whole stream).
+      durable: required: the durable consumer's name (created when missing).
+      ack_wait: for a consumer this source creates: how long JetStream waits
+        for an ack before it delivers the message again, s.
+      nak_delay: how long before a nacked message comes again, s.
+      fetch: the most messages per fetch; default (and at most): the route's
+        ``in_flight``.
+      create_stream: true creates the stream (on ``subject``, file storage)
+        when it is missing.
+    """
 
     stream: str = ""
     subject: str = ""

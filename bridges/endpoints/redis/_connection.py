@@ -35,7 +35,17 @@ class RedisEndpointError(Exception):
 
 @attrs.frozen
 class RedisConnection:
-    """Connection settings both ``redis`` endpoints share."""
+    """Connection settings both ``redis`` endpoints share.
+
+    Attributes:
+      url: the server: ``redis://HOST:PORT/DB``, or ``rediss://`` for TLS
+        (verified); credentials in it are never logged.
+      username: the ACL user (or in the URL, ``redis://user:pass@host``).
+      password: the password.
+      ca_file: for ``rediss://``: trust the CAs in this file (PEM) instead of
+        the system's.
+      connect_timeout: how long connecting may take, s.
+    """
 
     url: str = "redis://127.0.0.1:6379/0"
     username: str | None = None

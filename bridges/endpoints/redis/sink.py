@@ -131,7 +131,23 @@ _REFUSALS: Final = (coredis.exceptions.WrongTypeError, coredis.exceptions.Author
 
 @attrs.frozen
 class RedisSinkConfig(RedisConnection):
-    """Append to a Redis stream (XADD, pipelined per batch)."""
+    """Append to a Redis stream (XADD, pipelined per batch).
+
+    Attributes:
+      stream: required: the stream's key, a template; a ``destination``
+        transform overrides it.
+      body_field: the entry's field that holds the message body (the
+        headers are the other fields).
+      maxlen: trim the stream to about this many entries (``XADD MAXLEN ~
+        N``); default: no trimming.
+      max_bytes: a larger message is rejected, bytes (Redis's default
+        ``proto-max-bulk-len``: 512 MiB).
+      wait_replicas: more than 0: each batch is durable only once this many
+        replicas have it (``WAIT``).
+      wait_timeout: how long ``WAIT`` waits for the replicas, s.
+      dedup_window: the ids kept per stream (in ``STREAM:bridge-ids``) for the
+        idempotent append, which skips a repeated id; 0: off (at least once).
+    """
 
     stream: str = ""
     body_field: str = "body"

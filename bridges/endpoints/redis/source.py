@@ -50,7 +50,23 @@ _FLUSH_TIMEOUT: Final = 2.0
 
 @attrs.frozen
 class RedisSourceConfig(RedisConnection):
-    """Read a Redis stream through a consumer group (XREADGROUP, XACK after the sink)."""
+    """Read a Redis stream through a consumer group (XREADGROUP, XACK after the sink).
+
+    Attributes:
+      stream: required: the stream's key.
+      group: the consumer group (created when missing).
+      consumer: this consumer's name in the group; default: ``bridge-ROUTE``.
+        Keep it stable: its pending entries are read again at a restart.
+      start: where a new group starts: ``"$"`` (new entries) or ``"0"`` (the
+        whole stream).
+      body_field: the entry's field that is the message body; every other
+        field is a header.
+      count: the most entries per XREADGROUP; default (and at most): the
+        route's ``in_flight``.
+      block: how long one XREADGROUP waits for new entries, s.
+      claim_idle: how long another consumer's pending entry must be idle
+        before this one claims it, s (0: never claim).
+    """
 
     stream: str = ""
     group: str = "bridge"

@@ -45,7 +45,26 @@ def _heartbeat(
 
 @attrs.frozen
 class StompConnection:
-    """The connection settings both stomp endpoints share."""
+    """The connection settings both stomp endpoints share.
+
+    Attributes:
+      url: the broker: ``stomp://[LOGIN[:PASSCODE]@]HOST:PORT[/?vhost=NAME]``,
+        ``stomp+ssl://``, ``ws://``, ``wss://``, or ``"embedded"`` (the
+        config's ``[broker]``); or a list of URLs for failover: each (re)start
+        connects to the first that answers.
+      login: the CONNECT login (credentials in the URL would show in its
+        errors).
+      passcode: the CONNECT passcode.
+      vhost: the CONNECT ``host`` header (RabbitMQ: the virtual host).
+      heartbeat: ``[send, want]`` heart-beat intervals, ms; 0 turns a
+        direction off.
+      connect_timeout: how long connecting (TCP, TLS, CONNECT to CONNECTED)
+        may take, s.
+      connect_headers: extra CONNECT headers, e.g. ActiveMQ's ``client-id``
+        (durable subscriptions); not with ``engine = "spark"``.
+        ``accept-version``, ``host``, ``login``, ``passcode`` and
+        ``heart-beat`` come from the settings above.
+    """
 
     url: str | tuple[str, ...] = "stomp://127.0.0.1:61613"
     login: str | None = None
@@ -53,7 +72,6 @@ class StompConnection:
     vhost: str | None = None
     heartbeat: tuple[int, ...] = attrs.field(default=(10_000, 10_000), validator=_heartbeat)
     connect_timeout: float = attrs.field(default=10.0, validator=ge(0.1))
-    #: Extra CONNECT headers, e.g. ActiveMQ's ``client-id`` (durable subscriptions).
     connect_headers: dict[str, str] = attrs.field(factory=dict)
 
 

@@ -83,7 +83,27 @@ _NOT_SENT: Final = frozenset(
 
 @attrs.frozen
 class StompSinkConfig(StompConnection):
-    """Send to a STOMP destination, confirmed per batch by a receipt or a transaction."""
+    """Send to a STOMP destination, confirmed per batch by a receipt or a transaction.
+
+    Attributes:
+      destination: the destination to send to, a template
+        (``/queue/out.{header:region|eu}``); a ``destination`` transform
+        overrides it; one of the two is needed.
+      confirm: ``"receipt"``: the last SEND of a batch asks for a RECEIPT;
+        ``"transaction"``: BEGIN, the SENDs, COMMIT with a receipt.
+      persistent: true adds ``persistent:true`` to each SEND (RabbitMQ: the
+        message survives its restart).
+      headers: headers added to every SEND.
+      max_message_bytes: a larger message (body and headers) is rejected on
+        its own, before anything is sent; default: the embedded broker's frame
+        limit for ``url = "embedded"``, else 16 MiB.
+      max_header_count: a message with more headers (with ``destination``,
+        ``content-length`` and ``receipt``) is rejected; default: the embedded
+        broker's limit, else 1000 (ActiveMQ's).
+      max_header_length: a message with a longer header line (``name:value``
+        escaped, UTF-8 bytes) is rejected; default: the embedded broker's (64
+        KiB), else 10 KiB (ActiveMQ's).
+    """
 
     destination: str | None = None
     confirm: Literal["receipt", "transaction"] = "receipt"

@@ -33,7 +33,20 @@ AMQP_MESSAGE_ID: Final = "amqp-message-id"
 
 @attrs.frozen
 class StompSourceConfig(StompConnection):
-    """Subscribe to a STOMP destination (client-individual acks, prefetch window)."""
+    """Subscribe to a STOMP destination (client-individual acks, prefetch window).
+
+    Attributes:
+      destination: required: the destination to subscribe to
+        (``/queue/in``, ``/topic/orders``).
+      prefetch: the broker's window (``prefetch-count``,
+        ``activemq.prefetchSize``); default: the route's ``in_flight``.
+      subscribe_headers: extra SUBSCRIBE headers (a ``selector``, a durable
+        subscription's name).
+      id_template: the message id made from its headers and body
+        (``{header:NAME}``, ``{body_hash}``...) for messages without a
+        stable id; default: ``bridge-id``, else ``amqp-message-id``, else the
+        broker's ``message-id``.
+    """
 
     destination: str = ""
     prefetch: int | None = attrs.field(default=None, validator=optional(ge(1)))

@@ -80,6 +80,33 @@ async def test_batches_wait_for_more_by_time(autojump_clock: trio.testing.MockCl
     assert len(sizes) > 1
 
 
+async def test_a_message_queued_during_a_write_waits_batch_time_from_then_not_after_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A batch is written ``batch_time`` after its first message was ready: one that
+    arrived while the batch before was being written does not wait for that write
+    to end before its time starts (issue 26, latency)."""
+    source = FakeSource(end=False)
+    sink = FakeSink(delay=0.5)
+    r = route(source, sink, batch_count=100, batch_time=1.0)
+    writes: list[tuple[float, float]] = []  # (started, first message ready)
+    r.stats.observe = lambda count, started, since: writes.append((started, since))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        await r.ready.wait()
+        t0 = trio.current_time()
+        source.push(*messages(1, "a"))  # written at t0 + 1.0, until t0 + 1.5
+        await trio.sleep(1.1)
+        source.push(*messages(1, "b"))  # ready at t0 + 1.1, during that write
+        await trio.sleep(3)
+        r.stop()
+    assert sink.written == ["a0", "b0"]
+    assert [(start - t0, since - t0) for start, since in writes] == [
+        pytest.approx((1.0, 0.0)),
+        pytest.approx((2.1, 1.1)),  # not 2.5: a's write did not delay b's time
+    ]
+
+
 async def test_a_full_batch_is_written_at_once_without_waiting_for_its_time(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -3,7 +3,7 @@
 Parametrized by the ``target`` fixture over the embedded broker, RabbitMQ and
 ActiveMQ. Where a broker legitimately differs, the test says so in an explicit
 branch naming the broker. The terminal summary prints the behaviour x broker
-table (see conftest.py); README keeps a copy.
+table (see conftest.py); docs/explanation/stomp-dialects.md explains the differences.
 """
 
 from __future__ import annotations
