@@ -2,7 +2,8 @@
 
 A wheel built from this tree (``pip install .``, ``pip wheel .``,
 ``python -m build``) holds the codec's modules (``CODEC``, in
-``trio_stomp/frame/``) compiled with mypyc, beside their ``.py`` sources, when
+``trio_stomp/frame/``) and the broker's hot path (``BROKER``) compiled with
+mypyc, beside their ``.py`` sources, when
 a C compiler and the Python headers are present: a platform wheel. Otherwise,
 or with ``TRIO_STOMP_PURE=1``, it is the pure-Python wheel (``py3-none-any``),
 and the build says why in one line. ``trio_stomp.frame.compiled`` and
@@ -31,6 +32,9 @@ from setuptools import Extension, setup
 #: The codec's modules that are compiled: the frames, the head parser, the
 #: parser, escaping, the headers and the message runs (one shared library).
 CODEC = ("_escaping", "_frame", "_handmade", "_headers", "_head", "_parser", "_runs", "_shape")
+#: The embedded broker's modules compiled with them, in ``trio_stomp/broker/``: its
+#: MESSAGE frames put together from parts (the broker's hot path; see _wire.py).
+BROKER = ("_wire",)
 GROUP = "trio_stomp.frame._codec"
 #: Set (to anything but "" or "0"), the build is pure Python.
 PURE_VARIABLE = "TRIO_STOMP_PURE"
@@ -96,6 +100,7 @@ def codec_extensions() -> list[Extension]:
 
     print("trio-stomp: compiling the codec with mypyc", file=sys.stderr)
     paths = [f"trio_stomp/frame/{name}.py" for name in CODEC]
+    paths += [f"trio_stomp/broker/{name}.py" for name in BROKER]
     # mypy reads trio_stomp/__init__.py (a parent package) and what it imports, which
     # needs trio and attrs; a build environment has neither. The codec imports nothing
     # of them: what mypy says of those modules is no concern of this build.

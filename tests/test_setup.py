@@ -89,3 +89,22 @@ def test_the_compiled_modules_are_the_codecs(setup_module: ModuleType) -> None:
     assert setup_module.CODEC
     for name in setup_module.CODEC:
         assert (REPO / "trio_stomp" / "frame" / f"{name}.py").is_file(), name
+
+
+def test_the_compiled_broker_modules_import_nothing_of_the_project(
+    setup_module: ModuleType,
+) -> None:
+    """setup.py's BROKER names broker modules that exist and that stand alone: compiled,
+    each imports only the standard library (never a module that may run pure)."""
+    import ast
+
+    assert setup_module.BROKER
+    for name in setup_module.BROKER:
+        path = REPO / "trio_stomp" / "broker" / f"{name}.py"
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, (name, node.module)
+                assert node.module in sys.stdlib_module_names | {"__future__"}, node.module
+            elif isinstance(node, ast.Import):
+                assert all(alias.name in sys.stdlib_module_names for alias in node.names)

@@ -23,15 +23,6 @@ from structure_kit import (
 #: The most lines a library module may have: a module is read in one sitting.
 MAX_LINES: Final = 600
 
-#: Packages whose cycles and long modules are known and being fixed on another branch
-#: (brokerspeed: the broker's cycle and its _session and _store); drop an entry once that
-#: has landed.
-FIXED_ELSEWHERE: Final = ("trio_stomp.broker",)
-
-
-def _elsewhere(modules: list[str]) -> bool:
-    return any(all(m.startswith(f"{p}.") for m in modules) for p in FIXED_ELSEWHERE)
-
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, frozenset[str]]:
@@ -40,7 +31,7 @@ def graph() -> dict[str, frozenset[str]]:
 
 
 def test_no_import_cycle_in_trio_stomp_or_bridges(graph: dict[str, frozenset[str]]) -> None:
-    found = [group for group in cycles(graph) if not _elsewhere(group)]
+    found = list(cycles(graph))
     assert not found, "modules that import each other in a loop:\n" + "\n".join(
         " <-> ".join(group) for group in found
     )
@@ -57,11 +48,7 @@ def test_no_module_imports_from_a_layer_above_its_own(graph: dict[str, frozenset
 
 
 def test_no_library_module_is_over_600_lines() -> None:
-    long = {
-        name: lines
-        for name, lines in line_counts().items()
-        if lines > MAX_LINES and not _elsewhere([name])
-    }
+    long = {name: lines for name, lines in line_counts().items() if lines > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by idea): {long}"
 
 

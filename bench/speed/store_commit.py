@@ -8,7 +8,7 @@ its own store in a fresh temporary data dir. They commit in turns, one commit
 each at a time (the order alternates), so that both see the same load on the
 disk: each commit writes one message of ``size`` bytes and deletes the one
 before it (a consumer that keeps up), with ``synchronous=FULL`` as the broker
-runs it, and times ``_Database.commit`` alone (the fsync included; no event
+runs it, and times ``Database.commit`` alone (the fsync included; no event
 loop, no sockets). ``--no-sync`` turns the fsync off, to see the CPU part.
 
 Printed: the median and 90th percentile of each, and the median of the
@@ -31,11 +31,11 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 _CHILD: Final = """
 import sys, tempfile, time
 from pathlib import Path
-from trio_stomp.broker._store import _Database
-from trio_stomp.broker._destinations import Message
+from trio_stomp.broker._store_database import Database
+from trio_stomp.broker._message import Message
 size, sync = int(sys.argv[1]), sys.argv[2]
 with tempfile.TemporaryDirectory(prefix="store-commit-") as tmp:
-    db, _, key = _Database.open(Path(tmp) / "broker.sqlite3")
+    db, _, key = Database.open(Path(tmp) / "broker.sqlite3")
     db.connection.execute(f"PRAGMA synchronous={sync}")
     body = b"x" * size
     for number, _line in enumerate(sys.stdin):

@@ -22,6 +22,7 @@ import logging
 import pkgutil
 import re
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -29,7 +30,7 @@ import attrs
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
-from sphinx.errors import ExtensionError
+from sphinx.errors import ExtensionError, PycodeError
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
@@ -41,8 +42,11 @@ LIMIT_NAME = re.compile(r"^(DEFAULT_)?(MAX|MIN)_\w+$|^[A-Z]\w*_TIMEOUT$")
 
 def constants(module: ModuleType, pattern: re.Pattern[str]) -> Iterator[tuple[str, Any, str]]:
     """``(name, value, doc)`` of the constants ``module`` itself assigns whose names match."""
-    docs = ModuleAnalyzer.for_module(module.__name__).find_attr_docs()
-    source = ModuleAnalyzer.for_module(module.__name__).code
+    analyzer = _analyzer(module)
+    if analyzer is None:
+        return
+    docs = analyzer.find_attr_docs()
+    source = analyzer.code
     for name, value in vars(module).items():
         if not pattern.match(name) or isinstance(value, bool):
             continue
@@ -51,6 +55,20 @@ def constants(module: ModuleType, pattern: re.Pattern[str]) -> Iterator[tuple[st
         if not re.search(rf"^{name}\b[^=\n]*=", source, re.MULTILINE):
             continue  # imported, not defined here
         yield name, value, " ".join(docs.get(("", name), [])).strip()
+
+
+def _analyzer(module: ModuleType) -> ModuleAnalyzer | None:
+    """Sphinx's reading of ``module``'s source; a compiled module (mypyc, after
+    scripts/compile-codec) is read from the ``.py`` beside it. None for mypyc's
+    shared library, which has no source."""
+    try:
+        return ModuleAnalyzer.for_module(module.__name__)
+    except PycodeError:
+        name = module.__name__.rpartition(".")[2]
+        source = Path(module.__file__ or "").with_name(f"{name}.py")
+        if not source.is_file():
+            return None
+        return ModuleAnalyzer.for_file(str(source), module.__name__)
 
 
 def modules(package: str) -> Iterator[ModuleType]:

@@ -136,12 +136,12 @@ from ._config import Limits as Limits
 from ._config import UsersFileError as UsersFileError
 from ._config import load_users as load_users
 from ._config import parse_users as parse_users
-from ._destinations import DestinationDepth as DestinationDepth
+from ._message import DestinationDepth as DestinationDepth
 from ._server import Broker as Broker
 from ._server import open_broker as open_broker
 from ._server import serve_broker as serve_broker
-from ._store import StoreDamaged as StoreDamaged
-from ._store import StoreError as StoreError
+from ._store_database import StoreDamaged as StoreDamaged
+from ._store_database import StoreError as StoreError
 
 __all__ = [
     "Broker",

@@ -2,7 +2,9 @@
 
 No Trio and no clock: a :class:`Router` is driven by plain method calls from
 the sessions (one per connection), and hands messages to them with
-:meth:`Session.deliver <trio_stomp.broker._session.Session.deliver>`.
+:meth:`Consumer.deliver` (a session, one per connection: this layer knows
+it only by that :class:`Consumer` protocol, and the durable subscriptions
+above it by :class:`DurableRouting`).
 
 Policies:
 
@@ -49,16 +51,16 @@ import itertools
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Generic, Never, Protocol, TypeVar, overload
 
 import attrs
 
 from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
+from ._message import DestinationDepth, Message, Pending, new_message
+from ._wire import kept_headers, subscription_line
 
 if TYPE_CHECKING:
-    from ._durable import DurableSubscriptions
     from ._selector import Selector
-    from ._session import Session
 
 TOPIC_PREFIX: Final = "/topic/"
 #: The prefix of temporary queues' names (see :mod:`._temporary`).
@@ -68,41 +70,11 @@ REPLY_QUEUE_PREFIX: Final = "/reply-queue/"
 SELECTOR_SCAN: Final = 10_000
 
 
-# Header bytes beyond names and values: rough, it only bounds memory.
-_FRAME_OVERHEAD: Final = 64
+class Watcher(Protocol):
+    """Who waits for the store's commits (a session holding back a RECEIPT)."""
 
-
-@attrs.frozen(slots=True)
-class Message:
-    """One message, as the broker keeps it until it is delivered.
-
-    Attributes:
-      message_id: unique within the broker; kept when redelivered.
-      destination: where it was sent.
-      headers: the SEND's own headers, to forward on the MESSAGE.
-      body: the payload.
-      size: an estimate of its memory, in bytes.
-      redelivered: True once it has been delivered and come back.
-      key: its key in the durable store; 0 when it is not stored (a
-        negative key marks a durable subscription's message in a broker
-        without a store, see :mod:`._durable`).
-    """
-
-    message_id: str
-    destination: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-    size: int
-    redelivered: bool = False
-    key: int = 0
-
-
-def message_size(destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> int:
-    """An estimate of the memory a message takes, in bytes."""
-    size = len(body) + _FRAME_OVERHEAD + len(destination)
-    for name, value in headers:
-        size += len(name) + len(value) + 2
-    return size
+    def durable(self, batch: int) -> bool:
+        """Batches up to ``batch`` are on disk; return True to keep watching."""
 
 
 class MessageLog(Protocol):
@@ -125,67 +97,46 @@ class MessageLog(Protocol):
     def durable(self) -> int:
         """The number of the last commit on disk."""
 
-    def watch(self, watcher: Session) -> None:
+    def watch(self, watcher: Watcher) -> None:
         """Call ``watcher.durable(number)`` after each commit until it returns False."""
 
-    def unwatch(self, watcher: Session) -> None:
+    def unwatch(self, watcher: Watcher) -> None:
         """Stop calling ``watcher``."""
 
 
-@attrs.frozen(slots=True)
-class DestinationDepth:
-    """What one destination of a broker holds now: see :meth:`Broker.depths
-    <trio_stomp.broker.Broker.depths>`.
-
-    A message counts from the moment the broker accepted it until it is
-    consumed (acknowledged, or delivered to an ``auto`` subscription): what
-    a stop would leave behind. For a topic, the counts add up every current
-    subscription's own queue.
-
-    Attributes:
-      destination: the queue's or topic's name.
-      queued: waiting for a consumer (or, on a topic, for its subscriber to
-        take it).
-      unacknowledged: delivered to a ``client`` or ``client-individual``
-        subscription and not yet acknowledged (it comes back if the
-        subscription ends).
-      consumers: the subscriptions reading it now.
-      durable: True when what it holds is in the broker's store (a queue or a
-        durable subscription of a broker with a data dir), delivered again
-        after a restart; False when a stop loses it (everything of a volatile
-        broker, every plain topic subscription).
-      subscription: for a durable topic subscription, ``CLIENT_ID:NAME`` (its
-        client-id and ``activemq.subscriptionName``; it has an entry of its
-        own, whether a consumer is attached or not); "" for everything else.
-    """
-
-    destination: str
-    queued: int
-    unacknowledged: int
-    consumers: int
-    durable: bool = False
-    subscription: str = ""
+class Consumer(Protocol):
+    """A session, as its subscriptions and queues see it (see :mod:`._session`)."""
 
     @property
-    def held(self) -> int:
-        """Messages accepted and not yet consumed: ``queued + unacknowledged``."""
-        return self.queued + self.unacknowledged
+    def closing(self) -> bool:
+        """True once the session is ending: it takes no more messages."""
 
-    @property
-    def label(self) -> str:
-        """A name for this entry, unique among a broker's: the destination, and
-        for a durable subscription ``DESTINATION durable:CLIENT_ID:NAME``."""
-        if self.subscription:
-            return f"{self.destination} durable:{self.subscription}"
-        return self.destination
+    def can_receive(self) -> bool:
+        """True when queue deliveries may go to the session now."""
+
+    def deliver(self, sub: Subscription, message: Message) -> None:
+        """Send ``message`` to the client as a MESSAGE of ``sub``."""
+
+    def backlog_changed(self, delta: int) -> None:
+        """Bytes waiting in the session's private queues changed by ``delta``."""
 
 
-@attrs.define(slots=True, eq=False)
-class Pending:
-    """A delivered message waiting for its ACK or NACK."""
+class DurableRouting(Protocol):
+    """The durable topic subscriptions, as the router uses them (see :mod:`._durable`)."""
 
-    message: Message
-    ack_id: str
+    def publish(self, message: Message) -> int:
+        """Keep a copy of a topic's ``message`` for each durable subscription to
+        it; return the store's commit number that makes them durable (0: none)."""
+
+    def consumed(self, key: int) -> None:
+        """The durable subscription's message of ``key`` is consumed."""
+
+    def depths(self) -> list[DestinationDepth]:
+        """What each durable subscription holds."""
+
+
+#: The durable subscriptions a router routes to (the router's type parameter).
+D = TypeVar("D", bound=DurableRouting, covariant=True)
 
 
 @attrs.define(slots=True, eq=False)
@@ -202,9 +153,10 @@ class Subscription:
         subscription takes none yet: its SUBSCRIBE with one is refused.)
       queue: where its messages come from (shared, or private for a topic).
       unacked: delivered and not yet acknowledged, by message id, oldest first.
+      line: the ``subscription`` line of its MESSAGE frames (see :mod:`._wire`).
     """
 
-    session: Session
+    session: Consumer
     id: str
     destination: str
     ack_mode: AckMode
@@ -212,6 +164,10 @@ class Subscription:
     selector: Selector | None = None
     queue: Queue = attrs.field(init=False)
     unacked: OrderedDict[str, Pending] = attrs.field(factory=OrderedDict)
+    line: bytes = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.line = subscription_line(self.id)
 
     def ready(self) -> bool:
         """True when the subscription can take one more message now."""
@@ -244,7 +200,7 @@ class Queue:
         "selecting",
     )
 
-    def __init__(self, name: str, owner: Session | None = None, scan: int = SELECTOR_SCAN) -> None:
+    def __init__(self, name: str, owner: Consumer | None = None, scan: int = SELECTOR_SCAN) -> None:
         self.name = name
         self.owner = owner
         self.messages: deque[Message] = deque()
@@ -276,7 +232,7 @@ class Queue:
 
     def requeue(self, messages: Iterable[Message]) -> None:
         """Put delivered ``messages`` back at the front, in order, marked redelivered."""
-        returned = [attrs.evolve(m, redelivered=True) for m in messages]
+        returned = [m._replace(redelivered=True) for m in messages]
         if not returned:
             return
         self.messages.extendleft(reversed(returned))
@@ -392,7 +348,7 @@ class Queue:
         self.messages.clear()
 
 
-class Router:
+class Router(Generic[D]):
     """Every destination of one broker, and where each message goes.
 
     Args:
@@ -406,12 +362,29 @@ class Router:
         :mod:`._durable`); None for none.
     """
 
+    @overload
+    def __init__(
+        self: Router[Never],
+        id_prefix: str | None = None,
+        store: MessageLog | None = None,
+        selector_scan: int = SELECTOR_SCAN,
+        durables: None = None,
+    ) -> None: ...
+    @overload
     def __init__(
         self,
         id_prefix: str | None = None,
         store: MessageLog | None = None,
         selector_scan: int = SELECTOR_SCAN,
-        durables: DurableSubscriptions | None = None,
+        *,
+        durables: D,
+    ) -> None: ...
+    def __init__(
+        self,
+        id_prefix: str | None = None,
+        store: MessageLog | None = None,
+        selector_scan: int = SELECTOR_SCAN,
+        durables: D | None = None,
     ) -> None:
         self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
         self._scan = selector_scan
@@ -426,23 +399,22 @@ class Router:
             for message in store.restored:
                 self._queue(message.destination).put(message)
 
-    def send(self, destination: str, headers: Iterable[tuple[str, str]], body: bytes) -> int:
+    def send(self, destination: str, headers: tuple[tuple[str, str], ...], body: bytes) -> int:
         """Route one SEND: queue it, or fan it out to a topic's subscriptions.
 
         Returns:
           The store's commit number that makes it durable (see
           :meth:`MessageLog.add`); 0 when nothing is stored.
         """
-        kept = tuple(pair for pair in headers if pair[0] not in RESERVED_HEADERS)
-        size = message_size(destination, kept, body)
+        kept = kept_headers(headers, RESERVED_HEADERS)
         message_id = f"{self._prefix}{next(self._ids)}"
         if destination.startswith(REPLY_QUEUE_PREFIX):
             queue = self.temporary.get(destination)
             if queue is not None:  # (else its session has gone: dropped, as RabbitMQ does)
-                queue.put(Message(message_id, destination, kept, body, size))
+                queue.put(new_message(message_id, destination, kept, body))
             return 0
         if destination.startswith(TOPIC_PREFIX):
-            message = Message(message_id, destination, kept, body, size)
+            message = new_message(message_id, destination, kept, body)
             for sub in tuple(self.topics.get(destination, ())):
                 if sub.selects(message):
                     sub.queue.put(message)
@@ -450,9 +422,9 @@ class Router:
             return durables.publish(message) if durables is not None else 0
         store = self.store
         if store is None:
-            self._queue(destination).put(Message(message_id, destination, kept, body, size))
+            self._queue(destination).put(new_message(message_id, destination, kept, body))
             return 0
-        message = Message(message_id, destination, kept, body, size, key=store.next_key())
+        message = new_message(message_id, destination, kept, body, store.next_key())
         ticket = store.add(message)
         self._queue(destination).put(message)
         return ticket
@@ -472,7 +444,7 @@ class Router:
             queue = self.queues[destination] = Queue(destination, scan=self._scan)
         return queue
 
-    def open_temporary(self, name: str, owner: Session) -> Queue:
+    def open_temporary(self, name: str, owner: Consumer) -> Queue:
         """A new temporary queue ``name`` (``/reply-queue/...``) of ``owner``'s."""
         queue = self.temporary[name] = Queue(name, owner=owner)
         return queue

@@ -58,7 +58,8 @@ import attrs
 
 from ..frame import Headers
 from ._config import Limits
-from ._destinations import TOPIC_PREFIX, DestinationDepth, Message, Queue, Subscription
+from ._destinations import TOPIC_PREFIX, Queue, Subscription
+from ._message import DestinationDepth, Message
 from ._transactions import ClientError
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ class DurableSubscriptions:
                 durable.dropped += 1
                 continue
             key = store.next_key() if store is not None else next(self._volatile_keys)
-            kept = attrs.evolve(message, key=key)
+            kept = message._replace(key=key)
             self._hold(durable, kept)
             if store is not None:
                 ticket = store.add(kept, durable.key)

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 
 import attrs
 
-from ..frame import VERSIONS, Frame, LocalProtocolError, Version, encode
-from ..frame._heartbeat import negotiate
+from ..frame import VERSIONS, Frame, LocalProtocolError, RemoteProtocolError, Version, encode
+from ..frame._heartbeat import negotiate, parse_heartbeat
+from ._transactions import ClientError
 
 #: Ours, newest first: the order in which a version is preferred.
 SUPPORTED: tuple[Version, ...] = tuple(reversed(VERSIONS))
@@ -49,6 +50,20 @@ class Heartbeats:
     header: tuple[int, int]
     send_ms: int
     receive_ms: int
+
+
+def agree_heartbeats(header: str | None, minimum_ms: int) -> Heartbeats:
+    """:func:`negotiate_heartbeats` for a CONNECT's ``heart-beat`` header (None: none,
+    as under 1.0, where RabbitMQ and ActiveMQ also send none).
+
+    Raises:
+      ClientError: the header is not ``cx,cy``.
+    """
+    try:
+        client = parse_heartbeat(header)
+    except RemoteProtocolError as exc:
+        raise ClientError("invalid heart-beat header", str(exc)) from None
+    return negotiate_heartbeats(client, minimum_ms)
 
 
 def negotiate_heartbeats(client: tuple[int, int], minimum_ms: int) -> Heartbeats:

@@ -18,7 +18,7 @@ from ._budget import Budget
 from ._config import Limits, freeze_users
 from ._connection import Connection
 from ._dedup import Duplicates
-from ._destinations import DestinationDepth, Router
+from ._destinations import Router
 from ._durable import DurableSubscriptions
 from ._listeners import (
     PLAIN,
@@ -31,6 +31,7 @@ from ._listeners import (
     Listener,
     open_listeners,
 )
+from ._message import DestinationDepth
 from ._session import Session
 from ._store import Store, open_data_dir
 

@@ -28,28 +28,24 @@ from ..frame import (
     Version,
     encode,
 )
-from ..frame._heartbeat import parse_heartbeat
 from ._budget import Budget
 from ._config import Limits
 from ._dedup import Duplicates
-from ._destinations import (
-    Message,
-    Pending,
-    Router,
-    Subscription,
-    prefetch_window,
-)
-from ._durable import CLIENT_ID_HEADER, NAME_HEADER, durable_name
+from ._destinations import Router, Subscription, prefetch_window
+from ._durable import CLIENT_ID_HEADER, NAME_HEADER, DurableSubscriptions, durable_name
+from ._message import Message
 from ._negotiation import (
     SUPPORTED,
+    agree_heartbeats,
     check_credentials,
     choose_version,
     encode_message,
-    negotiate_heartbeats,
 )
 from ._selector import subscription_selector
 from ._temporary import TemporaryQueues
 from ._transactions import ClientError, Transactions
+from ._unacked import Unacked
+from ._wire import delivery
 
 #: The product in CONNECTED's ``server`` header, followed by ``/VERSION``.
 SERVER: Final = "trio-stomp"
@@ -80,7 +76,7 @@ class Session:
       budget: shared by the broker's sessions: the bound on incomplete frames
         across them (a session of its own when None).
       duplicates: the broker's window of accepted ``bridge-id`` values (see
-        :mod:`._dedup`); None: every SEND is accepted.
+        :mod:`._dedup`); None: every SEND is accepted (a window that is off).
 
     Lifecycle: :meth:`receive_data` until :attr:`closing` (ERROR sent, or
     DISCONNECT); the edge then flushes :meth:`take_output` and closes, and
@@ -91,7 +87,7 @@ class Session:
 
     def __init__(
         self,
-        router: Router,
+        router: Router[DurableSubscriptions],
         events: SessionEvents,
         *,
         session_id: str,
@@ -106,7 +102,7 @@ class Session:
         self.users = users
         self.limits = limits = limits if limits is not None else Limits()
         self.budget = budget if budget is not None else Budget(limits.max_buffered_bytes)
-        self.duplicates = duplicates
+        self.duplicates = duplicates if duplicates is not None else Duplicates(0, 0)
         self.parser = FrameParser(  # (until CONNECT succeeds, only a small frame)
             max_frame_size=min(limits.max_frame_size, limits.max_preconnect_frame),
             max_header_count=limits.max_header_count,
@@ -122,6 +118,7 @@ class Session:
         self.aborted = False
         #: The largest frame (or topic backlog entry) queued for the client, bytes.
         self._largest_frame = 0
+        self._max_outbound = limits.max_outbound_bytes
         #: Heart-beat intervals agreed at CONNECT, in ms (0: none).
         self.heartbeat_send_ms = 0
         self.heartbeat_receive_ms = 0
@@ -129,9 +126,7 @@ class Session:
         #: The CONNECT's ``client-id``, which this session holds (see :mod:`._durable`).
         self.client_id: str | None = None
         self.temporary = TemporaryQueues(router, self, limits.max_subscriptions)
-        self._acks: dict[str, Pending] = {}
-        self._ack_subs: dict[str, Subscription] = {}
-        self._ack_counter = 0
+        self._unacked = Unacked(router)
         self._transactions = Transactions(limits)
         self._out: list[bytes] = []
         self._pending_bytes = 0  # queued plus taken and not yet sent
@@ -257,13 +252,7 @@ class Session:
                 extra={"version": ",".join(SUPPORTED)},
             )
             return
-        # Under 1.0 too, as RabbitMQ and ActiveMQ do: a 1.0 client that sends no
-        # heart-beat header (1.0 has none) gets none.
-        try:
-            client = parse_heartbeat(headers.get("heart-beat"))
-        except RemoteProtocolError as exc:
-            raise ClientError("invalid heart-beat header", str(exc)) from None
-        heartbeats = negotiate_heartbeats(client, self.limits.min_heartbeat_ms)
+        heartbeats = agree_heartbeats(headers.get("heart-beat"), self.limits.min_heartbeat_ms)
         if not check_credentials(self.users, headers.get("login"), headers.get("passcode")):
             raise ClientError("access refused", "the login or passcode is not valid")
         self._claim_client_id(headers.get(CLIENT_ID_HEADER))
@@ -295,16 +284,13 @@ class Session:
         if not committing and self._transactions.hold(frame):
             return
         destination, items = self.temporary.rewrite(destination, headers)
-        duplicates = self.duplicates
-        key = None
-        if duplicates is not None:
-            key, seen = duplicates.check(destination, headers)
-            if seen is not None:  # a repeat: dropped; its RECEIPT once the first is durable
-                self._ticket = max(self._ticket, seen)
-                return
+        key, seen = self.duplicates.check(destination, headers)
+        if seen is not None:  # a repeat: dropped; its RECEIPT once the first is durable
+            self._ticket = max(self._ticket, seen)
+            return
         ticket = self.router.send(destination, items, frame.body)
-        if duplicates is not None and key is not None:
-            duplicates.accept(key, ticket)
+        if key is not None:
+            self.duplicates.accept(key, ticket)
         if ticket:
             self._ticket = ticket
 
@@ -365,7 +351,7 @@ class Session:
             # the connection's subscription ``id`` names, if any.
             sub = self.subscriptions.pop(headers.get("id", ""), None)
             if sub is not None:
-                self._forget_acks(sub)
+                self._unacked.forget(sub)
                 self.router.unsubscribe(sub)
             ticket = self.router.durables.remove(self.client_id, durable)
             self._ticket = max(self._ticket, ticket)
@@ -378,7 +364,7 @@ class Session:
         sub = self.subscriptions.pop(sub_id, None)
         if sub is None:
             raise ClientError("unknown subscription", f"no subscription {sub_id!r}")
-        self._forget_acks(sub)
+        self._unacked.forget(sub)
         self.router.unsubscribe(sub)
 
     def _id_of_destination(self, destination: str) -> str:
@@ -394,70 +380,10 @@ class Session:
         self._acknowledge(frame, committing, nack=True)
 
     def _acknowledge(self, frame: Frame, committing: bool, *, nack: bool) -> None:
-        headers = frame.headers
-        command = frame.command
-        if self.version == "1.2":
-            ack_id = headers.get("id")
-            if ack_id is None:
-                raise ClientError(f"{command} without id")
-            pending = self._acks.get(ack_id)
-            sub = self._ack_subs.get(ack_id)
-            if pending is None or sub is None:
-                raise ClientError(
-                    "unknown ack id", f"{command} of {ack_id!r}, which is not pending"
-                )
-            message_id = pending.message.message_id
-        else:
-            found_id = headers.get("message-id")
-            if found_id is None:
-                raise ClientError(f"{command} without message-id")
-            message_id = found_id
-            sub_id = headers.get("subscription")
-            if sub_id is None and self.version != "1.0":
-                raise ClientError(f"{command} without subscription")
-            sub = self._pending_sub(sub_id, message_id, command)
+        sub, message_id = self._unacked.find(frame, self.version or "1.2", self.subscriptions)
         if not committing and self._transactions.hold(frame):
             return
-        if sub.ack_mode == "client":
-            # Cumulative: this message and every one delivered before it.
-            done: list[Pending] = []
-            unacked = sub.unacked
-            while True:
-                key, item = unacked.popitem(last=False)
-                done.append(item)
-                if key == message_id:
-                    break
-        else:
-            done = [sub.unacked.pop(message_id)]
-        self._settle(sub, done, nack=nack)
-
-    def _settle(self, sub: Subscription, done: list[Pending], *, nack: bool) -> None:
-        for item in done:
-            self._acks.pop(item.ack_id, None)
-            self._ack_subs.pop(item.ack_id, None)
-        if nack:
-            sub.queue.requeue([item.message for item in done])
-        else:
-            for item in done:
-                self.router.consumed(item.message)
-            sub.queue.dispatch()
-
-    def _pending_sub(self, sub_id: str | None, message_id: str, command: str) -> Subscription:
-        if sub_id is not None:
-            sub = self.subscriptions.get(sub_id)
-            if sub is None:
-                raise ClientError(
-                    "unknown subscription", f"{command} names no subscription {sub_id!r}"
-                )
-            if message_id in sub.unacked:
-                return sub
-        else:
-            for sub in self.subscriptions.values():
-                if message_id in sub.unacked:
-                    return sub
-        raise ClientError(
-            "unknown message-id", f"{command} of {message_id!r}, which is not pending"
-        )
+        self._unacked.settle(sub, message_id, nack=nack)
 
     def _on_begin(self, frame: Frame, committing: bool) -> None:
         self._transactions.begin(frame)
@@ -484,28 +410,35 @@ class Session:
         """Send ``message`` to the client as a MESSAGE of ``sub``.
 
         Called by the router; records the delivery as pending when the
-        subscription acknowledges.
+        subscription acknowledges. A message's MESSAGE frames are put together
+        from parts encoded once (see :mod:`._wire`); what has none, and every
+        delivery to a 1.0 client, is encoded header by header.
         """
+        version = self.version or "1.2"
+        ack_id = ""
+        if sub.ack_mode != "auto":
+            ack_id = self._unacked.record(sub, message, by_ack_id=version == "1.2")
+            if version != "1.2":
+                ack_id = ""  # (pending, but named by its message-id)
+        elif message.key:
+            self.router.consumed(message)
+        tail = message.tail
+        if tail and sub.line and version != "1.0":
+            self._emit(
+                delivery(message.head, sub.line, ack_id, message.redelivered, tail, message.body)
+            )
+            return
         headers = [
             ("destination", message.destination),
             ("message-id", message.message_id),
             ("subscription", sub.id),
         ]
-        if sub.ack_mode != "auto":
-            self._ack_counter += 1
-            ack_id = str(self._ack_counter)
-            pending = Pending(message, ack_id)
-            sub.unacked[message.message_id] = pending
-            if self.version == "1.2":
-                headers.append(("ack", ack_id))
-                self._acks[ack_id] = pending
-                self._ack_subs[ack_id] = sub
-        elif message.key:
-            self.router.consumed(message)
+        if ack_id:
+            headers.append(("ack", ack_id))
         if message.redelivered:
             headers.append(("redelivered", "true"))
         headers.extend(message.headers)
-        self._emit(encode_message(headers, message.body, self.version or "1.2"))
+        self._emit(encode_message(headers, message.body, version))
 
     def take_output(self) -> bytes:
         """Everything queued for the client, as one write (b"" when nothing).
@@ -571,8 +504,7 @@ class Session:
         self._transactions.clear()
         subs = list(self.subscriptions.values())
         self.subscriptions.clear()
-        self._acks.clear()
-        self._ack_subs.clear()
+        self._unacked.clear()
         for sub in subs:
             self.router.unsubscribe(sub)
         self.temporary.release()
@@ -606,8 +538,10 @@ class Session:
         cut a client that keeps up when the next frame (its RECEIPT, a small
         message) is due behind it.
         """
-        self._largest_frame = largest = max(self._largest_frame, size)
-        return waiting + size > self.limits.max_outbound_bytes + largest
+        largest = self._largest_frame
+        if size > largest:
+            self._largest_frame = largest = size
+        return waiting + size > self._max_outbound + largest
 
     def _abort(self) -> None:
         self.aborted = True
@@ -650,11 +584,6 @@ class Session:
         self.close_reason = reason
         if not self.aborted:
             self.events.wake()
-
-    def _forget_acks(self, sub: Subscription) -> None:
-        for pending in sub.unacked.values():
-            self._acks.pop(pending.ack_id, None)
-            self._ack_subs.pop(pending.ack_id, None)
 
     #: The handler of each command after CONNECT.
     _HANDLERS: Final[dict[str, Handler]] = {

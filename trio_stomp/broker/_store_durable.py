@@ -17,7 +17,7 @@ import sqlite3
 
 import attrs
 
-from ._destinations import Message
+from ._message import Message
 from ._store_mark import durable_checksum
 
 __all__ = [

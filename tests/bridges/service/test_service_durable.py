@@ -252,7 +252,7 @@ async def test_a_store_that_cannot_write_stops_the_bridge_with_one_error(
     def commit(self: Any, adds: Any, removes: Any, *rest: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr("trio_stomp.broker._store._Database.commit", commit)
+    monkeypatch.setattr("trio_stomp.broker._store_database.Database.commit", commit)
     path = _write_config(tmp_path, data_dir=True, sink=OUTBOX)
     registry = default_registry(plugins=False)
     config = load_config(path, registry, base_dir=tmp_path)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from trio_stomp.broker import DestinationDepth, Limits, UsersFileError, parse_users
 from trio_stomp.broker._destinations import Router
+from trio_stomp.broker._durable import DurableSubscriptions
 from trio_stomp.broker._negotiation import (
     check_credentials,
     choose_version,
@@ -21,7 +22,9 @@ from trio_stomp.frame._heartbeat import parse_heartbeat
 class Peer:
     """A session plus what it wrote, decoded: the edge, minus the I/O."""
 
-    def __init__(self, router: Router, version: str = "1.2", **kwargs: object) -> None:
+    def __init__(
+        self, router: Router[DurableSubscriptions], version: str = "1.2", **kwargs: object
+    ) -> None:
         self.version = version
         self.wakes = 0
         self.aborts = 0
@@ -49,7 +52,7 @@ class Peer:
         assert [f.command for f in self.output()] == ["CONNECTED"]
 
 
-def connected(router: Router, version: str = "1.2", **kwargs: object) -> Peer:
+def connected(router: Router[DurableSubscriptions], version: str = "1.2", **kwargs: object) -> Peer:
     peer = Peer(router, version, **kwargs)
     peer.connect()
     return peer

@@ -24,14 +24,16 @@ TOPIC = "/topic/news"
 NAME = "activemq.subscriptionName"
 
 
-def broker(limits: Limits | None = None) -> Router:
+def broker(limits: Limits | None = None) -> Router[DurableSubscriptions]:
     return Router(durables=DurableSubscriptions(limits or Limits()))
 
 
 class Peer:
     """A session plus what it wrote, decoded (as in test_temporary.py)."""
 
-    def __init__(self, router: Router, client_id: str | None = "app", **kwargs: object) -> None:
+    def __init__(
+        self, router: Router[DurableSubscriptions], client_id: str | None = "app", **kwargs: object
+    ) -> None:
         self.session = Session(router, self, session_id="s", **kwargs)  # type: ignore[arg-type]
         self.parser = FrameParser("1.2")
         connect = {"accept-version": "1.2"}
@@ -367,7 +369,7 @@ def _check_counts(durables: DurableSubscriptions) -> None:
 class Client:
     """One client-id's life in the property below: what was kept and consumed."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router[DurableSubscriptions]) -> None:
         self.router = router
         assert router.durables is not None
         self.durables = router.durables

@@ -16,11 +16,11 @@ import pytest
 import trio
 
 from trio_stomp.broker import Broker, DestinationDepth, StoreDamaged, open_broker
-from trio_stomp.broker._store import _Database
+from trio_stomp.broker._store_database import Database
 from trio_stomp.testing import RawClient, open_raw_client
 
 TIMEOUT = 10.0
-COMMIT = "trio_stomp.broker._store._Database.commit"
+COMMIT = "trio_stomp.broker._store_database.Database.commit"
 TOPIC = "/topic/news"
 NAME = {"activemq.subscriptionName": "daily"}
 
@@ -99,7 +99,7 @@ async def test_the_subscribe_receipt_waits_until_the_subscription_is_on_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     written: list[dict[tuple[str, str], str | None]] = []
-    original = _Database.commit
+    original = Database.commit
 
     def commit(self: Any, adds: Any, removes: Any, durables: Any = None, *rest: Any) -> None:
         original(self, adds, removes, durables, *rest)

@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trio_stomp.broker import StoreError, open_broker
-from trio_stomp.broker._store import _Database
+from trio_stomp.broker._store_database import Database
 from trio_stomp.testing import RawClient, open_raw_client
 
 TIMEOUT = 10.0
-COMMIT = "trio_stomp.broker._store._Database.commit"
+COMMIT = "trio_stomp.broker._store_database.Database.commit"
 
 
 async def _send_all(client: RawClient, destination: str, bodies: list[bytes]) -> None:
@@ -58,7 +58,7 @@ async def _read_queue(
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Gate]:
     gate = _Gate()
-    original = _Database.commit
+    original = Database.commit
 
     def commit(self: Any, adds: Any, removes: Any, *rest: Any) -> None:
         gate.entered.set()
@@ -233,7 +233,7 @@ async def test_group_commit_many_senders_share_commits(
 ) -> None:
     senders, each = 20, 25
     commits: list[int] = []
-    original = _Database.commit
+    original = Database.commit
 
     def commit(self: Any, adds: Any, removes: Any, *rest: Any) -> None:
         adds = list(adds)

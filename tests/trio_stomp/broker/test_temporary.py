@@ -8,7 +8,9 @@ queue's privacy and lifetime, and the bounds a hostile peer meets.
 from __future__ import annotations
 
 from trio_stomp.broker import DestinationDepth, Limits
-from trio_stomp.broker._destinations import Message, Router
+from trio_stomp.broker._destinations import Router, Watcher
+from trio_stomp.broker._durable import DurableSubscriptions
+from trio_stomp.broker._message import Message
 from trio_stomp.broker._session import Session
 from trio_stomp.frame import Frame, FrameParser, HeadersLike
 
@@ -16,7 +18,7 @@ from trio_stomp.frame import Frame, FrameParser, HeadersLike
 class Peer:
     """A session plus what it wrote, decoded (as in test_broker_model.py)."""
 
-    def __init__(self, router: Router, **kwargs: object) -> None:
+    def __init__(self, router: Router[DurableSubscriptions], **kwargs: object) -> None:
         self.aborts = 0
         self.session = Session(router, self, session_id="s", **kwargs)  # type: ignore[arg-type]
         self.parser = FrameParser("1.2")
@@ -49,7 +51,7 @@ def request(requester: Peer, responder: Peer, reply_to: str = "/temp-queue/r") -
     return message.headers["reply-to"]
 
 
-def serving(router: Router) -> Peer:
+def serving(router: Router[DurableSubscriptions]) -> Peer:
     responder = Peer(router)
     responder.send("SUBSCRIBE", {"destination": "/queue/req", "id": "s"})
     return responder
@@ -216,10 +218,10 @@ class _Store:
     def durable(self) -> int:
         return 0
 
-    def watch(self, watcher: Session) -> None:
+    def watch(self, watcher: Watcher) -> None:
         pass
 
-    def unwatch(self, watcher: Session) -> None:
+    def unwatch(self, watcher: Watcher) -> None:
         pass
 
 

@@ -186,12 +186,14 @@ def parsed(wire: bytes, version: str) -> Frame:
 @given(
     lines=st.lists(st.text(st.sampled_from("ab:\n\u00e9"), max_size=4), max_size=6),
 )
-def test_both_ways_to_take_first_values_agree(lines: list[str]) -> None:
-    from trio_stomp.frame._headers import _first_values_at_once, _first_values_walk
+def test_both_ways_to_take_first_values_and_pairs_agree(lines: list[str]) -> None:
+    from trio_stomp.frame._headers import _first_values_at_once, _first_values_walk, _pairs_walk
 
     text = "\n".join(["MESSAGE", *lines])
     expected: dict[str, str] = {}
-    for name, _, value in (line.partition(":") for line in text.split("\n")[1:]):
+    pairs = [(name, value) for name, _, value in (x.partition(":") for x in text.split("\n")[1:])]
+    assert list(_pairs_walk(text)) == pairs
+    for name, value in pairs:
         expected.setdefault(name, value)
     assert list(_first_values_walk(text).items()) == list(expected.items())
     assert list(_first_values_at_once(text).items()) == list(expected.items())
