@@ -513,7 +513,9 @@ def named_paths(readme: str) -> Iterator[str]:
     word of a line of its plain text blocks (a layout: ``trio_stomp/frame/  the codec``)."""
     folders = "|".join(re.escape(folder) for folder in REPO_DIRS)
     for span in re.findall(r"`([^`]+)`", prose(readme)):
-        yield from re.findall(rf"(?<![\w./-])(?:{folders})[\w./@{{}},*-]*", span)
+        for word in re.findall(rf"(?<![\w./-])(?:{folders})[\w./@{{}},*-]*", span):
+            module, _, _ = word.rpartition(".")  # bench/_base.write_report: a module's name
+            yield f"{module}.py" if (ROOT / f"{module}.py").is_file() else word
     blocks, _ = split_page(readme, (ROOT / readme).read_text(encoding="utf-8"))
     for block in blocks:
         if block.language.startswith("{literalinclude}"):
@@ -532,10 +534,19 @@ def link_problems(readme: str) -> Iterator[str]:
             continue  # https:, mailto:
         path, _, heading = target.partition("#")
         file = (ROOT / readme).parent / path if path else ROOT / readme
-        if not file.exists():
+        plotted = PLOT.fullmatch(path)
+        if plotted and file.parent.parent == ROOT / "docs" / "performance":
+            file = file.parent.parent / "data" / f"{plotted[1]}.json"  # scripts/plots draws it
+            if not file.exists():
+                yield f"{readme}: the plot ({target}) has no data to draw: {file.relative_to(ROOT)}"
+        elif not file.exists():
             yield f"{readme}: the link ({target}) leads to no file"
         elif heading and heading not in _anchors(file):
             yield f"{readme}: the link ({target}) leads to no heading of {path or readme}"
+
+
+#: A plot of the performance pages: made by scripts/plots from data/NAME.json, not in git.
+PLOT = re.compile(r"plots/([\w-]+)\.png")
 
 
 def _anchors(markdown: Path) -> set[str]:

@@ -51,8 +51,9 @@ MARKERS = {
     "example": "run by tests/examples/test_examples.py, which finds it by the name given",
 }
 SERVERS = ("rabbitmq", "activemq", "mqtt", "redis", "nats", "amqp")
-#: Languages of blocks that are not code: output, a picture, Sphinx's own directives.
-NOT_CODE = ("text", "{toctree}", "{literalinclude}")
+#: Blocks that are not code: output, and Sphinx's directives (``{toctree}``,
+#: ``{eval-rst}``...; a ``{literalinclude}`` shows a file the test suite runs elsewhere).
+NOT_CODE = ("text", "directive")
 TUTORIALS = "docs/tutorials/"
 #: How long a block may run; a background block's routes may take to come up.
 TIMEOUT = 60.0
@@ -74,7 +75,7 @@ def language(block: Block) -> str:
     """The block's language as the runners know it: python, toml, sh, or what it says."""
     if block.language in SHELL_LANGUAGES:
         return "sh"
-    return block.language.split()[0] if block.language.startswith("{") else block.language
+    return "directive" if block.language.startswith("{") else block.language
 
 
 def marker_problem(block: Block) -> str | None:

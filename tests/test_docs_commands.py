@@ -112,7 +112,7 @@ def test_the_complete_config_file_passes_check_with_and_without_a_durable_broker
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     text = (ROOT / "docs" / "howto" / "configure.md").read_text(encoding="utf-8")
-    block = re.search(r"A complete file, every key.*?```toml\n(.*?)```", text, re.DOTALL)
+    block = re.search(r"A complete file, with the keys.*?```toml\n(.*?)```", text, re.DOTALL)
     assert block is not None, "docs/howto/configure.md: the complete config file is gone"
     durable = block.group(1).replace("embedded = false", "embedded = true")
     durable = durable.replace("# data_dir = ", "data_dir = ")

@@ -2,24 +2,28 @@
 
 - :func:`private_server`: a server of our own (mosquitto, redis-server,
   nats-server) on a free port for the block.
-- :func:`timed` and :func:`add_ratios`: messages/s and CPU per message, and
-  each row against the bare library in the same direction.
+- :func:`timed` and :func:`in_rounds`: messages/s and CPU per message of one
+  run, and each :class:`Case` run once per round, judged against the bare
+  library in the same direction by the median of the per-round ratios.
 - Routes whose other end costs nothing: :func:`run_to_count` (into a
   :class:`CountingSink`) and :func:`run_from_memory` (from a :class:`ListSource`).
 """
 
 from __future__ import annotations
 
+import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
-from _common import BenchError, free_port, wait_port
+from _common import BenchError, bench_command, free_port, wait_port, write_report
 
 from bridges import Envelope, Message, Route, Sink, Source
 
@@ -54,11 +58,67 @@ def timed(run: Callable[[], None], count: int) -> tuple[float, float]:
     return count / wall, cpu / count * 1e6
 
 
-def add_ratios(rows: list[dict[str, Any]], rate: str = "rate", ratio: str = "ratio") -> None:
-    """Each row's rate against the first row of its direction (the bare library)."""
-    for row in rows:
-        bare = next(r for r in rows if r["direction"] == row["direction"])
-        row[ratio] = row[rate] / bare[rate]
+@dataclass(frozen=True)
+class Case:
+    """One client measured in one direction.
+
+    ``once()`` makes one measurement, ``(messages/s, CPU µs per message)``
+    (:func:`timed`), preparing what it needs (a filled queue) untimed. The
+    first case of each direction is the bare library the others are judged by.
+    """
+
+    direction: str
+    name: str
+    once: Callable[[], tuple[float, float]]
+
+
+def in_rounds(cases: Sequence[Case], rounds: int) -> list[dict[str, Any]]:
+    """Each case once per round, in turn (every other round in the reverse order,
+    so that no case always runs first); then, per case, the median of its
+    per-round ratios to the bare library's rate in the same round.
+
+    Returns one row per case, in order: ``direction``, ``name``, ``rate`` and
+    ``cpu_us`` (medians over the rounds), ``ratio`` (the median per-round
+    ratio) and ``ratios`` (each round's, in order).
+    """
+    runs: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(cases))}
+    order = list(enumerate(cases))
+    for round_ in range(rounds):
+        for i, case in order if round_ % 2 == 0 else reversed(order):
+            runs[i].append(case.once())
+    rows: list[dict[str, Any]] = []
+    for i, case in enumerate(cases):
+        bare = next(j for j, c in enumerate(cases) if c.direction == case.direction)
+        ratios = [mine[0] / theirs[0] for mine, theirs in zip(runs[i], runs[bare], strict=True)]
+        rows.append(
+            {
+                "direction": case.direction,
+                "name": case.name,
+                "rate": statistics.median(rate for rate, _ in runs[i]),
+                "cpu_us": statistics.median(cpu for _, cpu in runs[i]),
+                "ratio": statistics.median(ratios),
+                "ratios": ratios,
+            }
+        )
+    return rows
+
+
+def write_rows(path: str, bench: str, rows: list[dict[str, Any]]) -> None:
+    """:func:`in_rounds` rows as a ``write_report`` file: series the client,
+    label the direction, value the median msg/s (with ratio, ratios and cpu_us)."""
+    report = [
+        {
+            "series": row["name"],
+            "label": row["direction"],
+            "value": round(row["rate"]),
+            "ratio": round(row["ratio"], 3),
+            "ratios": [round(ratio, 3) for ratio in row["ratios"]],
+            "cpu_us": round(row["cpu_us"], 1),
+        }
+        for row in rows
+    ]
+    command = bench_command(sys.argv[0], sys.argv[1:])
+    write_report(path, bench=bench, command=command, unit="msg/s", rows=report)
 
 
 class ListSource:

@@ -1,13 +1,19 @@
 """MQTT endpoints against paho-mqtt used bare, on a private Mosquitto, in one run.
 
     .venv/bin/python bench/speed/mqtt_throughput.py [--count 20000] [--size 100] [--batch 100]
-        [--window 1000] [--rounds 3] [--json]
+        [--rounds 5] [--json PATH]
 
 Starts its own ``mosquitto`` (Debian's binary; loopback, a free port, no
 persistence, no queue or in-flight limits) so that nothing else disturbs it,
-and prints one table: messages/s (best of ``--rounds``), CPU time per
-message (this process, all threads), and the ratio to the bare library in
-the same direction. Everything is MQTT 5, QoS 1.
+and prints one table: messages/s and CPU time per message (this process,
+all threads), medians over ``--rounds`` rounds, and the median of the
+per-round ratios to the bare library in the same direction (each round runs
+every case once: ``_endpoints.in_rounds``). Everything is MQTT 5, QoS 1.
+The bridge rows run at the shipped defaults (``Context()``, a Route's own
+in_flight, batch_count and batch_time); ``--batch`` is the bare publisher's.
+``--json PATH`` writes the figures (``bench/_base.write_report``; series:
+the client, label: the direction). ``bench/speed/queues_throughput.py`` runs
+the bare and bridge cases of this bench beside the other queue families.
 
 consume: ``count`` messages (each with a ``bridge-id`` user property, as the
 mqtt sink sends them) wait in a persistent session; then
@@ -20,22 +26,21 @@ mqtt sink sends them) wait in a persistent session; then
 - *paho driven by Trio (no route)*: the bridge's driver alone, acking in the
   message callback like the bare loop: the cost of the driver itself;
 - *bridge mqtt source*: a route from the ``mqtt`` source (paho driven by Trio
-  tasks, ``bridges/endpoints/mqtt/_driver.py``) to a sink that only counts,
-  ``in_flight = --window``, batches of ``--batch``: PUBACK after each batch.
+  tasks, ``bridges/endpoints/mqtt/_driver.py``) to a sink that only counts:
+  PUBACK after each batch.
 
 publish: ``count`` messages,
 
 - *paho bare*: the same messages (body, ``bridge-id`` user property), batches
   of ``--batch`` publishes, then every PUBACK awaited (``wait_for_publish``),
   on paho's own thread;
-- *bridge mqtt sink*: a route from an in-memory source to the ``mqtt`` sink,
-  batches of ``--batch`` (the sink awaits every PUBACK of a batch).
+- *bridge mqtt sink*: a route from an in-memory source to the ``mqtt`` sink
+  (the sink awaits every PUBACK of a batch).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import threading
@@ -47,7 +52,15 @@ from typing import Any
 import paho.mqtt.client as paho
 import trio
 from _common import HOST, environment_line
-from _endpoints import add_ratios, private_server, run_from_memory, run_to_count, timed
+from _endpoints import (
+    Case,
+    in_rounds,
+    private_server,
+    run_from_memory,
+    run_to_count,
+    timed,
+    write_rows,
+)
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -56,6 +69,12 @@ from bridges import Context
 from bridges.endpoints.mqtt import MqttSink, MqttSinkConfig, MqttSource, MqttSourceConfig
 from bridges.endpoints.mqtt._connection import Broker
 from bridges.endpoints.mqtt._driver import PahoDriver, open_paho
+
+CONSUME = "mqtt -> (consume)"
+PUBLISH = "(publish) -> mqtt"
+BARE = "paho bare (its thread)"
+SOURCE = "bridge mqtt source"
+SINK = "bridge mqtt sink"
 
 
 def mosquitto_command(port: int, work: Path) -> list[str]:
@@ -208,67 +227,54 @@ async def consume_driver(port: int, client_id: str, topic: str, count: int) -> N
             await done.wait()
 
 
-async def consume_bridge(port: int, client_id: str, topic: str, count: int, args: Any) -> None:
-    context = Context(route="bench", in_flight=args.window)
+async def consume_bridge(port: int, client_id: str, topic: str, count: int) -> None:
+    """A route (shipped defaults) from the mqtt source to a counting sink."""
     config = MqttSourceConfig(url=f"mqtt://{HOST}:{port}", topics=[topic], client_id=client_id)
-    source = MqttSource(config, context)
-    await run_to_count(source, count, in_flight=args.window, batch_count=args.batch)
+    await run_to_count(MqttSource(config, Context(route="bench")), count)
 
 
-async def publish_bridge(port: int, topic: str, count: int, args: Any) -> None:
+async def publish_bridge(port: int, topic: str, count: int, size: int) -> None:
+    """A route (shipped defaults) from memory to the mqtt sink."""
     config = MqttSinkConfig(url=f"mqtt://{HOST}:{port}", topic=topic)
-    sink = MqttSink(config, Context(route="bench", role="sink"))
-    await run_from_memory(sink, count, args.size, in_flight=args.window, batch_count=args.batch)
+    await run_from_memory(MqttSink(config, Context(route="bench", role="sink")), count, size)
 
 
-def measure(port: int, args: Any) -> list[dict[str, Any]]:
-    count = args.count
-    rows: list[dict[str, Any]] = []
+def cases(port: int, args: Any) -> list[Case]:
+    """What this bench measures (the bare client first in each direction)."""
+    count, size = args.count, args.size
 
-    def consume_case(name: str, direction: str, runner: Callable[[str, str], None]) -> None:
-        best: tuple[float, float] = (0.0, 0.0)
-        for _ in range(args.rounds):
+    def on_session(runner: Callable[[str, str], None]) -> Callable[[], tuple[float, float]]:
+        def once() -> tuple[float, float]:
             client_id, topic = f"bench-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:8]}"
             create_session(port, client_id, topic)
-            publish_bare(port, topic, count, args.size, 1000)
-            result = timed(lambda: runner(client_id, topic), count)  # noqa: B023 (run at once)
-            best = max(best, result)
-        rows.append({"direction": direction, "name": name, "rate": best[0], "cpu_us": best[1]})
+            publish_bare(port, topic, count, size, 1000)
+            return timed(lambda: runner(client_id, topic), count)
 
-    consume_case(
-        "paho bare (its thread)", "mqtt -> (consume)", lambda c, t: consume_bare(port, c, count)
-    )
-    consume_case(
-        "paho thread + trio.from_thread",
-        "mqtt -> (consume)",
-        lambda c, t: trio.run(consume_thread_bridged, port, c, count),
-    )
-    consume_case(
-        "paho driven by Trio (no route)",
-        "mqtt -> (consume)",
-        lambda c, t: trio.run(consume_driver, port, c, t, count),
-    )
-    consume_case(
-        "bridge mqtt source",
-        "mqtt -> (consume)",
-        lambda c, t: trio.run(consume_bridge, port, c, t, count, args),
-    )
+        return once
 
-    def publish_case(name: str, runner: Callable[[str], None]) -> None:
-        best: tuple[float, float] = (0.0, 0.0)
-        for _ in range(args.rounds):
+    def on_topic(runner: Callable[[str], None]) -> Callable[[], tuple[float, float]]:
+        def once() -> tuple[float, float]:
             topic = f"bench/{uuid.uuid4().hex[:8]}"
-            best = max(best, timed(lambda: runner(topic), count))  # noqa: B023 (run at once)
-        rows.append(
-            {"direction": "(publish) -> mqtt", "name": name, "rate": best[0], "cpu_us": best[1]}
-        )
+            return timed(lambda: runner(topic), count)
 
-    publish_case(
-        "paho bare (its thread)", lambda t: publish_bare(port, t, count, args.size, args.batch)
-    )
-    publish_case("bridge mqtt sink", lambda t: trio.run(publish_bridge, port, t, count, args))
-    add_ratios(rows)
-    return rows
+        return once
+
+    return [
+        Case(CONSUME, BARE, on_session(lambda c, t: consume_bare(port, c, count))),
+        Case(
+            CONSUME,
+            "paho thread + trio.from_thread",
+            on_session(lambda c, t: trio.run(consume_thread_bridged, port, c, count)),
+        ),
+        Case(
+            CONSUME,
+            "paho driven by Trio (no route)",
+            on_session(lambda c, t: trio.run(consume_driver, port, c, t, count)),
+        ),
+        Case(CONSUME, SOURCE, on_session(lambda c, t: trio.run(consume_bridge, port, c, t, count))),
+        Case(PUBLISH, BARE, on_topic(lambda t: publish_bare(port, t, count, size, args.batch))),
+        Case(PUBLISH, SINK, on_topic(lambda t: trio.run(publish_bridge, port, t, count, size))),
+    ]
 
 
 def main() -> int:
@@ -276,28 +282,28 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", metavar="PATH", help="write the figures here (write_report)")
     args = parser.parse_args()
+    print(environment_line(), flush=True)
     with private_server(mosquitto_command, "mosquitto") as port:
-        rows = measure(port, args)
+        rows = in_rounds(cases(port, args), args.rounds)
     if args.json:
-        print(json.dumps(rows))
-        return 0
-    print(environment_line())
+        write_rows(args.json, "mqtt_throughput", rows)
     print(
-        f"MQTT 5, QoS 1, {args.count} messages of {args.size} B, batch {args.batch}, "
-        f"window {args.window}; best of {args.rounds}; mosquitto on loopback"
+        f"MQTT 5, QoS 1, {args.count} messages of {args.size} B; bare: batch {args.batch}; "
+        f"bridge: shipped defaults; {args.rounds} rounds, medians; mosquitto on loopback"
     )
     print(
-        f"| {'direction':<18} | {'client':<31} | {'msg/s':>8} | {'CPU us/msg':>10} | {'ratio':>6} |"
+        f"| {'direction':<18} | {'client':<31} | {'msg/s':>8} | {'CPU us/msg':>10} | "
+        f"{'ratio':>6} | ratio per round"
     )
-    print(f"|{'-' * 20}|{'-' * 33}|{'-' * 10}|{'-' * 12}|{'-' * 8}|")
+    print(f"|{'-' * 20}|{'-' * 33}|{'-' * 10}|{'-' * 12}|{'-' * 8}|{'-' * 20}")
     for row in rows:
+        rounds = " ".join(f"{ratio:.2f}" for ratio in row["ratios"])
         print(
             f"| {row['direction']:<18} | {row['name']:<31} | {row['rate']:>8,.0f} | "
-            f"{row['cpu_us']:>10.1f} | {row['ratio']:>5.0%} |"
+            f"{row['cpu_us']:>10.1f} | {row['ratio']:>5.0%} | {rounds}"
         )
     return 0
 

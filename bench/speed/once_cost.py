@@ -156,9 +156,8 @@ def cells(args: Any, redis_url: str | None) -> dict[str, Callable[[bool], Cell]]
 
         def redis(on: bool) -> Cell:
             stream = f"bench-{uuid.uuid4().hex[:8]}"
-            window = 100_000 if on else 0
             return timed(
-                lambda: trio.run(publish_bridge, redis_url, stream, args.count, args, window),
+                lambda: trio.run(publish_bridge, redis_url, stream, args.count, args.size, on),
                 args.count,
             )
 

@@ -14,15 +14,13 @@ consume (``count`` entries waiting in a stream):
 - *coredis bare*: ``XREADGROUP COUNT window`` then one ``XACK`` for what it
   read, in a loop: the plain loop, the limit;
 - *bridge redis source*: a route from the ``redis`` source to a sink that
-  only counts, ``in_flight = --window``, batches of ``--batch`` (XACK after
-  each batch).
+  only counts (XACK after each batch).
 
 publish (``count`` entries):
 
 - *coredis bare*: pipelines of ``--batch`` ``XADD`` (body and an id field);
-- *bridge redis sink*: a route from an in-memory source to the ``redis`` sink,
-  batches of ``--batch``: one script call each (the idempotent append, the
-  default);
+- *bridge redis sink*: a route from an in-memory source to the ``redis`` sink:
+  one script call per batch (the idempotent append, the default);
 - *bridge redis sink, dedup off*: the same with ``dedup_window = 0``, one
   pipeline of XADDs per batch: the cost of the idempotent append is the ratio
   of the two.
@@ -31,7 +29,6 @@ publish (``count`` entries):
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import uuid
@@ -39,13 +36,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import coredis
 import trio
 from _common import HOST, environment_line
-from _endpoints import add_ratios, private_server, run_from_memory, run_to_count, timed
+from _endpoints import (
+    Case,
+    in_rounds,
+    private_server,
+    run_from_memory,
+    run_to_count,
+    timed,
+    write_rows,
+)
 
 from bridges import Context
 from bridges.endpoints.redis import RedisSink, RedisSinkConfig, RedisSource, RedisSourceConfig
+
+CONSUME = "redis -> (consume)"
+PUBLISH = "(publish) -> redis"
+BARE = "coredis bare"
+SOURCE = "bridge redis source"
+SINK = "bridge redis sink"
 
 
 def redis_command(fsync: str) -> Callable[[int, Path], list[str]]:
@@ -82,11 +94,10 @@ async def consume_bare(url: str, stream: str, count: int, window: int) -> None:
                 got += len(entries)
 
 
-async def consume_bridge(url: str, stream: str, count: int, args: Any) -> None:
-    context = Context(route="bench", in_flight=args.window)
-    config = RedisSourceConfig(url=url, stream=stream, group="bridge", start="0", block=0.1)
-    source = RedisSource(config, context)
-    await run_to_count(source, count, in_flight=args.window, batch_count=args.batch)
+async def consume_bridge(url: str, stream: str, count: int) -> None:
+    """A route (shipped defaults) from the redis source (reading from the start) to a counter."""
+    config = RedisSourceConfig(url=url, stream=stream, start="0")
+    await run_to_count(RedisSource(config, Context(route="bench")), count)
 
 
 async def publish_bare(url: str, stream: str, count: int, size: int, batch: int) -> None:
@@ -98,58 +109,52 @@ async def publish_bare(url: str, stream: str, count: int, size: int, batch: int)
                     pipe.xadd(stream, {"body": body, "bridge-id": f"m{i}"})
 
 
-async def publish_bridge(url: str, stream: str, count: int, args: Any, window: int) -> None:
-    config = RedisSinkConfig(url=url, stream=stream, dedup_window=window)
+async def publish_bridge(url: str, stream: str, count: int, size: int, dedup: bool) -> None:
+    """A route (shipped defaults) from memory to the redis sink (``dedup``: the default
+    idempotent append; else dedup_window = 0)."""
+    config = RedisSinkConfig(url=url, stream=stream)
+    if not dedup:
+        config = attrs.evolve(config, dedup_window=0)
     sink = RedisSink(config, Context(route="bench", role="sink"))
-    await run_from_memory(sink, count, args.size, in_flight=args.window, batch_count=args.batch)
+    await run_from_memory(sink, count, size)
 
 
-def measure(url: str, args: Any) -> list[dict[str, Any]]:
-    count = args.count
-    rows: list[dict[str, Any]] = []
+def cases(url: str, args: Any) -> list[Case]:
+    """What this bench measures (the bare client first in each direction)."""
+    count, size = args.count, args.size
 
-    def case(direction: str, name: str, runner: Callable[[str], None], filled: bool) -> None:
-        best = (0.0, 0.0)
-        for _ in range(args.rounds):
+    def on_stream(filled: bool, runner: Callable[[str], None]) -> Callable[[], tuple[float, float]]:
+        def once() -> tuple[float, float]:
             stream = f"bench-{uuid.uuid4().hex[:8]}"
             if filled:
-                trio.run(fill, url, stream, count, args.size)
-            best = max(best, timed(lambda: runner(stream), count))  # noqa: B023 (run at once)
-        rows.append({"direction": direction, "name": name, "rate": best[0], "cpu_us": best[1]})
+                trio.run(fill, url, stream, count, size)
+            return timed(lambda: runner(stream), count)
 
-    window = args.window
-    case(
-        "redis -> (consume)",
-        "coredis bare",
-        lambda s: trio.run(consume_bare, url, s, count, window),
-        True,
-    )
-    case(
-        "redis -> (consume)",
-        "bridge redis source",
-        lambda s: trio.run(consume_bridge, url, s, count, args),
-        True,
-    )
-    case(
-        "(publish) -> redis",
-        "coredis bare",
-        lambda s: trio.run(publish_bare, url, s, count, args.size, args.batch),
-        False,
-    )
-    case(
-        "(publish) -> redis",
-        "bridge redis sink",
-        lambda s: trio.run(publish_bridge, url, s, count, args, 100_000),
-        False,
-    )
-    case(
-        "(publish) -> redis",
-        "bridge sink, dedup off",
-        lambda s: trio.run(publish_bridge, url, s, count, args, 0),
-        False,
-    )
-    add_ratios(rows)
-    return rows
+        return once
+
+    return [
+        Case(
+            CONSUME,
+            BARE,
+            on_stream(True, lambda s: trio.run(consume_bare, url, s, count, args.window)),
+        ),
+        Case(CONSUME, SOURCE, on_stream(True, lambda s: trio.run(consume_bridge, url, s, count))),
+        Case(
+            PUBLISH,
+            BARE,
+            on_stream(False, lambda s: trio.run(publish_bare, url, s, count, size, args.batch)),
+        ),
+        Case(
+            PUBLISH,
+            SINK,
+            on_stream(False, lambda s: trio.run(publish_bridge, url, s, count, size, True)),
+        ),
+        Case(
+            PUBLISH,
+            "bridge sink, dedup off",
+            on_stream(False, lambda s: trio.run(publish_bridge, url, s, count, size, False)),
+        ),
+    ]
 
 
 def main() -> int:
@@ -158,26 +163,30 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--fsync", choices=("always", "everysec"), default="always")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", metavar="PATH", help="write the figures here (write_report)")
     args = parser.parse_args()
+    print(environment_line(), flush=True)
     with private_server(redis_command(args.fsync), "redis-server") as port:
-        rows = measure(f"redis://{HOST}:{port}/0", args)
+        rows = in_rounds(cases(f"redis://{HOST}:{port}/0", args), args.rounds)
     if args.json:
-        print(json.dumps(rows))
-        return 0
-    print(environment_line())
+        write_rows(args.json, "redis_throughput", rows)
     print(
-        f"Redis Streams, {args.count} entries of {args.size} B, batch {args.batch}, "
-        f"window {args.window}, appendfsync {args.fsync}; best of {args.rounds}; loopback"
+        f"Redis Streams, {args.count} entries of {args.size} B, appendfsync {args.fsync}; "
+        f"bare: batch {args.batch}, window {args.window}; bridge: shipped defaults; "
+        f"{args.rounds} rounds, medians; loopback"
     )
-    print(f"| {'direction':<18} | {'client':<22} | {'msg/s':>8} | {'CPU us/msg':>10} | ratio |")
-    print(f"|{'-' * 20}|{'-' * 24}|{'-' * 10}|{'-' * 12}|-------|")
+    print(
+        f"| {'direction':<18} | {'client':<22} | {'msg/s':>8} | {'CPU us/msg':>10} | ratio "
+        "| ratio per round"
+    )
+    print(f"|{'-' * 20}|{'-' * 24}|{'-' * 10}|{'-' * 12}|-------|{'-' * 20}")
     for row in rows:
+        rounds = " ".join(f"{ratio:.2f}" for ratio in row["ratios"])
         print(
             f"| {row['direction']:<18} | {row['name']:<22} | {row['rate']:>8,.0f} | "
-            f"{row['cpu_us']:>10.1f} | {row['ratio']:>5.0%} |"
+            f"{row['cpu_us']:>10.1f} | {row['ratio']:>5.0%} | {rounds}"
         )
     return 0
 

@@ -20,6 +20,7 @@ with its stable id; ``content-type`` as the Content Type property); MQTT
 
 from __future__ import annotations
 
+import copy
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -49,6 +50,11 @@ from .source import ID_PROPERTY
 _DELIVERY: Final = frozenset({"mqtt-topic", "mqtt-qos", "mqtt-retain"})
 #: MQTT 5 PUBACK/PUBREC reason codes that sending the same message again cannot fix.
 _REFUSED: Final = frozenset({0x87, 0x90, 0x95, 0x99})
+#: An empty PUBLISH property set: each message's is a copy of it. paho's
+#: ``Properties()`` builds its tables of every property name and type afresh for
+#: each instance, a quarter of the sink's CPU per message; a copy shares them
+#: (paho only reads them) and is checked by ``Properties`` like a new one.
+_PUBLISH_PROPERTIES: Final = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
 
 
 @attrs.frozen
@@ -132,7 +138,7 @@ class MqttSink:
             )
         if self._config.protocol != 5:
             return topic, None
-        properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]  # (untyped)
+        properties = copy.copy(_PUBLISH_PROPERTIES)
         pairs = []
         for name, value in message.headers.items():
             if name in _DELIVERY or name == ID_PROPERTY:

@@ -17,13 +17,29 @@ envelope:
   the server redelivers after ``ack_wait``.
 
 Acks, naks and in-progress marks are recorded synchronously and sent in
-batches, one asyncio call per batch (:class:`~bridges.endpoints._asyncio.Batcher`).
+batches, one asyncio call per batch (:class:`~bridges.endpoints._asyncio.Batcher`);
+the route takes what has arrived as many at a time as it has room for
+(``receive_some``), with no asyncio call at all.
+
+Pull requests are ``no_wait`` with an expiry. While messages are there, a
+request ends as soon as it has delivered what was available (the server
+answers 408 at the end of the stream), and the next one asks again for what
+the window has room for. When nothing is there, a request waits for the first
+message up to its expiry: 20 ms after the last delivery, doubling while
+nothing comes, up to ``FETCH_WAIT``. Closing waits for the request under way
+to end (that is why the expiry starts short: a route that stops after its
+last message waits a few ms, not half a second). It never withdraws a
+request by dropping the inbox's subscription: nats-server 2.9 then loses a
+message that is naked or redelivered while the dropped request is still
+queued (it is handed out again only after ``ack_wait``) and delivers another
+twice (docs/performance/queues.md shows it).
 """
 
 from __future__ import annotations
 
+import collections
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -34,8 +50,9 @@ import nats.js.errors
 import trio
 from attrs.validators import ge, optional
 
-from bridges import Context, Envelope, InvalidSetting, Message
+from bridges import Context, Envelope, InvalidSetting
 
+from ..._message import ACKED, NACKED, OPEN, trusted_message
 from .._asyncio import AsyncioLoop, Batcher
 from .._asyncio_client import CLOSE_TIMEOUT
 from ._connection import (
@@ -49,9 +66,18 @@ from ._connection import (
 
 #: Most messages one fetch asks for.
 MAX_FETCH: Final = 256
-#: How long one fetch waits on the server when there is nothing to get, s. Closing
-#: waits for the fetch under way, so this bounds how long a close takes.
+#: Longest a pull request waits on the server when there is nothing to get, s;
+#: also the longest a close waits for the request under way.
 FETCH_WAIT: Final = 0.5
+#: How long the first request after a delivery waits when there is nothing to get,
+#: s (each one that gets nothing waits twice as long as the last, up to FETCH_WAIT).
+FIRST_WAIT: Final = 0.02
+#: The stream sequence's token in a JetStream ack subject: ``$JS.ACK.<stream>.
+#: <consumer>.<delivered>.<stream seq>...`` (9 tokens), or with a domain and an
+#: account hash after ``ACK`` (12 tokens; nats-py's ``Msg.Ack.StreamSeq``).
+_V1_TOKENS: Final = 9
+_V1_STREAM_SEQ: Final = 5
+_V2_STREAM_SEQ: Final = 7
 
 #: JetStream's error code for "consumer not found" (vs. 10059, "stream not found").
 CONSUMER_NOT_FOUND: Final = 10014
@@ -153,7 +179,7 @@ class NatsSource:
                     with trio.CancelScope(shield=True), trio.move_on_after(FETCH_WAIT + 1):
                         # A pull request still open on the server would take the
                         # messages we nak now, and they would come back only after
-                        # ack_wait: let the last one end (it expires in FETCH_WAIT).
+                        # ack_wait: let the last one end (within its expiry).
                         await receiver.stop_fetching()
                     receiver.give_back()
                     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
@@ -194,7 +220,9 @@ class _NatsReceiver:
     Not nats-py's ``fetch()``: it waits for each message with a task and a
     timer of its own, which on a trio-asyncio loop cost more than the rest of
     the route together. Here the client calls :meth:`on_message` for each
-    delivery; a burst is handed to Trio without a single asyncio task.
+    delivery, which only queues it; the route takes the queue a run at a time
+    (:meth:`receive_some`) without a single asyncio task or Trio checkpoint
+    per message.
     """
 
     def __init__(
@@ -209,14 +237,18 @@ class _NatsReceiver:
         self._fetch = fetch
         self.origin = f"nats {config.stream}/{config.durable}"
         self._stream = config.stream
-        send, self._fetched = trio.open_memory_channel[Any](self._window)
-        self._send = send
+        #: Delivered and not yet handed out, oldest first (the window bounds it).
+        self._ready: collections.deque[Any] = collections.deque()
+        self._arrived = trio.lowlevel.ParkingLot()
         #: Messages delivered and not settled: id -> (msg, last sign of life).
         self.held: dict[int, tuple[Any, float]] = {}
         self._room = trio.Event()
         self._stopping = False
-        #: The pull request under way: how many messages it may still bring.
+        #: The pull request under way: how many messages it may still bring, and
+        #: how many it has brought.
         self._expected = 0
+        self._brought = 0
+        self._empty = False  # it ended with 404: nothing there, said at once
         self._request_done = trio.Event()
         self._request_done.set()
         self.failure: str | None = None
@@ -228,18 +260,25 @@ class _NatsReceiver:
         status = headers.get("Status") if headers else None
         if status is None:
             self.held[id(msg)] = (msg, trio.current_time())
-            self._send.send_nowait(msg)  # (the window bounds what is queued)
+            self._ready.append(msg)  # (the window bounds what is queued)
+            if self._arrived:
+                self._arrived.unpark_all()
+            self._brought += 1
             self._expected -= 1
             if self._expected <= 0:
                 self._request_done.set()
-        elif status != "100":  # 404 no messages, 408 expired, 409 (e.g. consumer deleted)
-            if status == "409" and "Deleted" in str(headers.get("Description", "")):
+        elif status != "100":  # 404 none, 408 expired or all there was, 409 (consumer deleted)
+            if status == "404":
+                self._empty = True
+            elif status == "409" and "Deleted" in str(headers.get("Description", "")):
                 self.failure = f"the consumer was deleted ({headers.get('Description')})"
             self._request_done.set()
 
     async def pull_forever(self) -> None:
         """One pull request at a time, for as many messages as the window has room for."""
         held = self.held
+        wait = FIRST_WAIT
+        no_wait = True
         while not self._stopping:
             if self.failure:
                 raise ConnectionError(f"{self.origin}: {self.failure}")
@@ -248,15 +287,28 @@ class _NatsReceiver:
                 self._room = trio.Event()
                 await self._room.wait()
                 continue
-            request = json.dumps({"batch": room, "expires": int(FETCH_WAIT * 1e9)}).encode()
+            request: dict[str, object] = {"batch": room, "expires": int(wait * 1e9)}
+            if no_wait:
+                request["no_wait"] = True
             self._expected = room
+            self._brought = 0
             self._request_done = trio.Event()
-            await self._aio.run(self._client.publish, self._next, request, reply=self.inbox)
-            with trio.move_on_after(FETCH_WAIT + 5):  # (a lost request: ask again)
+            await self._aio.run(
+                self._client.publish, self._next, json.dumps(request).encode(), reply=self.inbox
+            )
+            with trio.move_on_after(wait + 5):  # (a lost request: ask again)
                 await self._request_done.wait()
+            if self._brought:
+                wait = FIRST_WAIT
+            else:
+                wait = min(wait * 2, FETCH_WAIT)
+                # A server that answers an empty no_wait request at once (404)
+                # would be asked again and again: wait on it instead.
+                no_wait = not self._empty
+                self._empty = False
 
     async def stop_fetching(self) -> None:
-        """Ask for no more, and wait for the request under way to end (it expires in FETCH_WAIT)."""
+        """Ask for no more, and wait for the request under way to end (within its expiry)."""
         self._stopping = True
         self._room.set()
         await self._request_done.wait()
@@ -272,13 +324,19 @@ class _NatsReceiver:
                     self.settler.put((msg, "wpi", 0.0))
 
     async def receive(self) -> Envelope:
-        msg = await self._fetched.receive()
-        headers = dict(msg.headers) if msg.headers else {}
-        stable = headers.pop(MSG_ID, "") or headers.pop(ID_HEADER, "")
-        if not stable:
-            stable = f"{self._stream}:{msg.metadata.sequence.stream}"
-        headers[SUBJECT_HEADER] = msg.subject
-        return _NatsEnvelope(Message(msg.data, headers, stable), self, msg)
+        return (await self.receive_some(1))[0]
+
+    async def receive_some(self, most: int) -> list[Envelope]:
+        """What has arrived, oldest first: at least one (waits for it), at most ``most``.
+
+        Cancel-safe: a cancelled wait takes nothing.
+        """
+        ready = self._ready
+        while not ready:
+            await self._arrived.park()
+        popleft = ready.popleft
+        stream = self._stream
+        return [_NatsEnvelope(popleft(), self, stream) for _ in range(min(most, len(ready)))]
 
     def give_back(self) -> None:
         """Nak (no delay) every message not settled, handed out or not: it comes back at once."""
@@ -310,16 +368,47 @@ async def _send_ops(ops: list[_Op]) -> None:
 
 
 class _NatsEnvelope(Envelope):
-    __slots__ = ("_msg", "_receiver")
+    """An envelope settled through the JetStream message it came in (no callables per message).
 
-    def __init__(self, message: Message, receiver: _NatsReceiver, msg: Any) -> None:
-        super().__init__(message, ack=self._ack_now, nack=self._nack_now, origin=receiver.origin)
-        self._receiver = receiver
-        self._msg = msg
+    Its id: ``Nats-Msg-Id`` when the publisher gave one, else ``bridge-id``,
+    else ``STREAM:SEQUENCE`` (the stream sequence, the same on each redelivery).
+    """
 
-    async def _ack_now(self) -> None:
-        self._receiver.settle(self._msg, "ack", 0.0)
+    __slots__ = ("msg", "receiver", "settle_key")
 
-    async def _nack_now(self, error: BaseException | None) -> None:
-        delay = 0.0 if error is None else self._receiver.nak_delay
-        self._receiver.settle(self._msg, "nak", delay)
+    def __init__(self, msg: Any, receiver: _NatsReceiver, stream: str) -> None:
+        headers = dict(msg.headers) if msg.headers else {}
+        stable = headers.pop(MSG_ID, "") or headers.pop(ID_HEADER, "")
+        if not stable:
+            stable = f"{stream}:{_stream_sequence(msg.reply)}"
+        headers[SUBJECT_HEADER] = msg.subject
+        self.message = trusted_message(msg.data, headers, stable)
+        self.origin = receiver.origin
+        self.state = OPEN
+        self.receiver = receiver
+        self.msg = msg
+        # Acks of one receiver: the engine hands a run of them to ack_all in one call.
+        self.settle_key = receiver
+
+    async def ack(self) -> None:
+        if self.state is OPEN:
+            self.state = ACKED
+            self.receiver.settle(self.msg, "ack", 0.0)
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        for envelope in envelopes:
+            if isinstance(envelope, _NatsEnvelope) and envelope.state is OPEN:
+                envelope.state = ACKED
+                envelope.receiver.settle(envelope.msg, "ack", 0.0)
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state is OPEN:
+            self.state = NACKED
+            receiver = self.receiver
+            receiver.settle(self.msg, "nak", 0.0 if error is None else receiver.nak_delay)
+
+
+def _stream_sequence(reply: str) -> int:
+    """The stream sequence in a JetStream ack subject (cheaper than nats-py's ``metadata``)."""
+    tokens = reply.split(".")
+    return int(tokens[_V1_STREAM_SEQ if len(tokens) == _V1_TOKENS else _V2_STREAM_SEQ])
