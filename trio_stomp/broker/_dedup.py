@@ -131,8 +131,8 @@ class Duplicates:
             f"SELECT row, accepted, ids FROM {_TABLE} ORDER BY row"
         ):
             try:
-                keys = [(str(d), str(i)) for d, i in json.loads(ids)]
-            except (ValueError, TypeError):  # (not ours: its ids are not trusted)
+                keys = [(str(d), str(i)) for d, some in json.loads(ids).items() for i in some]
+            except (ValueError, TypeError, AttributeError):  # (not ours: not trusted)
                 keys = []
             self._rows.append((int(row), float(accepted), len(keys)))
             self._stored += len(keys)
@@ -145,15 +145,15 @@ class Duplicates:
         while len(self._seen) > self.count:
             self._seen.popitem(last=False)
 
-    def take(self) -> tuple[list[tuple[int, float, str]], list[int]] | None:
+    def take(self) -> tuple[list[tuple[int, float, list[Key]]], list[int]] | None:
         """What the next commit writes: a row of the ids accepted since the last,
         and the rows now out of the window; None when nothing (on the event loop)."""
         keys, self._unwritten = self._unwritten, []
         now = self._clock()
         rows = self._rows
-        new: list[tuple[int, float, str]] = []
+        new: list[tuple[int, float, list[Key]]] = []
         if keys:
-            new.append((self._next_row, now, json.dumps(keys)))
+            new.append((self._next_row, now, keys))
             rows.append((self._next_row, now, len(keys)))
             self._next_row += 1
             self._stored += len(keys)
@@ -170,13 +170,19 @@ class Duplicates:
 
     @staticmethod
     def write(
-        connection: sqlite3.Connection, taken: tuple[list[tuple[int, float, str]], list[int]]
+        connection: sqlite3.Connection,
+        taken: tuple[list[tuple[int, float, list[Key]]], list[int]],
     ) -> None:
-        """Write what :meth:`take` gave, inside the store's transaction (worker thread)."""
+        """Write what :meth:`take` gave, inside the store's transaction (worker thread):
+        a row's ids as JSON, ``{destination: [id, ...]}`` (each destination once)."""
         new, old = taken
-        if new:
-            connection.executemany(
-                f"INSERT INTO {_TABLE} (row, accepted, ids) VALUES (?, ?, ?)", new
+        for row, accepted, keys in new:
+            grouped: dict[str, list[str]] = {}
+            for destination, bridge_id in keys:
+                grouped.setdefault(destination, []).append(bridge_id)
+            connection.execute(
+                f"INSERT INTO {_TABLE} (row, accepted, ids) VALUES (?, ?, ?)",
+                (row, accepted, json.dumps(grouped)),
             )
         if old:
             connection.executemany(f"DELETE FROM {_TABLE} WHERE row = ?", ((r,) for r in old))
