@@ -23,7 +23,13 @@ Pairs = list[tuple[str, str]]
 
 
 def user_headers(headers: HeaderArg, reserved: frozenset[str]) -> Pairs:
-    """The caller's ``headers`` as pairs: names and values str, none of ``reserved``."""
+    """The pairs of a caller's ``headers``, checked: ``str`` names and values, none of
+    ``reserved`` (the ones the client sets from its own arguments).
+
+    Raises:
+      TypeError: a name or value is not ``str``.
+      LocalProtocolError: a name is one of ``reserved``.
+    """
     if headers is None:
         return []
     pairs = list(headers.items() if isinstance(headers, Mapping) else headers)

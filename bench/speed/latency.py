@@ -1,7 +1,7 @@
 """Latency: how long a message takes, at fixed offered rates, timed from when it was due.
 
     .venv/bin/python bench/speed/latency.py
-        [--paths embedded,rabbitmq,activemq,stomp-stomp,file-stomp-file,webhook-stomp]
+        [--paths embedded,rabbitmq,activemq,stomp-stomp,file-stomp-file,webhook-stomp,http-bare]
         [--loads 0.1,0.5,0.9] [--rate R] [--seconds 5] [--warmup 0.5] [--rounds 3]
         [--size 100] [--batch-time S] [--poll-interval 0.01] [--json PATH]
         [--profile DIR]
@@ -27,6 +27,9 @@ the receiver share one clock. The paths (``--paths``):
 - ``webhook-stomp``: ``bridges run`` with an ``http`` source -> stomp sink
   route. ``--senders`` keep-alive httpx connections post the messages (each
   answered only once its batch is durable); a client receives from the queue.
+- ``http-bare``: the webhook path's peer, no bridge: the same senders post to
+  a bare hypercorn endpoint (its own process) that answers 204 and stores
+  nothing; a message arrives when its answer does. What HTTP costs alone.
 
 Each route has the shipped defaults (``in_flight = 1000``, ``batch = { count =
 100, time = 0.02 }``) unless ``--batch-time`` sets ``batch.time``.
@@ -50,9 +53,9 @@ runnable but not running, time a loaded machine adds to every hop.
 
 The machine is shared, so ``--rounds N`` runs every path N times
 (interleaved) and the table gives the median over rounds of each figure.
-Target: at 50% load, a bridge path's p99 at most its wait budget plus 5 ms
-(the budget: ``batch.time`` for each route on the path, plus the file
-source's ``poll_interval`` on the file path).
+Target: at 50% load, a bridge's p99 at most its ``batch.time`` plus 5 ms;
+on the file path, two bridges in a row and a polled file, the sum of theirs
+plus the file source's ``poll_interval``.
 
 ``--profile DIR`` runs each ``bridges run`` under cProfile (one ``.prof``
 per path and round) with its log at debug level (kept beside it), and
@@ -84,6 +87,7 @@ import httpx
 import trio
 from _common import (
     EMBEDDED,
+    HOST,
     TARGETS,
     BenchError,
     Target,
@@ -97,13 +101,14 @@ from _common import (
     free_port,
     listening_pid,
     process_cpu,
+    wait_port,
     write_report,
 )
+from http_throughput import _BARE_SERVER as BARE_SERVER
 
 import trio_stomp
 from bridges._config import Batching
 
-HOST: Final = "127.0.0.1"
 CLIENT_PATHS: Final = {
     EMBEDDED: "client round trip, embedded",
     "rabbitmq": "client round trip, RabbitMQ",
@@ -114,11 +119,23 @@ BRIDGE_PATHS: Final = {
     "file-stomp-file": "bridges file -> STOMP -> file",
     "webhook-stomp": "bridge webhook -> STOMP",
 }
-PATHS: Final = {**CLIENT_PATHS, **BRIDGE_PATHS}
-#: Budget over the route's waits that the target allows at 50% load, s.
+#: The webhook path's peer: the same senders, a server that stores nothing.
+BARE_HTTP: Final = "http-bare"
+PATHS: Final = {**CLIENT_PATHS, **BRIDGE_PATHS, BARE_HTTP: "bare HTTP round trip (no bridge)"}
+#: How the plot's axis names each path (short: one group of bars per path and load).
+SHORT: Final = {
+    EMBEDDED: "embedded",
+    "rabbitmq": "RabbitMQ",
+    "activemq": "ActiveMQ",
+    "stomp-stomp": "STOMP->STOMP",
+    "file-stomp-file": "file->STOMP->file",
+    "webhook-stomp": "webhook->STOMP",
+    BARE_HTTP: "bare HTTP",
+}
+#: What the target allows a route (a bridge) beyond its batch.time at 50% load, s.
 SLACK: Final = 0.005
 #: How long a bridge may take to start and carry its first message, s.
-START_LIMIT: Final = 60.0
+READY_LIMIT: Final = 60.0
 _RECORD: Final = re.compile(rb'"body": ?"(\w+) (\d+) (\d+) ')
 
 
@@ -252,7 +269,7 @@ def new_cell(arrivals: Arrivals, count: int, skip: int = 0) -> Tally:
 async def wait_ready(probe: Probe, arrivals: Arrivals, size: int) -> None:
     """Until a message makes it through (a bridge that just started may not listen yet)."""
     tally = new_cell(arrivals, 10_000)
-    with trio.move_on_after(START_LIMIT):
+    with trio.move_on_after(READY_LIMIT):
         for seq in range(tally.count):
             await probe.send([stamp(tally.tag, seq, time.perf_counter_ns(), size)])
             with trio.move_on_after(0.2):
@@ -261,7 +278,7 @@ async def wait_ready(probe: Probe, arrivals: Arrivals, size: int) -> None:
             if tally.arrived:
                 await trio.sleep(0.3)  # the stragglers of the probe pass
                 return
-    raise BenchError(f"no message made it through in {START_LIMIT:.0f} s")
+    raise BenchError(f"no message made it through in {READY_LIMIT:.0f} s")
 
 
 # -- the paths -------------------------------------------------------------------------
@@ -358,9 +375,13 @@ class WebhookProbe:
 
 
 async def post_each(
-    client: httpx.AsyncClient, url: str, receive: trio.MemoryReceiveChannel[bytes]
+    client: httpx.AsyncClient,
+    url: str,
+    receive: trio.MemoryReceiveChannel[bytes],
+    answered: Arrivals | None,
 ) -> None:
-    """Post each body until it is taken (a 2xx); a sender retries what failed."""
+    """Post each body until it is taken (a 2xx); a sender retries what failed. With
+    ``answered``, the answer is the arrival (the bare HTTP round trip)."""
     headers = {"content-type": "application/octet-stream"}
     async for body in receive:
         while True:
@@ -371,24 +392,36 @@ async def post_each(
             except httpx.TransportError:
                 pass
             await trio.sleep(0.05)
+        if answered is not None:
+            answered.body(body, time.perf_counter_ns())
 
 
 @contextlib.asynccontextmanager
 async def webhook_pair(
-    url: str, target: Target, queue: str, senders: int, arrivals: Arrivals
+    url: str, target: Target | None, queue: str, senders: int, arrivals: Arrivals
 ) -> AsyncIterator[Probe]:
+    """Webhooks posted by ``senders`` connections, received from ``queue`` on ``target``;
+    without a target, a message arrives when its POST is answered."""
     limits = httpx.Limits(max_connections=senders, max_keepalive_connections=senders)
     send, receive = trio.open_memory_channel[bytes](float("inf"))
     async with (
         httpx.AsyncClient(limits=limits, timeout=60, trust_env=False) as http,
-        trio_stomp.connect(target.url, heartbeat=(0, 0)) as client,
         trio.open_nursery() as nursery,
     ):
-        await nursery.start(receive_stomp, client, queue, arrivals)
+        if target is not None:
+            client = await nursery.start(connected, target)
+            await nursery.start(receive_stomp, client, queue, arrivals)
         for _ in range(senders):
-            nursery.start_soon(post_each, http, url, receive)
+            nursery.start_soon(post_each, http, url, receive, None if target else arrivals)
         yield WebhookProbe(send)
         nursery.cancel_scope.cancel()
+
+
+async def connected(target: Target, task_status: Any) -> None:
+    """A client of ``target`` for as long as the task runs."""
+    async with trio_stomp.connect(target.url, heartbeat=(0, 0)) as client:
+        task_status.started(client)
+        await trio.sleep_forever()
 
 
 def stomp_endpoint(target: Target, queue: str) -> str:
@@ -420,13 +453,14 @@ def bridge_config(path: str, target: Target, work: Path, args: argparse.Namespac
     return text
 
 
-def budget(path: str, args: argparse.Namespace) -> float:
-    """What the routes of a bridge path wait by their settings, s (the target adds SLACK)."""
-    wait: float = Batching().time if args.batch_time is None else args.batch_time
+def target(path: str, args: argparse.Namespace) -> float:
+    """The p99 a bridge path may have at 50% load, s: each route on it (each bridge) its
+    ``batch.time`` + SLACK, and the file source its ``poll_interval`` on the file path."""
+    each: float = SLACK + (Batching().time if args.batch_time is None else args.batch_time)
     if path == "file-stomp-file":
         poll: float = args.poll_interval
-        return 2 * wait + poll
-    return wait
+        return 2 * each + poll
+    return each
 
 
 @contextlib.contextmanager
@@ -572,6 +606,14 @@ def run_path(path: str, broker: Target, args: argparse.Namespace, round_: int) -
                 if path != EMBEDDED:
                     drain_rest(target, queue, idle=0.2)
         args.http_port = free_port()
+        if path == BARE_HTTP:
+            url = f"http://{HOST}:{args.http_port}/"
+            bare = [sys.executable, "-c", BARE_SERVER, f"{HOST}:{args.http_port}"]
+            with child(bare, work, "bare") as process:
+                wait_port(args.http_port, process, "the bare HTTP server")
+                opener = partial(webhook_pair, url, None, "", args.senders)
+                server: Processes = {"bridge": (process.pid, True)}  # (in the bridge's column)
+                return trio.run(measure_path, opener, args, 4 * args.senders, server)
         a, b = (f"/queue/latency-{x}-{work.name}" for x in "ab")
         window = args.window
         if path == "stomp-stomp":
@@ -627,8 +669,8 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
     rows: list[dict[str, Any]] = []
-    for path, cells in results.items():
-        for label, figures in cells.items():
+    for path in [p for p in PATHS if p in results]:  # (in the order of --paths' help)
+        for label, figures in results[path].items():
             if label == "max":
                 continue
             med = {name: statistics.median(values) for name, values in figures.items()}
@@ -642,7 +684,7 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
             )
             verdict = ""
             if path in BRIDGE_PATHS and label == "50%":
-                bound = (budget(path, args) + SLACK) * 1000
+                bound = target(path, args) * 1000
                 verdict = f"p99 <= {bound:g} ms: {'met' if med['p99'] <= bound else 'NOT met'}"
             lines.append(
                 f"| {PATHS[path]} | {label} | {med['rate']:,.0f} | {med['p50']:.1f} "
@@ -651,7 +693,7 @@ def table(results: Figures, args: argparse.Namespace) -> tuple[list[str], list[d
             rows += [
                 {
                     "series": series,
-                    "label": f"{PATHS[path]}, {label}",
+                    "label": f"{SHORT[path]} {label}",
                     "value": round(med[series], 3),
                     "path": path,
                     "load": label,

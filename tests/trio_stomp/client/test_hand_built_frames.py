@@ -194,3 +194,50 @@ async def test_a_send_with_bad_headers_is_refused_and_sends_nothing(
 ) -> None:
     with pytest.raises(error, match=match):
         await sent_by_client(headers, b"body")
+
+
+@pytest.mark.parametrize(
+    ("version", "receipt", "command", "expected"),
+    [
+        ("1.2", False, "ACK", [("id", "a:1")]),
+        ("1.2", False, "NACK", [("id", "a:1")]),
+        ("1.2", True, "ACK", [("id", "a:1"), ("receipt", "r-2")]),
+        ("1.1", False, "ACK", [("message-id", "m1"), ("subscription", "1")]),
+    ],
+)
+async def test_each_ack_carries_what_its_version_and_receipt_need(
+    version: str, receipt: bool, command: str, expected: list[tuple[str, str]]
+) -> None:
+    """The hand-built ACK serves 1.2 without receipt only; the others are the encoder's."""
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end, version)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer.accept)
+            async with (
+                trio_stomp.wrap_stream(client_end, heartbeat=(0, 0)) as client,
+                client.subscribe("/queue/a", ack="client-individual") as sub,
+            ):
+                subscribe = await peer.receive()
+                headers = {
+                    "subscription": subscribe.headers["id"],
+                    "destination": "/queue/a",
+                    "message-id": "m1",
+                    "ack": "a:1",
+                }
+                await peer.send("MESSAGE", headers, b"x")
+                message = await sub.__anext__()
+                answer = trio.Event()
+
+                async def acknowledge() -> None:
+                    await message.acknowledge(command, receipt=receipt)  # type: ignore[arg-type]
+                    answer.set()
+
+                nursery.start_soon(acknowledge)
+                ack = await peer.receive()
+                assert (ack.command, list(ack.headers.items())) == (command, expected)
+                if receipt:
+                    assert not answer.is_set()  # it waits for its RECEIPT
+                    await peer.send("RECEIPT", {"receipt-id": ack.headers["receipt"]})
+                await answer.wait()
+                nursery.start_soon(peer.drain)
