@@ -4,7 +4,7 @@ A *route* takes envelopes from a source, runs transforms, writes batches to
 a sink, and acks each envelope only once the sink holds it durably (at
 least once: a crash may repeat a message, never lose one). A process runs
 any number of routes; ``bridges run CONFIG`` reads them from TOML (see
-``bridges/README.md``).
+``docs/reference/config.rst``).
 
 Programmatic use, with your own endpoints::
 

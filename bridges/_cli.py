@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Move messages between STOMP and other systems, at least once.",
-        epilog="The config format: bridges/README.md.",
+        epilog="The config format: docs/reference/config.rst (scripts/docs builds the site).",
     )
     codec = "compiled codec" if trio_stomp.frame.compiled else "pure Python"
     version = f"%(prog)s {trio_stomp.__version__} ({codec})"

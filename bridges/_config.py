@@ -1,6 +1,6 @@
 """The bridges config file: TOML into typed classes, then into running routes.
 
-Layout (see ``bridges/README.md`` for every key)::
+Layout (see ``docs/reference/config.rst`` for every key)::
 
     [bridge]                 # optional: process settings (engine = "local" or "spark")
     [broker]                 # optional: embedded = true starts a broker

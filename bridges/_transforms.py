@@ -7,7 +7,7 @@ done). An exception sends the message to the dead-letter sink (or nacks it)
 with the error: a transform is never retried, it would fail the same way.
 
 Each built-in is a small frozen class built from its config table; see
-``bridges/README.md`` for the tables.
+``docs/reference/config.rst`` for the tables.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ again on the same data dir, and the subscriber comes back to both. Last, with
 the broker stopped, its data dir's durable subscriptions are listed and this
 one removed, as ``trio-stomp broker --data-dir DIR --list-subscriptions`` and
 ``--remove-subscription billing orders`` do. On ActiveMQ the subscriber's side
-is the same (see README, "Durable subscriptions on each broker").
+is the same (see docs/howto/durable-subscriptions.md).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ UNCHECKED = {
 #: Why a program named by its absolute path is not checked.
 ABSOLUTE = "a program of the install the docs describe, outside the repository and the venv"
 #: What a placeholder stands for when a command line is parsed.
-PLACEHOLDERS = {"CONFIG": "examples/quickstart.toml", "N": "1"}
+PLACEHOLDERS = {"CONFIG": "examples/quickstart.toml", "N": "1", "S": "1"}  # the parsers' metavars
 SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
 REDIRECTS = re.compile(r"^\d*[<>]+&?\d*$")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import tomllib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from _pytest.mark import ParameterSet
@@ -31,7 +32,7 @@ from snippet_kit import (
 
 import bridges
 
-from conftest import require_real_broker
+from conftest import REAL_BROKERS, require_real_broker
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests/bridges/endpoints" / name) for name in ("mqtt", "redis", "nats")]
@@ -113,6 +114,12 @@ def test_a_bridge_config_passes_check_and_runs(
     except bridges.ConfigError as exc:
         pytest.fail(f"{block.page}:{block.line}: bridges check says:\n{exc}\n\n{text}")
     if config.broker.embedded:
+        taken = {urlsplit(url).port for url in REAL_BROKERS.values()}
+        assert "[broker]" not in block.text or config.broker.address[1] not in taken, (
+            f"{block.page}:{block.line}: the embedded broker listens on "
+            f"{config.broker.listen}, a real broker's port (scripts/brokers): "
+            "a reader who has one gets 'Address already in use'; name a free `listen`"
+        )
         config_file.write_text(free_listen(text), encoding="utf-8")
         problem = run_briefly(config_file, env)
         assert problem is None, f"{block.page}:{block.line}: {problem}"

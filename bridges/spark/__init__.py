@@ -22,8 +22,8 @@ One call registers the ``stomp`` format with a session::
 The source is at least once across driver crashes (a write-ahead log under
 the checkpoint, acked only once fsynced); its ``id`` column is stable for
 de-duplication. The sink sends each task's rows in a transaction with a
-deterministic ``bridge-id``. README's "Scale out on Spark" has the
-guarantees. Needs the ``trio-stomp[spark]`` extra and Java 17.
+deterministic ``bridge-id``. ``docs/howto/spark.md``, "What it guarantees",
+has the guarantees. Needs the ``trio-stomp[spark]`` extra and Java 17.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 - :func:`check_source` / :func:`check_sink`: the Source and Sink contracts
   (ack only after durable, nack, close, cancellation), run against a real
   server through a factory of :class:`SourceCase` / :class:`SinkCase`. Every
-  endpoint family's tests call them; see "Writing an endpoint" in
-  ``bridges/README.md``.
+  endpoint family's tests call them; see "Write an endpoint plugin" in
+  ``docs/howto/transforms-plugins.md``.
 - :class:`FakeSource` / :class:`FakeSink`: in-memory endpoints that record
   everything, for testing routes, transforms and the engine;
   :class:`FakeBulkSource` hands out many envelopes per call (``receive_some``).

@@ -361,6 +361,25 @@ def test_every_example_has_a_test_here() -> None:
     assert {path.name for path in EXAMPLES.iterdir()} == tested
 
 
+def test_every_page_an_example_sends_the_reader_to_has_the_section_it_names() -> None:
+    """``docs/howto/x.md, "Some heading"`` in an example's comments: the page and the heading
+    exist (bridges/README.md, now a pointer to the site, was named for sections it lost)."""
+    problems = []
+    for example in sorted(EXAMPLES.glob("*.toml")):
+        lines = example.read_text(encoding="utf-8").splitlines()
+        comments = " ".join(line.lstrip("# ") for line in lines if line.startswith("#"))
+        for page, section in re.findall(r'([\w/.-]+\.md)(?:, "([^"]+)")?', comments):
+            if not (ROOT / page).is_file():
+                problems.append(f"{example.name}: {page} does not exist")
+                continue
+            headings = re.findall(r"^#+ (.+)$", (ROOT / page).read_text(), re.MULTILINE)
+            if page == "bridges/README.md":
+                problems.append(f"{example.name}: {page} only points to the site now")
+            elif section and section not in headings:
+                problems.append(f"{example.name}: {page} has no section {section!r}")
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("broker", ["embedded", "activemq"])
 def test_selector_tour_gives_each_consumer_what_it_selects(broker: str) -> None:
     args = []
