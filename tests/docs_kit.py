@@ -98,7 +98,7 @@ UNCHECKED = {
 #: Why a program named by its absolute path is not checked.
 ABSOLUTE = "a program of the install the docs describe, outside the repository and the venv"
 #: What a placeholder stands for when a command line is parsed.
-PLACEHOLDERS = {"CONFIG": "examples/quickstart.toml", "N": "1"}
+PLACEHOLDERS = {"CONFIG": "examples/quickstart.toml", "N": "1", "S": "1"}
 SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
 REDIRECTS = re.compile(r"^\d*[<>]+&?\d*$")
 
@@ -533,8 +533,8 @@ def link_problems(readme: str) -> Iterator[str]:
         if re.match(r"[a-z]+:", target):
             continue  # https:, mailto:
         path, _, heading = target.partition("#")
-        file = (ROOT / readme).parent / path if path else ROOT / readme
-        plotted = PLOT.fullmatch(path)
+        file = ((ROOT / readme).parent / path).resolve() if path else ROOT / readme
+        plotted = PLOT.search(path)
         if plotted and file.parent.parent == ROOT / "docs" / "performance":
             file = file.parent.parent / "data" / f"{plotted[1]}.json"  # scripts/plots draws it
             if not file.exists():
@@ -546,7 +546,7 @@ def link_problems(readme: str) -> Iterator[str]:
 
 
 #: A plot of the performance pages: made by scripts/plots from data/NAME.json, not in git.
-PLOT = re.compile(r"plots/([\w-]+)\.png")
+PLOT = re.compile(r"(?:^|/)plots/([\w-]+)\.png$")
 
 
 def _anchors(markdown: Path) -> set[str]:
