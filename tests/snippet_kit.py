@@ -14,7 +14,8 @@ Every fenced block of README.md and of the site's pages (docs/) is run:
 - shell blocks (``sh``): on a tutorial page, in order, as written, from a copy
   of the checkout with the venv on PATH (as ``source .venv/bin/activate`` puts
   it). Elsewhere tests/test_docs_commands.py checks them: the program exists,
-  the paths exist, the arguments parse.
+  the paths exist, the arguments parse. It checks the commands of a plain
+  block (no language) too, which a tutorial may not have.
 
 A marker on the line before a fence says how to run a block otherwise, as an
 HTML comment that neither the site nor the forge shows:
@@ -82,6 +83,8 @@ def marker_problem(block: Block) -> str | None:
     """What is wrong with how the block is marked, or None."""
     kind, lang = block.marker, language(block)
     tutorial = block.page.startswith(TUTORIALS)
+    if lang == "" and not tutorial:
+        return None  # output, or commands that tests/test_docs_commands.py checks
     if lang not in ("python", "toml", "sh", *NOT_CODE):
         return f"a {lang or 'plain'} block: give it a language the snippet tests run, or text"
     if kind and kind not in MARKERS:

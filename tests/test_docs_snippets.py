@@ -147,7 +147,9 @@ def test_the_snippet_tests_catch_what_a_reader_would_trip_on(tmp_path: Path) -> 
             "```",
             "```ini",  # a language nothing runs
             "```",
-            "```toml",  # 15: a fragment: one source
+            "```",  # plain: output, or commands checked elsewhere
+            "```",
+            "```toml",  # a fragment: one source
             "[routes.r.source]",
             'type = "stomp"',
             'url = "embedded"',
@@ -157,7 +159,7 @@ def test_the_snippet_tests_catch_what_a_reader_would_trip_on(tmp_path: Path) -> 
         ]
     )
     found, _ = split_page("docs/howto/x.md", page)
-    assert [marker_problem(b) is not None for b in found] == [False, True, True, True, False]
+    assert [marker_problem(b) is not None for b in found] == [False, True, True, True, False, False]
     failed = run_python(found[0], tmp_path)
     assert failed.returncode == 1
     assert "no_such_thing" in failed.stderr
