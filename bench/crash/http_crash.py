@@ -22,7 +22,7 @@ receiver in this process (hypercorn, answering 204), and is killed ``kills``
 times the same way. The receiver must end with every message; duplicates are
 identified by ``webhook-id`` and bounded by ``kills x in_flight``. The
 receiver also honours ``Idempotency-Key`` (it takes effect once per key, as
-bridges/README.md's contract says): ``effects`` counts what took effect, and
+docs/explanation/exactly-once.md's contract says): ``effects`` counts what took effect, and
 must be one per message, 0 duplicates (a request without the key, or a key
 that is not its message's id, would show here).
 

@@ -5,7 +5,7 @@
         [--seed N[,N...]] [--json] [--report PATH]
 
 Each scenario is a pair whose source gives stable ids and whose sink makes a
-repeated id a no-op at the target (bridges/README.md, "Delivery guarantees"):
+repeated id a no-op at the target (docs/explanation/exactly-once.md):
 
     jsonl-to-files:  file events.jsonl (id NAME:OFFSET)  ->  file outbox/, a file per message
                      named by its id

@@ -1,4 +1,4 @@
-"""AMQP 0-9-1 message properties <-> bridge message headers (the table in bridges/README.md).
+"""AMQP 0-9-1 message properties <-> bridge message headers (the table in docs/howto/amqp.md).
 
 A property becomes a header of the same meaning (``content-type``,
 ``correlation-id``...), the headers table becomes headers one for one, and

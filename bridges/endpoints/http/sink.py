@@ -10,7 +10,7 @@ IETF draft (draft-ietf-httpapi-idempotency-key-header) spells it, a
 Structured Fields string: ``Idempotency-Key: "m-17"``. A receiver that
 keeps each key with the effect of its request, in the same transaction, and
 answers a repeat as it answered the first (2xx), makes the pair effectively
-once (bridges/README.md states that contract). A message without an id
+once (docs/explanation/exactly-once.md states that contract). A message without an id
 sends neither a stable ``webhook-id`` nor an ``Idempotency-Key``; an id that
 is not printable ASCII cannot be a Structured Fields string and sends no
 ``Idempotency-Key``.

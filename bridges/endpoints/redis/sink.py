@@ -39,7 +39,7 @@ crash, a refused batch, a failed WAIT) whose id is among the last
 ``dedup_window`` ids added to that stream is therefore a no-op: with a
 source whose ids are stable, effectively once. Redis 7.0 (the installed
 server) has no idempotent ``XADD`` of its own, hence the script. Its cost
-and its window are in bridges/README.md. ``dedup_window = 0`` sends plain
+and its window are in docs/explanation/exactly-once.md. ``dedup_window = 0`` sends plain
 pipelined ``XADD``s (at least once). Messages with an empty id are always
 added.
 """

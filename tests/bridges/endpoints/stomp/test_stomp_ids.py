@@ -3,7 +3,7 @@
 The embedded broker and ActiveMQ keep a message's ``message-id`` across
 redelivery (to another connection too); RabbitMQ gives each delivery a new one
 (``T_1@@session-...@@1``): only ``bridge-id`` (and a publisher's
-``amqp-message-id``) is stable there. bridges/README.md's table says the same.
+``amqp-message-id``) is stable there. docs/explanation/exactly-once.md's table says the same.
 """
 
 from __future__ import annotations
