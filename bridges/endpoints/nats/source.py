@@ -21,14 +21,14 @@ batches, one asyncio call per batch (:class:`~bridges.endpoints._asyncio.Batcher
 the route takes what has arrived as many at a time as it has room for
 (``receive_some``), with no asyncio call at all.
 
-Pull requests are ``no_wait`` with an expiry. While messages are there, a
-request ends as soon as it has delivered what was available (the server
-answers 408 at the end of the stream), and the next one asks again for what
-the window has room for. When nothing is there, a request waits for the first
-message up to its expiry: 20 ms after the last delivery, doubling while
-nothing comes, up to ``FETCH_WAIT``. Closing waits for the request under way
-to end (that is why the expiry starts short: a route that stops after its
-last message waits a few ms, not half a second). It never withdraws a
+Each pull request asks for what the window has room for and waits on the
+server at most its expiry: 20 ms after a request that brought messages,
+doubling while nothing comes, up to ``FETCH_WAIT``. Closing waits for the
+request under way to end (that is why the expiry starts short: a route that
+stops after its last message waits a few ms, not half a second). (Not
+``no_wait`` requests, which end as soon as they have delivered what there
+was: nats-server 2.9 now and then leaves one unanswered, no message and no
+408, and the source waited for it until its fallback.) It never withdraws a
 request by dropping the inbox's subscription: nats-server 2.9 then loses a
 message that is naked or redelivered while the dropped request is still
 queued (it is handed out again only after ``ack_wait``) and delivers another
@@ -248,7 +248,6 @@ class _NatsReceiver:
         #: how many it has brought.
         self._expected = 0
         self._brought = 0
-        self._empty = False  # it ended with 404: nothing there, said at once
         self._request_done = trio.Event()
         self._request_done.set()
         self.failure: str | None = None
@@ -267,10 +266,8 @@ class _NatsReceiver:
             self._expected -= 1
             if self._expected <= 0:
                 self._request_done.set()
-        elif status != "100":  # 404 none, 408 expired or all there was, 409 (consumer deleted)
-            if status == "404":
-                self._empty = True
-            elif status == "409" and "Deleted" in str(headers.get("Description", "")):
+        elif status != "100":  # 404 none, 408 expired, 409 (e.g. consumer deleted)
+            if status == "409" and "Deleted" in str(headers.get("Description", "")):
                 self.failure = f"the consumer was deleted ({headers.get('Description')})"
             self._request_done.set()
 
@@ -278,7 +275,6 @@ class _NatsReceiver:
         """One pull request at a time, for as many messages as the window has room for."""
         held = self.held
         wait = FIRST_WAIT
-        no_wait = True
         while not self._stopping:
             if self.failure:
                 raise ConnectionError(f"{self.origin}: {self.failure}")
@@ -287,25 +283,14 @@ class _NatsReceiver:
                 self._room = trio.Event()
                 await self._room.wait()
                 continue
-            request: dict[str, object] = {"batch": room, "expires": int(wait * 1e9)}
-            if no_wait:
-                request["no_wait"] = True
+            request = json.dumps({"batch": room, "expires": int(wait * 1e9)}).encode()
             self._expected = room
             self._brought = 0
             self._request_done = trio.Event()
-            await self._aio.run(
-                self._client.publish, self._next, json.dumps(request).encode(), reply=self.inbox
-            )
+            await self._aio.run(self._client.publish, self._next, request, reply=self.inbox)
             with trio.move_on_after(wait + 5):  # (a lost request: ask again)
                 await self._request_done.wait()
-            if self._brought:
-                wait = FIRST_WAIT
-            else:
-                wait = min(wait * 2, FETCH_WAIT)
-                # A server that answers an empty no_wait request at once (404)
-                # would be asked again and again: wait on it instead.
-                no_wait = not self._empty
-                self._empty = False
+            wait = FIRST_WAIT if self._brought else min(wait * 2, FETCH_WAIT)
 
     async def stop_fetching(self) -> None:
         """Ask for no more, and wait for the request under way to end (within its expiry)."""
