@@ -11,9 +11,13 @@ Structured Fields string: ``Idempotency-Key: "m-17"``. A receiver that
 keeps each key with the effect of its request, in the same transaction, and
 answers a repeat as it answered the first (2xx), makes the pair effectively
 once (docs/explanation/exactly-once.md states that contract). A message without an id
-sends neither a stable ``webhook-id`` nor an ``Idempotency-Key``; an id that
-is not printable ASCII cannot be a Structured Fields string and sends no
-``Idempotency-Key``.
+sends neither a stable ``webhook-id`` nor an ``Idempotency-Key``.
+
+Both carry the id as :func:`header_id` spells it: as it is when it is
+visible ASCII without ``%``, else percent-encoded (UTF-8), so any id (a file
+named ``café.json``, a line break, a space) makes a valid header, the same
+one each time, and two ids never share one. ``webhook-signature`` signs that
+form, the one the receiver sees.
 
 A batch goes out ``concurrency`` requests at a time on one keep-alive pool
 (``httpx.AsyncClient``, which runs on Trio). The outcome of each request:
@@ -37,12 +41,14 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import re
 import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
+from urllib.parse import quote
 
 import attrs
 import httpx
@@ -212,12 +218,10 @@ class HttpSink:
                 headers[name] = _header_value(value)
         for name, template in self._headers:
             headers[name] = _header_value(template.render(message))
-        msg_id = message.id or uuid.uuid4().hex
+        msg_id = header_id(message.id) if message.id else uuid.uuid4().hex
         headers["webhook-id"] = msg_id
         if message.id and self.config.idempotency_key:
-            key = idempotency_key(message.id)
-            if key is not None:
-                headers["idempotency-key"] = key
+            headers["idempotency-key"] = idempotency_key(message.id)
         if self._keys:
             signed = sign_headers(
                 self.config.signature, self._keys, msg_id, int(time.time()), message.body
@@ -275,14 +279,35 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def idempotency_key(message_id: str) -> str | None:
+#: A character an id keeps in a header: visible ASCII (``!`` to ``~``) but ``%``.
+_UNSAFE: Final = re.compile(r"[^!-$&-~]")
+#: What :func:`quote` leaves as it is: the same set.
+_SAFE: Final = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+
+
+def header_id(message_id: str) -> str:
+    """``message_id`` as a header value (``webhook-id``, and inside ``Idempotency-Key``).
+
+    Unchanged when every character is visible ASCII other than ``%``; else
+    each other character percent-encoded as UTF-8 (a lone surrogate as
+    UTF-8 would spell it), as :func:`urllib.parse.quote` does: ``café.json``
+    is ``caf%C3%A9.json``, ``a b`` is ``a%20b``, ``100%`` is ``100%25``.
+    Deterministic, visible ASCII only, and reversible
+    (``urllib.parse.unquote(value, errors="surrogatepass")`` gives the id
+    back), so distinct ids never share a key.
+    """
+    if _UNSAFE.search(message_id) is None:
+        return message_id
+    return quote(message_id, safe=_SAFE, errors="surrogatepass")
+
+
+def idempotency_key(message_id: str) -> str:
     """``message_id`` as an ``Idempotency-Key`` value: a Structured Fields string (RFC 8941).
 
-    None when it cannot be one (a character that is not printable ASCII).
+    The id as :func:`header_id` spells it, quoted (``\\`` and ``"`` escaped).
     """
-    if not all(" " <= c <= "~" for c in message_id):
-        return None
-    return '"' + message_id.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    key = header_id(message_id)
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _header_value(value: str) -> str:
