@@ -13,7 +13,7 @@ answers a repeat as it answered the first (2xx), makes the pair effectively
 once (docs/explanation/exactly-once.md states that contract). A message without an id
 sends neither a stable ``webhook-id`` nor an ``Idempotency-Key``.
 
-Both carry the id as :func:`header_id` spells it: as it is when it is
+Both carry the id as :func:`~bridges.endpoints._header_id.header_id` spells it: as it is when it is
 visible ASCII without ``%``, else percent-encoded (UTF-8), so any id (a file
 named ``café.json``, a line break, a space) makes a valid header, the same
 one each time, and two ids never share one. ``webhook-signature`` signs that
@@ -41,14 +41,12 @@ from __future__ import annotations
 
 import email.utils
 import logging
-import re
 import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
-from urllib.parse import quote
 
 import attrs
 import httpx
@@ -59,6 +57,7 @@ from bridges import Context, InvalidSetting, Message, MessageRejected, Template,
 from bridges._readfile import checked_cafile, open_verifying_context
 from bridges._redact import redact_cut
 
+from .._header_id import header_id
 from .signatures import Scheme, sign_headers
 from .source import TRACE_HEADERS, signing_keys
 
@@ -279,32 +278,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-#: A character an id keeps in a header: visible ASCII (``!`` to ``~``) but ``%``.
-_UNSAFE: Final = re.compile(r"[^!-$&-~]")
-#: What :func:`quote` leaves as it is: the same set.
-_SAFE: Final = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
-
-
-def header_id(message_id: str) -> str:
-    """``message_id`` as a header value (``webhook-id``, and inside ``Idempotency-Key``).
-
-    Unchanged when every character is visible ASCII other than ``%``; else
-    each other character percent-encoded as UTF-8 (a lone surrogate as
-    UTF-8 would spell it), as :func:`urllib.parse.quote` does: ``café.json``
-    is ``caf%C3%A9.json``, ``a b`` is ``a%20b``, ``100%`` is ``100%25``.
-    Deterministic, visible ASCII only, and reversible
-    (``urllib.parse.unquote(value, errors="surrogatepass")`` gives the id
-    back), so distinct ids never share a key.
-    """
-    if _UNSAFE.search(message_id) is None:
-        return message_id
-    return quote(message_id, safe=_SAFE, errors="surrogatepass")
-
-
 def idempotency_key(message_id: str) -> str:
     """``message_id`` as an ``Idempotency-Key`` value: a Structured Fields string (RFC 8941).
 
-    The id as :func:`header_id` spells it, quoted (``\\`` and ``"`` escaped).
+    The id as :func:`~bridges.endpoints._header_id.header_id` spells it, quoted
+    (``\\`` and ``"`` escaped).
     """
     key = header_id(message_id)
     return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'

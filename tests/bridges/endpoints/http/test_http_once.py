@@ -12,8 +12,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from bridges import Context, InvalidSetting, Message, RetryPolicy, Route
+from bridges.endpoints._header_id import header_id
 from bridges.endpoints.http import HttpSink, HttpSinkConfig
-from bridges.endpoints.http.sink import header_id, idempotency_key
+from bridges.endpoints.http.sink import idempotency_key
 from bridges.testing import FakeSource, messages
 
 CTX = Context(route="o", role="sink")

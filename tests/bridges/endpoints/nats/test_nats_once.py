@@ -11,7 +11,7 @@ import pytest
 import trio
 from nats_servers import jetstream, require_nats, stream, unique
 
-from bridges import Context
+from bridges import Context, Message
 from bridges.endpoints.file import FileSink, FileSinkConfig
 from bridges.endpoints.nats import NatsSink, NatsSinkConfig, NatsSource, NatsSourceConfig
 from bridges.testing import messages
@@ -101,3 +101,22 @@ async def test_a_stream_created_again_gives_new_ids_and_a_deduplicating_sink_kee
     assert set(new).isdisjoint(old)
     assert new[0].startswith(name + "#")
     assert new[0].endswith(":1")
+
+
+async def test_odd_ids_go_percent_encoded_and_their_repeats_are_still_dropped() -> None:
+    url = require_nats()
+    odd = ["café.json@17", "line\r\nbreak", "a b", "100%", "plain:1"]
+    batch = [Message(b"x", {}, message_id) for message_id in odd]
+    async with stream(url) as (name, aio, js):
+        sink = NatsSink(NatsSinkConfig(url=url, subject=name + ".x"), CTX)
+        async with sink.open() as writer:
+            await writer.write(batch)
+            await writer.write(batch)  # a retry: every one dropped by the stream
+        assert sink.duplicates == len(odd)
+        assert await stored(aio, js, name) == [
+            "caf%C3%A9.json@17",
+            "line%0D%0Abreak",
+            "a%20b",
+            "100%25",
+            "plain:1",
+        ]
