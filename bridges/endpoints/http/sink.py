@@ -11,9 +11,13 @@ Structured Fields string: ``Idempotency-Key: "m-17"``. A receiver that
 keeps each key with the effect of its request, in the same transaction, and
 answers a repeat as it answered the first (2xx), makes the pair effectively
 once (docs/explanation/exactly-once.md states that contract). A message without an id
-sends neither a stable ``webhook-id`` nor an ``Idempotency-Key``; an id that
-is not printable ASCII cannot be a Structured Fields string and sends no
-``Idempotency-Key``.
+sends neither a stable ``webhook-id`` nor an ``Idempotency-Key``.
+
+Both carry the id as :func:`~bridges.endpoints._header_id.header_id` spells it: as it is when it is
+visible ASCII without ``%``, else percent-encoded (UTF-8), so any id (a file
+named ``café.json``, a line break, a space) makes a valid header, the same
+one each time, and two ids never share one. ``webhook-signature`` signs that
+form, the one the receiver sees.
 
 A batch goes out ``concurrency`` requests at a time on one keep-alive pool
 (``httpx.AsyncClient``, which runs on Trio). The outcome of each request:
@@ -53,6 +57,7 @@ from bridges import Context, InvalidSetting, Message, MessageRejected, Template,
 from bridges._readfile import checked_cafile, open_verifying_context
 from bridges._redact import redact_cut
 
+from .._header_id import header_id
 from .signatures import Scheme, sign_headers
 from .source import TRACE_HEADERS, signing_keys
 
@@ -212,12 +217,10 @@ class HttpSink:
                 headers[name] = _header_value(value)
         for name, template in self._headers:
             headers[name] = _header_value(template.render(message))
-        msg_id = message.id or uuid.uuid4().hex
+        msg_id = header_id(message.id) if message.id else uuid.uuid4().hex
         headers["webhook-id"] = msg_id
         if message.id and self.config.idempotency_key:
-            key = idempotency_key(message.id)
-            if key is not None:
-                headers["idempotency-key"] = key
+            headers["idempotency-key"] = idempotency_key(message.id)
         if self._keys:
             signed = sign_headers(
                 self.config.signature, self._keys, msg_id, int(time.time()), message.body
@@ -275,14 +278,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def idempotency_key(message_id: str) -> str | None:
+def idempotency_key(message_id: str) -> str:
     """``message_id`` as an ``Idempotency-Key`` value: a Structured Fields string (RFC 8941).
 
-    None when it cannot be one (a character that is not printable ASCII).
+    The id as :func:`~bridges.endpoints._header_id.header_id` spells it, quoted
+    (``\\`` and ``"`` escaped).
     """
-    if not all(" " <= c <= "~" for c in message_id):
-        return None
-    return '"' + message_id.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    key = header_id(message_id)
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _header_value(value: str) -> str:

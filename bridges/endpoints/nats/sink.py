@@ -6,7 +6,10 @@ id, so JetStream's own duplicate window (``duplicate_window`` of the stream,
 2 minutes by default) drops a message the route writes again after a crash
 or a retry: within that window, stomp -> nats is effectively once. The
 server says so in the PubAck (``duplicate``); :attr:`NatsSink.duplicates`
-counts them.
+counts them. An id that is not visible ASCII, or holds ``%``, goes
+percent-encoded (:func:`~bridges.endpoints._header_id.header_id`): a line
+break would break the header block, and the encoding keeps distinct ids
+distinct.
 
 The window is the stream's, counted from the first publish of an id: a
 message written again after more than ``duplicate_window`` (a bridge down
@@ -41,6 +44,7 @@ from attrs.validators import ge, gt, optional
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 
 from .._asyncio import AsyncioLoop
+from .._header_id import header_id
 from ._connection import MSG_ID, SUBJECT_HEADER, Connector, NatsConnection, check_subject, one_line
 
 #: What a NATS header name may hold (nats-py's own check, before anything is sent).
@@ -201,7 +205,7 @@ class NatsSink:
                 raise ValueError(f"header {name[:40]!r} cannot be sent over NATS")
             headers[name] = value
         if message.id:
-            headers[MSG_ID] = message.id
+            headers[MSG_ID] = header_id(message.id)
         # The server counts the headers into max_payload (and closes the connection
         # for a message over it): the body alone is not the whole check.
         head = _head_size(headers)

@@ -38,6 +38,7 @@ twice (docs/performance/queues.md shows it).
 from __future__ import annotations
 
 import collections
+import datetime
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -81,6 +82,8 @@ _V2_STREAM_SEQ: Final = 7
 
 #: JetStream's error code for "consumer not found" (vs. 10059, "stream not found").
 CONSUMER_NOT_FOUND: Final = 10014
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 #: What a settled message needs: "ack", "nak" (with the delay) or "wpi".
 _Op = tuple[Any, str, float]
@@ -163,6 +166,7 @@ class NatsSource:
                 if config.create_stream:
                     await aio.run(_ensure_stream, js, config.stream, config.subject)
                 await aio.run(_bind_consumer, js, config.stream, self.consumer_config())
+                receiver.id_prefix = await aio.run(stream_incarnation, js, config.stream)
                 await aio.run(client.subscribe, receiver.inbox, cb=receiver.on_message)
             except (nats.errors.Error, TimeoutError) as exc:
                 raise connector.error(
@@ -197,6 +201,25 @@ async def _ensure_stream(js: Any, name: str, subject: str) -> None:
         await js.stream_info(name)
     except nats.js.errors.NotFoundError:
         await js.add_stream(name=name, subjects=[subject or f"{name}.>"])
+
+
+async def stream_incarnation(js: Any, stream: str) -> str:
+    """Runs in asyncio: ``STREAM#CREATED``, the prefix of the ids of this stream's messages.
+
+    CREATED is the stream's creation time (from its info), in microseconds
+    since the epoch, hexadecimal. A stream deleted and created again under
+    the same name starts its sequences at 1 again: the creation time keeps
+    the new messages from taking ids a de-duplicating sink has already seen.
+    It never changes for one stream (nats-server keeps it with the stream,
+    across its restarts and updates). Just ``STREAM`` when the server
+    reports none.
+    """
+    info = await js.stream_info(stream)
+    created = info.created
+    if created is None:
+        return stream
+    micros = (created - _EPOCH) // datetime.timedelta(microseconds=1)
+    return f"{stream}#{micros:x}"
 
 
 async def _bind_consumer(js: Any, stream: str, config: nats.js.api.ConsumerConfig) -> None:
@@ -236,7 +259,9 @@ class _NatsReceiver:
         self._window = window
         self._fetch = fetch
         self.origin = f"nats {config.stream}/{config.durable}"
-        self._stream = config.stream
+        #: What a message's id starts with when it has no id of its own:
+        #: ``STREAM#CREATED`` (:func:`stream_incarnation`), set on open.
+        self.id_prefix = config.stream
         #: Delivered and not yet handed out, oldest first (the window bounds it).
         self._ready: collections.deque[Any] = collections.deque()
         self._arrived = trio.lowlevel.ParkingLot()
@@ -320,8 +345,8 @@ class _NatsReceiver:
         while not ready:
             await self._arrived.park()
         popleft = ready.popleft
-        stream = self._stream
-        return [_NatsEnvelope(popleft(), self, stream) for _ in range(min(most, len(ready)))]
+        prefix = self.id_prefix
+        return [_NatsEnvelope(popleft(), self, prefix) for _ in range(min(most, len(ready)))]
 
     def give_back(self) -> None:
         """Nak (no delay) every message not settled, handed out or not: it comes back at once."""
@@ -356,16 +381,18 @@ class _NatsEnvelope(Envelope):
     """An envelope settled through the JetStream message it came in (no callables per message).
 
     Its id: ``Nats-Msg-Id`` when the publisher gave one, else ``bridge-id``,
-    else ``STREAM:SEQUENCE`` (the stream sequence, the same on each redelivery).
+    else ``STREAM#CREATED:SEQUENCE`` (the stream's creation time, see
+    :func:`stream_incarnation`, and the stream sequence: the same on each
+    redelivery, never that of a message of an earlier stream of that name).
     """
 
     __slots__ = ("msg", "receiver", "settle_key")
 
-    def __init__(self, msg: Any, receiver: _NatsReceiver, stream: str) -> None:
+    def __init__(self, msg: Any, receiver: _NatsReceiver, prefix: str) -> None:
         headers = dict(msg.headers) if msg.headers else {}
         stable = headers.pop(MSG_ID, "") or headers.pop(ID_HEADER, "")
         if not stable:
-            stable = f"{stream}:{_stream_sequence(msg.reply)}"
+            stable = f"{prefix}:{_stream_sequence(msg.reply)}"
         headers[SUBJECT_HEADER] = msg.subject
         self.message = trusted_message(msg.data, headers, stable)
         self.origin = receiver.origin

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,9 @@ async def test_the_source_hands_out_ids_and_headers_and_an_ack_is_final() -> Non
         async with source.open() as receiver:
             first, second = await receiver.receive(), await receiver.receive()
             assert first.message.body == b"\x00plain"
-            assert first.message.id == f"{name}:1"  # the stream sequence
+            created = (await aio.run(js.stream_info, name)).created
+            micros = (created - datetime.fromtimestamp(0, UTC)) // timedelta(microseconds=1)
+            assert first.message.id == f"{name}#{micros:x}:1"  # creation time, stream sequence
             assert first.message.headers == {"h": "v", "nats-subject": f"{name}.a"}
             assert second.message.id == "stable-1"  # the publisher's de-duplication id wins
             assert "Nats-Msg-Id" not in second.message.headers
