@@ -29,9 +29,19 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-#: The codec's modules that are compiled: the frames, the head parser, the
+#: The codec's modules that are compiled: the encoder, the frames, the head parser, the
 #: parser, escaping, the headers and the message runs (one shared library).
-CODEC = ("_escaping", "_frame", "_handmade", "_headers", "_head", "_parser", "_runs", "_shape")
+CODEC = (
+    "_encoder",
+    "_escaping",
+    "_frame",
+    "_handmade",
+    "_headers",
+    "_head",
+    "_parser",
+    "_runs",
+    "_shape",
+)
 #: The embedded broker's modules compiled with them, in ``trio_stomp/broker/``: its
 #: MESSAGE frames put together from parts (the broker's hot path; see _wire.py).
 BROKER = ("_wire",)
