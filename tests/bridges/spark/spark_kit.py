@@ -99,16 +99,23 @@ def broker_fixture() -> Iterator[BrokerProcess]:
 
 
 def send(
-    url: str, destination: str, bodies: Sequence[bytes], headers: dict[str, str] | None = None
+    url: str,
+    destination: str,
+    bodies: Sequence[bytes],
+    headers: dict[str, str] | None = None,
+    bridge_ids: str | None = None,
 ) -> None:
-    """Send ``bodies`` to ``destination``, the last with a receipt."""
+    """Send ``bodies`` to ``destination``, the last with a receipt; with ``bridge_ids``,
+    message i carries ``bridge-id: {bridge_ids}-{i}`` (one id per message: the embedded
+    broker drops a repeated bridge-id within its duplicate window)."""
 
     async def main() -> None:
         async with trio_stomp.connect(url) as client:
             for index, body in enumerate(bodies):
-                await client.send(
-                    destination, body, headers=headers, receipt=index == len(bodies) - 1
-                )
+                sent = dict(headers or {})
+                if bridge_ids is not None:
+                    sent["bridge-id"] = f"{bridge_ids}-{index}"
+                await client.send(destination, body, headers=sent, receipt=index == len(bodies) - 1)
 
     trio.run(main)
 

@@ -87,7 +87,7 @@ def test_round_trip_stomp_to_transform_to_stomp(
 def test_stomp_to_parquet_rows(spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
     inbox = f"/queue/lake-{uuid.uuid4().hex}"
     bodies = [f"row {i}".encode() for i in range(500)]
-    send(broker.url, inbox, bodies, headers={"bridge-id": "fixed"})
+    send(broker.url, inbox, bodies, bridge_ids="fixed")
     send(broker.url, inbox, [b"other"], headers={"kind": "x"})
     checkpoint, output = tmp_path / "ckpt", tmp_path / "lake"
     query = (
@@ -112,7 +112,9 @@ def test_stomp_to_parquet_rows(spark: Any, broker: BrokerProcess, tmp_path: Path
     assert "message-id" not in dict(other["headers"])
     assert other["received_at"] is not None
     # A producer's bridge-id is the stable id.
-    assert {r["id"] for r in rows if r["body"] != b"other"} == {"fixed"}
+    assert {r["id"] for r in rows if r["body"] != b"other"} == {
+        f"fixed-{i}" for i in range(len(bodies))
+    }
     assert spark.createDataFrame([], SOURCE_SCHEMA).columns == [
         "destination",
         "message_id",
