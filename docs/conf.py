@@ -56,6 +56,8 @@ logging.getLogger("sphinx.sphinx.directives.other").addFilter(_EmptySection())
 html_theme = "furo"
 html_title = "trio-stomp"
 html_static_path = ["_static"]
+# The site's own icon: without one a browser asks the server for /favicon.ico (a 404).
+html_favicon = "_static/favicon.svg"
 html_css_files = ["reference.css"]
 
 #: The API pages' modules; a function that returns an async context manager shows
