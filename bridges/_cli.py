@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Move messages between STOMP and other systems, at least once.",
-        epilog="The config format: docs/reference/config.rst (scripts/docs builds the site).",
+        epilog="Config keys: 'bridges plugins' lists the endpoint and transform types, and "
+        "'bridges check CONFIG' names every key a table accepts when one is wrong; the "
+        "documentation's config reference describes each.",
     )
     codec = "compiled codec" if trio_stomp.frame.compiled else "pure Python"
     version = f"%(prog)s {trio_stomp.__version__} ({codec})"

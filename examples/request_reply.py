@@ -11,7 +11,8 @@ plain client API, serves ``/queue/upper``: it answers each request to the
 ``reply-to`` the request carries, with its ``correlation-id``. The requester
 asks three questions at once (the replies find their requests by
 ``correlation-id``, whatever their order), then asks a service nobody serves
-and gives up after its ``timeout``.
+and gives up after its ``timeout`` (that request expires in the broker too:
+see ``UNANSWERED``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ import trio_stomp
 from trio_stomp.broker import open_broker
 
 SERVICE = "/queue/upper"
+
+#: A request nobody may answer should not outlive its timeout in the broker: on
+#: RabbitMQ a SEND to /queue/NAME declares a durable queue that keeps the
+#: message for ever. ``expiration`` (ms) drops the message and ``x-expires``
+#: (ms) the queue once unused; ActiveMQ's ``expires`` is an absolute time, so it
+#: is left out here; the embedded broker keeps nothing after it stops.
+UNANSWERED = {"expiration": "500", "x-expires": "2000"}
 
 
 async def responder(url: str, *, task_status: trio.TaskStatus[None]) -> None:
@@ -50,7 +58,9 @@ async def requester(url: str) -> None:
             nursery.start_soon(ask, question)
     async with trio_stomp.connect(url) as client:
         try:
-            await client.request("/queue/nobody-serves-this", "hello?", timeout=0.5)
+            await client.request(
+                "/queue/nobody-serves-this", "hello?", timeout=0.5, headers=UNANSWERED
+            )
         except trio_stomp.RequestTimeout as exc:
             print(f"gave up: {exc}")
 

@@ -93,3 +93,34 @@ def test_a_malformed_report_is_refused_in_one_line_and_draws_nothing(
     assert error.startswith(f"plots: {report}: ")
     assert problem in error
     assert not (tmp_path / "out" / "bad.png").exists()
+
+
+def test_each_bar_is_labelled_with_its_number_so_a_zero_is_drawn(
+    plots: ModuleType, tmp_path: Path
+) -> None:
+    assert [plots._short(v) for v in (0, 0.953, 12.34, 45_600, 1_234_567)] == [
+        "0",
+        "0.953",
+        "12.3",
+        "45.6k",
+        "1.23M",
+    ]
+    # A row whose value is 0 (say "0 lost") is drawn as the label "0" on its
+    # bar, not left as empty space beside the other bars.
+    from matplotlib.axes import Axes
+
+    drawn: list[str] = []
+    original = Axes.bar_label
+
+    def recording(self: Axes, container: Any, labels: Any = None, **kwargs: Any) -> Any:
+        drawn.extend(labels or [])
+        return original(self, container, labels, **kwargs)
+
+    rows = [{"series": "lost", "label": "run", "value": 0}, *REPORT["rows"]]
+    report = tmp_path / "zero.json"
+    report.write_text(json.dumps({**REPORT, "rows": rows}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Axes, "bar_label", recording)
+        assert plots.main(["--out", str(tmp_path / "out"), str(report)]) == 0
+    assert "0" in drawn
+    assert len(drawn) == len(rows)

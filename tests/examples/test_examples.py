@@ -190,9 +190,13 @@ async def test_the_rabbitmq_archive_example_writes_a_json_line(tmp_path: Path) -
 async def test_the_rabbitmq_stomp_example_reaches_an_amqp_queue(tmp_path: Path) -> None:
     url = require_amqp()
     example = Example("amqp-via-rabbitmq-stomp.toml", tmp_path)
-    async with rabbit(url) as (aio, channel):  # the AMQP owner's part (Needs:)
-        queue = await aio.run(channel.declare_queue, "orders", durable=True)
-        await aio.run(queue.bind, "amq.direct", "orders.new")
+    async with rabbit(url) as (aio, channel):  # no queue orders from an earlier run
+        await aio.run(channel.queue_delete, "orders")
+    # The Needs: line's own command makes the queue and its binding.
+    (make,) = re.findall(r"^#\s+(timeout 3 trio-stomp listen .*)$", (EXAMPLES / example.name).read_text(), re.M)
+    await example.sh(make, check=False)  # (timeout's exit status is 124)
+    async with rabbit(url) as (aio, channel):  # it exists (passive); the round trip needs its binding
+        await aio.run(channel.declare_queue, "orders", durable=True, passive=True)
     body = token()
     shown = await example.round_trip(body)
     lines = [json.loads(line) for line in shown.splitlines()]
@@ -290,6 +294,20 @@ def test_request_reply_answers_on_the_embedded_broker_and_gives_up_on_nobody() -
     *answers, gave_up = result.stdout.splitlines()
     assert sorted(answers) == ["'one' -> 'ONE'", "'three' -> 'THREE'", "'two' -> 'TWO'"]
     assert gave_up.startswith("gave up: no reply to the request to '/queue/nobody-serves-this'")
+
+
+@pytest.mark.deadline(40)
+async def test_request_reply_on_rabbitmq_leaves_no_queue_holding_its_unanswered_request() -> None:
+    url = require_amqp()
+    result = await trio.to_thread.run_sync(
+        python_example, "request_reply.py", "stomp://guest:guest@127.0.0.1:61613/?vhost=/"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("gave up: no reply")
+    await trio.sleep(2.5)  # UNANSWERED: the queue expires 2 s after its last use
+    async with rabbit(url) as (aio, channel):
+        with pytest.raises(Exception, match="NOT_FOUND"):
+            await aio.run(channel.declare_queue, "nobody-serves-this", passive=True)
 
 
 def test_durable_subscription_keeps_orders_across_a_restart_then_is_removed() -> None:

@@ -152,6 +152,7 @@ class _StompEnvelope(Envelope):
         message_id = pop("message-id", "")
         pop("subscription", None)
         pop("ack", None)
+        pop("receipt", None)  # the sender's SEND receipt: RabbitMQ passes it on
         pop("content-length", None)
         stable = pop(ID_HEADER, "") or headers.get(AMQP_MESSAGE_ID, "") or message_id
         self.message = trusted_message(received.body, headers, stable)

@@ -222,3 +222,20 @@ async def test_the_stomp_source_acks_a_run_of_envelopes_in_one_write(
     assert sum(acked) == 40
     assert len(acked) < 40  # runs, not one ACK write per message
     assert await drain(embedded.url, destination, 0) == []
+
+
+async def test_the_senders_receipt_header_is_not_handed_on(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    """RabbitMQ passes a SEND's ``receipt`` header on in the MESSAGE; it names the
+    sender's frame, not the message, so an archive or a resend must not carry it."""
+    destination = unique("queue")
+    async with trio_stomp.connect(target.url) as client:
+        await client.send(destination, b"hi", headers={"order": "7"}, receipt=True)
+    source = StompSource(StompSourceConfig(url=target.url, destination=destination), CTX)
+    with trio.fail_after(10):
+        async with source.open() as receiver:
+            envelope = await receiver.receive()
+            await envelope.ack()
+    assert envelope.message.headers["order"] == "7"
+    assert "receipt" not in envelope.message.headers
