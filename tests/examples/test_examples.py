@@ -193,9 +193,10 @@ async def test_the_rabbitmq_stomp_example_reaches_an_amqp_queue(tmp_path: Path) 
     async with rabbit(url) as (aio, channel):  # no queue orders from an earlier run
         await aio.run(channel.queue_delete, "orders")
     # The Needs: line's own command makes the queue and its binding.
-    (make,) = re.findall(r"^#\s+(timeout 3 trio-stomp listen .*)$", (EXAMPLES / example.name).read_text(), re.M)
+    comments = (EXAMPLES / example.name).read_text()
+    (make,) = re.findall(r"^#\s+(timeout 3 trio-stomp listen .*)$", comments, re.M)
     await example.sh(make, check=False)  # (timeout's exit status is 124)
-    async with rabbit(url) as (aio, channel):  # it exists (passive); the round trip needs its binding
+    async with rabbit(url) as (aio, channel):  # it exists; the round trip needs its binding
         await aio.run(channel.declare_queue, "orders", durable=True, passive=True)
     body = token()
     shown = await example.round_trip(body)
