@@ -69,6 +69,8 @@ def _exit_now(status: StatusLine | None, stopped: Stopped) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``bridges``."""
+    from .service._reload_answer import WAIT_TIMEOUT
+
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Move messages between STOMP and other systems, at least once.",
@@ -106,7 +108,34 @@ def build_parser() -> argparse.ArgumentParser:
         "($JOURNAL_STREAM) each line starts with its syslog priority (<3>...)",
     )
     commands.add_parser("plugins", help="list the endpoint and transform types")
-    commands.add_parser("unit", help="print the systemd unit bridges@.service for this install")
+    unit = commands.add_parser(
+        "unit", help="print the systemd unit bridges@.service for this install"
+    )
+    unit.add_argument(
+        "--paths",
+        metavar="CONFIG",
+        help="print instead the drop-in that lets bridges@NAME write CONFIG's paths outside "
+        "its state directory (ReadWritePaths=); NAME is CONFIG's file name without .toml",
+    )
+    reload = commands.add_parser(
+        "reload",
+        help="make a running bridges re-read its config (SIGHUP); with --wait, exit "
+        "with its outcome (the unit's ExecReload)",
+    )
+    reload.add_argument("pid", type=int, metavar="PID", help="the bridges run process")
+    reload.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the outcome, from $RUNTIME_DIRECTORY/reload: exit 0 when applied, "
+        "2 when the new config was refused, 1 when the reload failed or did not answer",
+    )
+    reload.add_argument(
+        "--timeout",
+        type=float,
+        default=WAIT_TIMEOUT,
+        metavar="S",
+        help=f"with --wait, the longest wait (default {WAIT_TIMEOUT:g} s)",
+    )
     return parser
 
 
@@ -142,6 +171,49 @@ def _redacting(config: Config, say: Callable[[str], None]) -> AbstractContextMan
     return redacting(config.secrets)
 
 
+def _command(args: argparse.Namespace, registry: Registry, say: Callable[[str], None]) -> int:
+    """The commands that run no config: ``plugins``, ``unit`` and ``reload``."""
+    if args.command == "plugins":
+        _plugins(registry)
+        return EXIT_OK
+    if args.command == "reload":
+        return _reload(args, say)
+    from .service._unit import print_paths, print_unit
+
+    if args.paths is not None:
+        return print_paths(args.paths, registry, say)
+    return print_unit(say)
+
+
+def _reload(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """``bridges reload [--wait] PID``: SIGHUP, and with --wait the reload's outcome."""
+    import signal
+
+    from .service._reload_answer import WaitFailed, answer_path, signal_and_wait
+
+    if not args.wait:
+        try:
+            os.kill(args.pid, signal.SIGHUP)
+        except ProcessLookupError:
+            say(f"reload: no process {args.pid}")
+            return EXIT_FAILED
+        return EXIT_OK
+    path = answer_path()
+    if path is None:
+        say("reload: cannot wait: $RUNTIME_DIRECTORY is not set (the unit sets it)")
+        return EXIT_FAILED
+    try:
+        answer = signal_and_wait(args.pid, path, args.timeout)
+    except WaitFailed as exc:
+        say(f"reload: {exc}")
+        return EXIT_FAILED
+    if answer.ok:
+        say(f"reload: process {args.pid} applied the config")
+        return EXIT_OK
+    say(f"reload: process {args.pid}: {answer.note}")
+    return EXIT_CONFIG if answer.refused else EXIT_FAILED
+
+
 def _plugins(registry: Registry) -> None:
     for plugin in registry.plugins():
         print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
@@ -169,13 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream = status.log_stream() if status is not None else None
         say = configure_logging(level, args.log_format, stream=stream, prog=PROG)
     registry = default_registry()
-    if args.command == "plugins":
-        _plugins(registry)
-        return EXIT_OK
-    if args.command == "unit":
-        from .service._unit import print_unit
-
-        return print_unit(say)
+    if args.command in ("plugins", "unit", "reload"):
+        return _command(args, registry, say)
     # What the config resolved is redacted from everything said, errors included.
     secrets = contextlib.ExitStack()
     try:
@@ -193,7 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_on_spark(config, args.config, say)
         freeze_heap()
         hard_stop = partial(_exit_now, status)
-        run = partial(run_bridge, config, registry, say=say, hard_stop=hard_stop, status=status)
+        warn = partial(logging.getLogger("bridges.service").warning, "%s")
+        run = partial(
+            run_bridge, config, registry, say=say, hard_stop=hard_stop, status=status, warn=warn
+        )
         stopped = trio.run(partial(run, notifier=Notifier()))
         if not stopped.clean:
             return stopped.exit_status

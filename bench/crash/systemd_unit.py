@@ -30,7 +30,14 @@ nothing else of the unit is changed. Checked, in order:
    systemd's watchdog and restarted (``NRestarts``), and its files arrive.
 4. reload: a third route added to the config, ``systemctl reload``: same
    main PID, status "3 routes", a file through the new route.
-5. stop: ``--files`` files put in the inbox, ``systemctl stop`` once the
+5. refused reload: a config with a mistake makes ``systemctl reload`` fail
+   (``ExecReload`` is ``bridges reload --wait``); ``journalctl -p warning``
+   shows why; the process runs on (same PID), its status says so.
+6. paths: a second instance whose route watches ``/srv/drop/inbox``
+   (read-only under ``ProtectSystem=strict``) fails to start, naming the
+   path; with the drop-in ``bridges unit --paths`` prints, it starts and a
+   file crosses.
+7. stop: ``--files`` files put in the inbox, ``systemctl stop`` once the
    first is through: a clean result (exit 0, or 3: handed back);
    after a start again every file is in ``outbox/`` with its content, none lost.
 
@@ -256,6 +263,63 @@ def check_reload(box: Container, state: Path) -> None:
              lambda: arrived(state / "late-out", names) == names)  # fmt: skip
 
 
+def check_refused_reload(box: Container) -> None:
+    """A config with a mistake: `systemctl reload` fails, the journal says why at
+    warning, and the process runs on with the config it had."""
+    config = box.root / "etc/bridges" / f"{INSTANCE}.toml"
+    good = config.read_text()
+    pid = box.show(UNIT, "MainPID")
+    config.write_text(good.replace('format = "files"', 'format = "nope"', 1))
+    done = box.run("systemctl", "reload", UNIT, timeout=LIMIT, check=False)
+    config.write_text(good)
+    if done.returncode == 0:
+        raise CheckFailed("systemctl reload succeeded with a refused config")
+    warnings = box.run("journalctl", "-u", UNIT, "-p", "warning", "-o", "cat", "--no-pager").stdout
+    if "reload failed (1 problem in the config" not in warnings:
+        raise CheckFailed("the refused reload is not in journalctl -p warning")
+    if box.show(UNIT, "MainPID") != pid or box.show(UNIT, "ActiveState") != "active":
+        raise CheckFailed("a refused reload stopped or restarted the service")
+    if not box.show(UNIT, "StatusText").startswith("reload failed"):
+        raise CheckFailed(f"status after a refused reload: {box.show(UNIT, 'StatusText')!r}")
+
+
+DROP = "drop"
+DROP_UNIT = f"bridges@{DROP}.service"
+DROP_ROUTES = """
+[routes.drop]
+source = { type = "file", path = "/srv/drop/inbox", settle = 0, poll_interval = 0.1 }
+sink = { type = "file", path = "outbox", format = "files", name = "{header:file-name}" }
+"""
+
+
+def check_paths_outside_state(box: Container) -> None:
+    """A route outside the state directory: refused at start (not retried for ever),
+    then runs with the drop-in `bridges unit --paths` prints."""
+    (box.root / "srv/drop/inbox").mkdir(parents=True)
+    (box.root / "etc/bridges/credentials" / DROP).mkdir(mode=0o700)
+    (box.root / "etc/bridges" / f"{DROP}.toml").write_text(DROP_ROUTES)
+    if box.run("systemctl", "start", DROP_UNIT, timeout=LIMIT, check=False).returncode == 0:
+        raise CheckFailed("a route on a read-only path started")
+    journal = box.run("journalctl", "-u", DROP_UNIT, "-o", "cat", "--no-pager").stdout
+    if "/srv/drop/inbox is on a read-only file system" not in journal:
+        raise CheckFailed("the start's failure does not name the read-only path")
+    dropin = box.root / f"etc/systemd/system/{DROP_UNIT}.d"
+    dropin.mkdir(parents=True)
+    paths = box.run("/opt/bridges/bin/bridges", "unit", "--paths", f"/etc/bridges/{DROP}.toml")
+    if "ReadWritePaths=/srv/drop/inbox" not in paths.stdout.splitlines():
+        raise CheckFailed(f"bridges unit --paths printed {paths.stdout!r}")
+    (dropin / "paths.conf").write_text(paths.stdout)
+    box.run("systemctl", "daemon-reload")
+    box.run("systemctl", "reset-failed", DROP_UNIT, check=False)
+    box.run("systemctl", "start", DROP_UNIT, timeout=LIMIT)
+    names = ["dropped-1"]
+    put_files(box.root / "srv/drop/inbox", names)
+    outbox = box.root / "var/lib/private/bridges" / DROP / "outbox"
+    wait_for("a file through the route outside the state directory",
+             lambda: arrived(outbox, names) == names)  # fmt: skip
+    box.run("systemctl", "stop", DROP_UNIT, timeout=LIMIT)
+
+
 def check_stop_loses_nothing(
     box: Container, state: Path, count: int, figures: dict[str, Any]
 ) -> None:
@@ -316,6 +380,10 @@ def scenario(quick: bool, count: int, say: Callable[[str], None]) -> dict[str, A
                         check_wedged_is_restarted(box, state)
                 with timed(figures, "reload", say):
                     check_reload(box, state)
+                with timed(figures, "refused_reload", say):
+                    check_refused_reload(box)
+                with timed(figures, "paths", say):
+                    check_paths_outside_state(box)
                 with timed(figures, "stop", say):
                     check_stop_loses_nothing(box, state, count, figures)
             except (CheckFailed, ContainerError, subprocess.SubprocessError):

@@ -61,6 +61,7 @@ from ._embedded import open_embedded, volatile_backlog
 from ._logs import log_counters
 from ._notify import Notifier
 from ._reload import Reloader
+from ._reload_answer import answer_path
 from ._routes import build_routes
 from ._service import Service
 from ._tasks import open_service
@@ -161,6 +162,8 @@ class _Stopping:
     signalled: bool = False
     service: Service | None = None
     reloader: Reloader | None = None
+    #: Where a failed reload's lines go (None: ``say``; see :class:`Reloader`).
+    warn: Say | None = None
     notifier: Notifier | None = None
     #: Set when the routes are aborted, or have stopped after a signal: the last stretch.
     final: trio.Event = attrs.field(factory=trio.Event)
@@ -275,6 +278,7 @@ async def run_bridge(
     hard_stop: Callable[[Stopped], object] | None = None,
     notifier: Notifier | None = None,
     status: StatusLine | None = None,
+    warn: Say | None = None,
     task_status: trio.TaskStatus[list[Route]] = trio.TASK_STATUS_IGNORED,
 ) -> Stopped:
     """Run ``config`` until SIGTERM/SIGINT (then shut down gracefully) or every route ends.
@@ -290,6 +294,8 @@ async def run_bridge(
         embedding): wait for the bounded cleanups however long they take.
       status: the status lines to draw on a terminal while the routes run
         (``bridges run`` passes one when stdout is a terminal); None: none.
+      warn: prints what a failed reload says (``bridges run`` logs it at
+        warning, for ``journalctl -p warning``); None: ``say``.
 
     Returns:
       what was handed back, kept or lost.
@@ -311,6 +317,7 @@ async def run_bridge(
                     guard.start_soon(_stop_now_guard, stopping, say, hard_stop)
                 stopping.notifier = notifier
                 stopping.secrets = secrets
+                stopping.warn = warn
                 await _run(config, registry, say, signals, stopping, task_status, status)
                 guard.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -355,6 +362,7 @@ async def _run(
                     stopping.reloader = Reloader(
                         config, registry, routes, running, service, say, shared,
                         is_stopping=lambda: stopping.signalled, secrets=stopping.secrets,
+                        warn=stopping.warn, answers=answer_path(),
                     )  # fmt: skip
                     for route in routes:
                         running.start_soon(route.run, name=f"route {route.name}")

@@ -37,7 +37,9 @@ routes that run, says why, and marks ``STATUS=`` until the next good reload.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 import attrs
@@ -52,6 +54,7 @@ from .._registry import Registry
 from .._shared import Shared
 from ._health import route_state
 from ._logs import log_counters
+from ._reload_answer import Answer, write_answer
 from ._routes import build_routes
 from ._service import Service
 
@@ -110,6 +113,13 @@ class Reloader:
     secrets: Secrets | None = None
     #: The deadline of a load, s (None: :data:`RELOAD_TIMEOUT`, as it is at the load).
     timeout: float | None = None
+    #: Where a failed reload's lines go (None: ``say``). ``bridges run`` logs them
+    #: at warning, so that ``journalctl -p warning`` shows a refused config.
+    warn: Say | None = None
+    #: Where each reload's outcome is written for ``bridges reload --wait``
+    #: (see :mod:`._reload_answer`); None: nowhere.
+    answers: Path | None = None
+    _finished: int = 0
     _lock: trio.Lock = attrs.field(factory=trio.Lock)
     _loading: trio.CancelScope | None = None
 
@@ -134,24 +144,38 @@ class Reloader:
             if self.is_stopping():
                 return False
             self.service.reloading()
+            warn = self.warn or self.say
             try:
                 applied = await self._apply()
             except ConfigError as exc:
                 for problem in exc.problems:
-                    self.say(f"reload: {problem}")
-                self._failed(_problems(exc))
+                    warn(f"reload: {problem}")
+                await self._failed(_problems(exc), refused=True)
                 return False
             except Exception as exc:  # any failure at all keeps the running routes
                 log.error("reload of %s failed: %s", self.config.file, one_line(exc))
-                self._failed(one_line(exc, limit=200))
+                await self._failed(one_line(exc, limit=200), refused=False)
                 return False
             self.service.reloaded(None)
+            if applied:
+                await self._answer(Answer(os.getpid(), self._finished + 1, ok=True))
             return applied
 
-    def _failed(self, why: str) -> None:
+    async def _failed(self, why: str, *, refused: bool) -> None:
         note = f"reload failed ({why}; still running the previous config)"
-        self.say(note)
+        (self.warn or self.say)(note)
         self.service.reloaded(note)
+        await self._answer(Answer(os.getpid(), self._finished + 1, False, refused, note))
+
+    async def _answer(self, answer: Answer) -> None:
+        """Count a finished reload and write its outcome to :attr:`answers`."""
+        self._finished = answer.reloads
+        if self.answers is None:
+            return
+        try:  # (a small file in the service's runtime folder, a tmpfs)
+            await trio.to_thread.run_sync(write_answer, self.answers, answer)
+        except OSError as exc:
+            log.warning("cannot write the reload's answer to %s: %s", self.answers, exc)
 
     async def _load(self) -> tuple[Config, list[Route]] | None:
         """The new config and its new routes, read and built in a worker thread,

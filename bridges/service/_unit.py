@@ -1,10 +1,13 @@
 """``bridges unit``: the systemd template unit ``bridges@.service`` for this install.
 
 The unit runs ``/etc/bridges/NAME.toml`` as ``bridges@NAME``: a ``Type=notify``
-service with a watchdog, reload on SIGHUP, credentials, a state directory and
-systemd's hardening. Its commands name the ``bridges`` program of the
-install that prints it (``/opt/bridges/bin/bridges`` for the documented venv),
-so the unit cannot run a different copy than the one that wrote it.
+service with a watchdog, reload on SIGHUP (``bridges reload --wait``, so that a
+refused config fails ``systemctl reload``), credentials, a state directory and
+systemd's hardening. ``bridges unit --paths CONFIG`` prints the drop-in that
+lets one instance write the config's paths outside its state directory.
+Its commands name the ``bridges`` program of the install that prints it
+(``/opt/bridges/bin/bridges`` for the documented venv), so the unit cannot
+run a different copy than the one that wrote it.
 ``examples/systemd/bridges@.service`` is this text for ``/opt/bridges``; a test
 keeps the two the same.
 
@@ -23,7 +26,10 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from .._registry import Registry
 
 #: Where the documented install puts the ``bridges`` program (a venv under /opt/bridges).
 DEFAULT_PROGRAM: Final = "/opt/bridges/bin/bridges"
@@ -36,7 +42,7 @@ _TEMPLATE: Final = """\
 #   /opt/bridges/bin/bridges unit > /etc/systemd/system/bridges@.service
 #   install -d -m 0700 /etc/bridges/credentials/orders
 #   systemctl enable --now bridges@orders          # runs /etc/bridges/orders.toml
-#   systemctl reload bridges@orders                # SIGHUP: re-read the config, no loss
+#   systemctl reload bridges@orders                # re-read the config, no loss; fails if refused
 #   systemctl status bridges@orders                # STATUS=: routes running/retrying
 #   journalctl -u bridges@orders                   # logs, with their priorities
 #
@@ -57,8 +63,10 @@ Type=notify
 NotifyAccess=main
 ExecStartPre={program} check /etc/bridges/%i.toml
 ExecStart={program} run /etc/bridges/%i.toml
-# SIGHUP through the shell's own kill: /bin/kill (procps) is not on every system.
-ExecReload=/bin/sh -c 'kill -HUP "$MAINPID"'
+# SIGHUP, then wait for the outcome: a config the process refuses fails
+# `systemctl reload` (exit 2) instead of showing as "Reloaded". The outcome
+# comes through $RUNTIME_DIRECTORY/reload (RuntimeDirectory= below).
+ExecReload={program} reload --wait $MAINPID
 # READY=1 comes once every route is open or retrying; a wedged process (a
 # route stuck with messages in flight for [bridge] stall_timeout, or a
 # blocked event loop) stops feeding the watchdog and is restarted.
@@ -74,9 +82,14 @@ TimeoutStopSec=30
 SuccessExitStatus=3
 LoadCredential=bridges:/etc/bridges/credentials/%i
 # Relative paths in the config (file endpoints, [broker] data_dir) are under
-# the state directory: /var/lib/bridges/%i.
+# the state directory: /var/lib/bridges/%i. Everything else is read-only
+# (ProtectSystem=strict): `bridges unit --paths /etc/bridges/NAME.toml` prints
+# the drop-in (ReadWritePaths=) for a config's paths outside it, and
+# `bridges check` (ExecStartPre) refuses a path on a read-only file system.
 StateDirectory=bridges/%i
 StateDirectoryMode=0700
+RuntimeDirectory=bridges/%i
+RuntimeDirectoryMode=0700
 WorkingDirectory=%S/bridges/%i
 DynamicUser=yes
 UMask=0077
@@ -153,6 +166,70 @@ def print_unit(say: Callable[[str], None]) -> int:
     """``bridges unit``: print the unit for this install; the exit status (1: none)."""
     try:
         text = render_unit(installed_program())
+    except UnitError as exc:
+        say(str(exc))
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+#: The state directory of ``bridges@NAME`` (``StateDirectory=bridges/%i``).
+STATE_ROOT: Final = Path("/var/lib/bridges")
+
+
+def render_paths(config_file: str, registry: Registry) -> str:
+    """The drop-in of ``bridges@NAME`` for ``config_file``'s writable paths.
+
+    Every path a file endpoint writes, and the embedded broker's ``data_dir``,
+    resolved as the unit resolves them (against ``/var/lib/bridges/NAME``);
+    those outside that state directory go to ``ReadWritePaths=``.
+
+    Raises:
+      ConfigError: the config has problems (as ``bridges check`` says them).
+    """
+    from .._config import load_config
+    from ._routes import build_routes
+
+    name = Path(config_file).name.removesuffix(".toml")
+    state = STATE_ROOT / name
+    config = load_config(config_file, registry, base_dir=state)
+    wanted: list[Path] = []
+    if config.broker.data_dir is not None:
+        wanted.append(state / config.broker.data_dir)
+    for route in build_routes(config, registry, checking=True):
+        for endpoint in (route.source, route.sink, route.dead_letter):
+            wanted.extend(getattr(endpoint, "writes", list)())
+    outside = sorted({str(path) for path in wanted if not path.is_relative_to(state)})
+    dropin = f"/etc/systemd/system/bridges@{name}.service.d/paths.conf"
+    lines = [
+        f"# {dropin}: what bridges@{name} may write outside {state}",
+        f"# (then: systemctl daemon-reload; systemctl restart bridges@{name})",
+        "[Service]",
+    ]
+    if outside:
+        lines.append("ReadWritePaths=" + " ".join(_quoted(path) for path in outside))
+    else:
+        lines.append(f"# nothing: every path of {config_file} is under {state}")
+    return "\n".join(lines) + "\n"
+
+
+def _quoted(path: str) -> str:
+    """A path as one word of ``ReadWritePaths=`` (specifier and space escapes)."""
+    if any(c.isspace() or c in "\"'\\" for c in path):
+        raise UnitError(f"{path!r}: a path with spaces, quotes or backslashes (rename it)")
+    return path.replace("%", "%%")
+
+
+def print_paths(config_file: str, registry: Registry, say: Callable[[str], None]) -> int:
+    """``bridges unit --paths CONFIG``: print the drop-in; the exit status."""
+    from .._convert import ConfigError
+
+    try:
+        text = render_paths(config_file, registry)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            say(str(problem))
+        return 2
     except UnitError as exc:
         say(str(exc))
         return 1

@@ -382,3 +382,35 @@ def atomic_write(
             os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def read_only_folder(path: Path) -> Path | None:
+    """The nearest existing folder at or above ``path`` when it is on a read-only
+    file system (where the route could never write), else None.
+
+    Under systemd's ``ProtectSystem=strict`` every path outside the unit's
+    state directory (and its ``ReadWritePaths=``) is such a folder: ``bridges
+    check`` (the unit's ``ExecStartPre``) refuses it, rather than the route
+    retrying "Read-only file system" for ever.
+    """
+    for folder in (path, *path.parents):
+        try:
+            flags = os.statvfs(folder).f_flag
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:  # cannot tell (no permission to look): the route will say
+            return None
+        return folder if flags & os.ST_RDONLY else None
+    return None
+
+
+def read_only_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be written (see :func:`read_only_folder`), or None."""
+    folder = read_only_folder(path)
+    if folder is None:
+        return None
+    return (
+        f"{path} is on a read-only file system ({folder}); under systemd "
+        "(ProtectSystem=strict) a path outside the unit's state directory needs "
+        "ReadWritePaths=: `bridges unit --paths CONFIG` prints the drop-in"
+    )

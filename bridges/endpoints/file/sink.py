@@ -39,6 +39,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Literal
 
 import attrs
@@ -49,7 +50,15 @@ from ..._endpoint import Context, InvalidSetting, prepare_each
 from ..._message import Message
 from ..._template import Template, TemplateError
 from ._files import FilesWriter
-from ._fs import Refused, link_new, open_directory, open_regular, unlink_quietly, write_all
+from ._fs import (
+    Refused,
+    link_new,
+    open_directory,
+    open_regular,
+    read_only_problem,
+    unlink_quietly,
+    write_all,
+)
 from ._readback import RecentIds, read_back
 from ._records import encode_record, record_lines, record_text
 
@@ -107,6 +116,8 @@ class FileSink:
     def __init__(self, config: FileSinkConfig, context: Context) -> None:
         self.config = config
         self.path = context.path(config.path)
+        if problem := read_only_problem(self.path):
+            raise InvalidSetting("path", problem)
         self._create = not context.checking
         if "/" in config.prefix or config.prefix.startswith("."):
             raise InvalidSetting("prefix", "must be a plain file name prefix")
@@ -130,6 +141,10 @@ class FileSink:
     @classmethod
     def build(cls, config: FileSinkConfig, context: Context) -> FileSink:
         return cls(config, context)
+
+    def writes(self) -> list[Path]:
+        """The folders this sink writes: its ``path``."""
+        return [self.path]
 
     def describe(self) -> str:
         return f"file {self.path}/ ({self.config.format})"

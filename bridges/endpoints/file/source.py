@@ -67,6 +67,7 @@ from ._fs import (
     move_new,
     open_directory,
     open_subdirectory,
+    read_only_problem,
     read_regular,
     take,
     taken_name,
@@ -142,7 +143,15 @@ class FileSource:
         if config.mode == "directory" and (done.is_absolute() or ".." in done.parts):
             # Inside the watched directory, the move is a rename on one file system.
             raise InvalidSetting("done_dir", "must be a relative path inside the directory")
+        for folder in self.writes():
+            if problem := read_only_problem(folder):
+                raise InvalidSetting("path", problem)
         self._create = not context.checking
+
+    def writes(self) -> list[Path]:
+        """The folders this source writes: the watched one (its ``done`` folder
+        inside), or the tail's position file's."""
+        return [self.path if self.config.mode == "directory" else self.position.parent]
 
     @classmethod
     def build(cls, config: FileSourceConfig, context: Context) -> FileSource:

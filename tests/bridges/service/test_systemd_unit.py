@@ -25,7 +25,8 @@ def test_the_unit_template_has_what_a_notify_service_needs() -> None:
     for line in (
         "Type=notify",
         "ExecStart=/opt/bridges/bin/bridges run /etc/bridges/%i.toml",
-        "ExecReload=/bin/sh -c 'kill -HUP \"$MAINPID\"'",
+        "ExecReload=/opt/bridges/bin/bridges reload --wait $MAINPID",
+        "RuntimeDirectory=bridges/%i",
         "DynamicUser=yes",
         "ProtectSystem=strict",
         "StateDirectory=bridges/%i",
@@ -75,7 +76,7 @@ def test_bridges_unit_names_the_program_of_its_own_install() -> None:
     program = installed_program()
     assert Path(program).parent == Path(sys.executable).parent  # this venv's bin/
     text = render_unit(program)
-    assert text.count(program) == 2  # ExecStartPre's check and ExecStart's run
+    assert text.count(program) == 3  # ExecStartPre's check, ExecStart's run, ExecReload
     assert "/opt/bridges/bin/bridges" not in text.split("[Unit]")[1]
 
 

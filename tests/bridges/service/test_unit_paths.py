@@ -1,0 +1,88 @@
+"""File routes outside the unit's state directory: refused before they run, and the
+drop-in that allows them (``bridges unit --paths``).
+
+Under ``ProtectSystem=strict`` every path but the state directory is read-only;
+a route there used to retry "Read-only file system" for ever while ``bridges
+check`` passed it. A read-only mount made here in a user namespace stands in
+for the sandbox (``unshare``, util-linux; root in CI).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from family_kit import bridges_command
+
+CONFIG = """
+[broker]
+embedded = true
+listen = "127.0.0.1:0"
+data_dir = "{data}"
+
+[routes.drop]
+source = {{ type = "file", path = "{inbox}", settle = 0 }}
+sink = {{ type = "file", path = "outbox", format = "files" }}
+"""
+
+
+def unit_paths(config: Path) -> subprocess.CompletedProcess[str]:
+    command = [*bridges_command(), "unit", "--paths", str(config)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_drop_in_lists_the_absolute_paths_outside_the_state_directory(tmp_path: Path) -> None:
+    config = tmp_path / "orders.toml"
+    config.write_text(CONFIG.format(data="store", inbox=tmp_path / "srv" / "in box"))
+    done = unit_paths(config)
+    assert done.returncode == 1  # a space cannot be one word of ReadWritePaths=
+    assert "a path with spaces" in done.stderr
+    config.write_text(CONFIG.format(data=tmp_path / "store", inbox=tmp_path / "srv" / "inbox"))
+    done = unit_paths(config)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "# /etc/systemd/system/bridges@orders.service.d/paths.conf: what bridges@orders "
+        "may write outside /var/lib/bridges/orders",
+        "# (then: systemctl daemon-reload; systemctl restart bridges@orders)",
+        "[Service]",
+        f"ReadWritePaths={tmp_path / 'srv' / 'inbox'} {tmp_path / 'store'}",
+    ]
+    # Relative paths are the state directory's: nothing to add.
+    config.write_text(CONFIG.format(data="store", inbox="inbox"))
+    assert unit_paths(config).stdout.splitlines()[-1] == (
+        f"# nothing: every path of {config} is under /var/lib/bridges/orders"
+    )
+
+
+@pytest.mark.parametrize("where", ["inbox", "outbox"])
+def test_check_refuses_a_path_on_a_read_only_file_system(tmp_path: Path, where: str) -> None:
+    unshare = shutil.which("unshare")
+    if unshare is None:  # never skipped: util-linux is on every Debian
+        pytest.fail("unshare is missing (util-linux)")
+    sandbox = tmp_path / "srv"
+    sandbox.mkdir()
+    paths = {"inbox": "inbox", "outbox": "outbox", where: str(sandbox / where)}
+    config = tmp_path / "orders.toml"
+    config.write_text(
+        "[routes.drop]\n"
+        f'source = {{ type = "file", path = "{paths["inbox"]}", settle = 0 }}\n'
+        f'sink = {{ type = "file", path = "{paths["outbox"]}", format = "files" }}\n'
+    )
+    check = " ".join([*bridges_command(), "check", str(config)])
+    done = subprocess.run(
+        [unshare, "--map-root-user", "--mount", "sh", "-c",
+         f"mount -t tmpfs -o ro none {sandbox} && {check}"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    said = done.stdout + done.stderr
+    assert f"{sandbox / where} is on a read-only file system ({sandbox})" in said
+    assert "ReadWritePaths=" in said
+    # The same config where the folder is writable passes.
+    done = subprocess.run(
+        [*bridges_command(), "check", str(config)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
