@@ -85,7 +85,9 @@ class FileSinkConfig:
       prefix: JSON lines: files are named ``PREFIX-TIMESTAMP.jsonl``.
       rotate_bytes: JSON lines: a file that holds this many bytes is
         finished (renamed from ``.part`` to ``.jsonl``).
-      rotate_seconds: JSON lines: a file this old is finished, s.
+      rotate_seconds: JSON lines: a file this old is finished, s. As a
+        route's ``dead_letter``, each write finishes its file at once, so dead
+        letters show as ``.jsonl`` files while the bridge runs.
       name: file per message: the file's name, a template (``{id}``,
         ``{header:NAME}``...); the id makes repeats no-ops.
       conflict: file per message: what to do when the name exists with other
@@ -116,6 +118,9 @@ class FileSink:
     def __init__(self, config: FileSinkConfig, context: Context) -> None:
         self.config = config
         self.path = context.path(config.path)
+        #: As a route's dead letters, a JSON-lines file is finished after each
+        #: write: they are rare, and a user looks for them while the bridge runs.
+        self.finish_each_write = context.role == "dead_letter"
         if problem := read_only_problem(self.path):
             raise InvalidSetting("path", problem)
         self._create = not context.checking
@@ -260,6 +265,8 @@ class _JsonlWriter:
             self._cut(before)
             raise
         self._size += len(data)
+        if self._sink.finish_each_write:
+            self.finish()
 
     def _cut(self, size: int) -> None:
         """Take a failed batch off the end again, so a retry leaves no half line."""

@@ -359,6 +359,18 @@ async def test_jsonl_sink_rotates_by_size_and_by_age(tmp_path: Path) -> None:
         assert [p.suffix for p in (tmp_path / "aged").iterdir()] == [".jsonl"]
 
 
+async def test_as_dead_letters_each_write_is_a_finished_file_at_once(tmp_path: Path) -> None:
+    """Dead letters do not wait in a ``.part`` for an hour: each write is visible."""
+    sink = FileSink(
+        FileSinkConfig("dead"), Context(route="f", role="dead_letter", base_dir=tmp_path)
+    )
+    async with sink.open() as writer:
+        await writer.write(messages(2, "x-"))
+        await writer.write(messages(1, "y-"))
+        assert sorted(p.suffix for p in (tmp_path / "dead").iterdir()) == [".jsonl", ".jsonl"]
+        assert len(lines(tmp_path / "dead")) == 3
+
+
 async def test_jsonl_sink_body_modes(tmp_path: Path) -> None:
     assert json.loads(encode_record(Message(b"hi", {}, "i"), "base64"))["body_base64"] == "aGk="
     with pytest.raises(ValueError, match="not UTF-8"):
