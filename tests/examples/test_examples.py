@@ -311,6 +311,32 @@ async def test_request_reply_on_rabbitmq_leaves_no_queue_holding_its_unanswered_
             await aio.run(channel.declare_queue, "nobody-serves-this", passive=True)
 
 
+def test_read_lake_reads_only_what_sparks_log_committed(tmp_path: Path) -> None:
+    """The parquet example's Read line: a half-written file is never read."""
+    import pandas
+
+    lake = tmp_path / "orders"
+    (lake / "_spark_metadata").mkdir(parents=True)
+    for name in "abc":
+        pandas.DataFrame({"id": [ord(name)], "body": [name]}).to_parquet(lake / f"{name}.parquet")
+    (lake / "d.parquet").write_bytes(b"PAR1 half written")  # not committed yet
+
+    def log(name: str, *files: str) -> None:
+        entries = [
+            json.dumps({"path": f"file://{lake / f}.parquet", "action": "add"}) for f in files
+        ]
+        (lake / "_spark_metadata" / name).write_text("\n".join(["v1", *entries]) + "\n")
+
+    log("0", "a")
+    log("1.compact", "a", "b")  # every batch so far
+    log("2", "c")
+    result = python_example("read_lake.py", str(lake), "body")
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[-1] for line in result.stdout.splitlines()[1:]] == ["a", "b", "c"]
+    empty = python_example("read_lake.py", str(tmp_path / "nothing-yet"))
+    assert (empty.returncode, empty.stdout) == (0, "")
+
+
 def test_durable_subscription_keeps_orders_across_a_restart_then_is_removed() -> None:
     result = python_example("durable_subscription.py")
     assert result.returncode == 0, result.stderr
@@ -375,6 +401,7 @@ def test_every_example_has_a_test_here() -> None:
         "durable_subscription.py",
         "selector_tour.py",
         "spark_stream.py",
+        "read_lake.py",  # the parquet example's Read line
         "systemd",
     }
     assert {path.name for path in EXAMPLES.iterdir()} == tested
