@@ -74,6 +74,9 @@ TimeoutStartSec=60
 WatchdogSec=30
 Restart=on-failure
 RestartSec=2
+# Exit 2: the config cannot be used (ExecStartPre's check says why in the
+# journal): restarting would only fail again every RestartSec.
+RestartPreventExitStatus=2
 # SIGTERM: finish in-flight messages within [bridge] shutdown_timeout (10 s by
 # default); then systemd's own stop timeout. Exit 3 (messages handed back or
 # kept in the store) is a clean stop for systemd.

@@ -27,6 +27,7 @@ def test_the_unit_template_has_what_a_notify_service_needs() -> None:
         "ExecStart=/opt/bridges/bin/bridges run /etc/bridges/%i.toml",
         "ExecReload=/opt/bridges/bin/bridges reload --wait $MAINPID",
         "RuntimeDirectory=bridges/%i",
+        "RestartPreventExitStatus=2",
         "DynamicUser=yes",
         "ProtectSystem=strict",
         "StateDirectory=bridges/%i",
