@@ -20,7 +20,9 @@ run this interpreter unless ``PYSPARK_PYTHON`` names another one.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
 from pyspark.sql import SparkSession
 
@@ -53,9 +55,14 @@ def main(url: str) -> None:
         .start()
     )
     print(f"spark_stream: /queue/raw -> upper case -> /queue/upper on {url}", flush=True)
+    # Ctrl-C only sets a flag. PySpark's own SIGINT handler calls into the JVM
+    # from inside the call that awaitTermination is blocked in, which breaks
+    # that connection mid-call: four tracebacks instead of a clean stop.
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
+        while not stop.is_set() and query.isActive:
+            query.awaitTermination(0.5)  # (s) returns at least this often
         query.stop()
         print("spark_stream: stopped", flush=True)
     finally:
