@@ -62,7 +62,7 @@ def main(url: str) -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
         while not stop.is_set() and query.isActive:
-            query.awaitTermination(0.5)  # (s) returns at least this often
+            query.awaitTermination(1)  # (s) returns at least this often
         query.stop()
         print("spark_stream: stopped", flush=True)
     finally:
