@@ -384,14 +384,15 @@ def atomic_write(
         os.close(dir_fd)
 
 
-def read_only_folder(path: Path) -> Path | None:
-    """The nearest existing folder at or above ``path`` when it is on a read-only
-    file system (where the route could never write), else None.
+def unwritable(path: Path) -> tuple[Path, str] | None:
+    """The nearest existing folder at or above ``path`` and why this process could
+    never write there (a read-only file system, or no permission), else None.
 
     Under systemd's ``ProtectSystem=strict`` every path outside the unit's
-    state directory (and its ``ReadWritePaths=``) is such a folder: ``bridges
-    check`` (the unit's ``ExecStartPre``) refuses it, rather than the route
-    retrying "Read-only file system" for ever.
+    state directory (and its ``ReadWritePaths=``) is on a read-only file
+    system, and the unit's dynamic user owns nothing else: ``bridges check``
+    (the unit's ``ExecStartPre``, run as that user) refuses such a path, rather
+    than the route retrying "Read-only file system" or "Permission denied" for ever.
     """
     for folder in (path, *path.parents):
         try:
@@ -400,17 +401,23 @@ def read_only_folder(path: Path) -> Path | None:
             continue
         except OSError:  # cannot tell (no permission to look): the route will say
             return None
-        return folder if flags & os.ST_RDONLY else None
+        if flags & os.ST_RDONLY:
+            return folder, "read-only file system"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return folder, f"no permission to write (user {os.geteuid()})"
+        return None
     return None
 
 
-def read_only_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be written (see :func:`read_only_folder`), or None."""
-    folder = read_only_folder(path)
-    if folder is None:
+def unwritable_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be written (see :func:`unwritable`), or None."""
+    found = unwritable(path)
+    if found is None:
         return None
+    folder, why = found
     return (
-        f"{path} is on a read-only file system ({folder}); under systemd "
-        "(ProtectSystem=strict) a path outside the unit's state directory needs "
-        "ReadWritePaths=: `bridges unit --paths CONFIG` prints the drop-in"
+        f"{path} cannot be written: {why} in {folder}; under systemd (ProtectSystem=strict, "
+        "DynamicUser=) a path outside the unit's state directory needs ReadWritePaths= "
+        "(`bridges unit --paths CONFIG` prints the drop-in) and write permission "
+        "(docs: Run under systemd, Paths outside the state directory)"
     )

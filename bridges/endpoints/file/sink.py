@@ -55,8 +55,8 @@ from ._fs import (
     link_new,
     open_directory,
     open_regular,
-    read_only_problem,
     unlink_quietly,
+    unwritable_problem,
     write_all,
 )
 from ._readback import RecentIds, read_back
@@ -121,7 +121,7 @@ class FileSink:
         #: As a route's dead letters, a JSON-lines file is finished after each
         #: write: they are rare, and a user looks for them while the bridge runs.
         self.finish_each_write = context.role == "dead_letter"
-        if problem := read_only_problem(self.path):
+        if problem := unwritable_problem(self.path):
             raise InvalidSetting("path", problem)
         self._create = not context.checking
         if "/" in config.prefix or config.prefix.startswith("."):

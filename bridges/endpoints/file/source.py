@@ -67,11 +67,11 @@ from ._fs import (
     move_new,
     open_directory,
     open_subdirectory,
-    read_only_problem,
     read_regular,
     take,
     taken_name,
     unlink_quietly,
+    unwritable_problem,
 )
 from .tail import JsonlReceiver
 
@@ -144,7 +144,7 @@ class FileSource:
             # Inside the watched directory, the move is a rename on one file system.
             raise InvalidSetting("done_dir", "must be a relative path inside the directory")
         for folder in self.writes():
-            if problem := read_only_problem(folder):
+            if problem := unwritable_problem(folder):
                 raise InvalidSetting("path", problem)
         self._create = not context.checking
 

@@ -9,8 +9,10 @@ for the sandbox (``unshare``, util-linux; root in CI).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,7 +80,7 @@ def test_check_refuses_a_path_on_a_read_only_file_system(tmp_path: Path, where: 
     )  # fmt: skip
     assert done.returncode == 2, (done.stdout, done.stderr)
     said = done.stdout + done.stderr
-    assert f"{sandbox / where} is on a read-only file system ({sandbox})" in said
+    assert f"{sandbox / where} cannot be written: read-only file system in {sandbox}" in said
     assert "ReadWritePaths=" in said
     # The same config where the folder is writable passes.
     done = subprocess.run(
@@ -86,3 +88,34 @@ def test_check_refuses_a_path_on_a_read_only_file_system(tmp_path: Path, where: 
         capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_check_refuses_a_folder_the_user_may_not_write() -> None:
+    """As the unit's dynamic user sees a root-owned folder (``setpriv``, util-linux)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:  # never skipped: util-linux is on every Debian
+        pytest.fail("setpriv is missing (util-linux)")
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:  # (pytest's tmp_path is 0700)
+        os.chmod(folder, 0o755)
+        check_as_nobody(setpriv, Path(folder))
+
+
+def check_as_nobody(setpriv: str, tmp_path: Path) -> None:
+    drop = tmp_path / "drop"
+    drop.mkdir(mode=0o755)  # root's: nobody may not write
+    config = tmp_path / "orders.toml"
+    config.write_text(
+        "[routes.drop]\n"
+        f'source = {{ type = "file", path = "{drop / "inbox"}", settle = 0 }}\n'
+        'sink = { type = "file", path = "/dev/shm", format = "files" }\n'
+    )
+    config.chmod(0o644)
+    done = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+         *bridges_command(), "check", str(config)],
+        capture_output=True, text=True, timeout=60, check=False, cwd="/",
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"{drop / 'inbox'} cannot be written: no permission to write (user 65534) in {drop}" in (
+        done.stdout + done.stderr
+    )
