@@ -305,6 +305,9 @@ def check_paths_outside_state(box: Container) -> None:
     journal = box.run("journalctl", "-u", DROP_UNIT, "-o", "cat", "--no-pager").stdout
     if "/srv/drop/inbox cannot be written: read-only file system" not in journal:
         raise CheckFailed("the start's failure does not name the read-only path")
+    # (Restart=on-failure retries a failed ExecStartPre: stop that before the fix.)
+    box.run("systemctl", "stop", DROP_UNIT, timeout=LIMIT, check=False)
+    box.run("systemctl", "reset-failed", DROP_UNIT, check=False)
     dropin = box.root / f"etc/systemd/system/{DROP_UNIT}.d"
     dropin.mkdir(parents=True)
     paths = box.run("/opt/bridges/bin/bridges", "unit", "--paths", f"/etc/bridges/{DROP}.toml")
@@ -312,7 +315,6 @@ def check_paths_outside_state(box: Container) -> None:
         raise CheckFailed(f"bridges unit --paths printed {paths.stdout!r}")
     (dropin / "paths.conf").write_text(paths.stdout + "SupplementaryGroups=drop\n")
     box.run("systemctl", "daemon-reload")
-    box.run("systemctl", "reset-failed", DROP_UNIT, check=False)
     box.run("systemctl", "start", DROP_UNIT, timeout=LIMIT)
     names = ["dropped-1"]
     put_files(box.root / "srv/drop/inbox", names)
