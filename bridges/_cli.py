@@ -219,6 +219,8 @@ def _plugins(registry: Registry) -> None:
         print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
     for missing in registry.unavailable():
         print(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}")
+    for refused in registry.refused():
+        print(f"warning: {refused}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -243,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     registry = default_registry()
     if args.command in ("plugins", "unit", "reload"):
         return _command(args, registry, say)
+    for refused in registry.refused():  # a plugin that took a built-in's name
+        say(f"warning: {refused}")
     # What the config resolved is redacted from everything said, errors included.
     secrets = contextlib.ExitStack()
     try:

@@ -81,6 +81,7 @@ class Registry:
     def __init__(self) -> None:
         self._plugins: dict[tuple[str, str], Plugin] = {}
         self._unavailable: dict[str, Unavailable] = {}
+        self._refused: list[str] = []
 
     def register(
         self,
@@ -147,6 +148,10 @@ class Registry:
         """The families that could not be loaded, by name."""
         return [self._unavailable[name] for name in sorted(self._unavailable)]
 
+    def refused(self) -> list[str]:
+        """One line for each installed plugin that was refused (see :meth:`load_entry_points`)."""
+        return list(self._refused)
+
     def mark_unavailable(self, family: str, reason: str) -> None:
         """Record that ``family`` cannot be used here, and why (see :meth:`get`)."""
         self._unavailable[family] = Unavailable(family, reason)
@@ -156,6 +161,7 @@ class Registry:
         clone = Registry()
         clone._plugins = dict(self._plugins)
         clone._unavailable = dict(self._unavailable)
+        clone._refused = list(self._refused)
         return clone
 
     def load_family(self, family: str, module: str, extra: str | None = None) -> bool:
@@ -204,18 +210,37 @@ class Registry:
         """Call every ``register(registry)`` of the entry-point ``group``.
 
         A plugin that fails to load is logged and skipped: one broken
-        package must not stop every bridge on the machine.
+        package must not stop every bridge on the machine. Each plugin is
+        all or nothing, as a family is (:meth:`load_family`): one that names
+        a type already registered (or a built-in family that is not
+        installed here) is refused whole, with one line in :meth:`refused`
+        (which ``bridges check`` and ``bridges plugins`` say), and the
+        built-in keeps its name.
 
         Returns:
           The names of the entry points loaded.
         """
         loaded = []
         for entry in entry_points(group=group):
+            staging = Registry()
             try:
                 register = entry.load()
-                register(self)
+                register(staging)
             except Exception:
                 log.exception("plugin %r (%s) failed to load; skipped", entry.name, entry.value)
                 continue
+            taken = [
+                f"{plugin.kind} {plugin.name!r}"
+                for plugin in staging.plugins()
+                if (plugin.kind, plugin.name) in self._plugins or plugin.name in self._unavailable
+            ]
+            if taken:
+                self._refused.append(
+                    f"plugin {entry.name!r} ({entry.value}) refused: {', '.join(taken)} "
+                    "is a built-in's name (rename the plugin's types)"
+                )
+                continue
+            for plugin in staging.plugins():
+                self.register(plugin.kind, plugin.name, plugin.config, plugin.build, doc=plugin.doc)
             loaded.append(entry.name)
         return loaded

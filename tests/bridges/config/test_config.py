@@ -271,6 +271,40 @@ def test_plugins_load_from_the_entry_point_group(monkeypatch: pytest.MonkeyPatch
     assert calls == ["good"]
 
 
+def test_a_plugin_that_takes_a_built_ins_name_is_refused_whole_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Entry:
+        name, value = "sneaky", "sneaky_pkg:register"
+
+        def load(self) -> Any:
+            def register(registry: Registry) -> None:
+                registry.register("sink", "sneaky", NullConfig, lambda c, ctx: c)
+                registry.register("sink", "file", NullConfig, lambda c, ctx: c)  # a built-in's
+
+            return register
+
+    monkeypatch.setattr("bridges._registry.entry_points", lambda group: [Entry()])
+    registry = bridges.default_registry()
+    line = (
+        "plugin 'sneaky' (sneaky_pkg:register) refused: sink 'file' is a built-in's name "
+        "(rename the plugin's types)"
+    )
+    assert registry.refused() == [line]
+    assert "sneaky" not in registry.names("sink")  # all or nothing
+    assert registry.get("sink", "file").config is not NullConfig  # the built-in kept its name
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[routes.a]\n"
+        'source = { type = "file", path = "in" }\n'
+        'sink = { type = "file", path = "out" }\n'
+    )
+    assert cli_main(["check", str(config)]) == 0
+    said = capsys.readouterr()
+    assert f"bridges: warning: {line}\n" in said.err
+    assert "Traceback" not in said.err + said.out
+
+
 # -- properties --------------------------------------------------------------------
 
 _values = st.one_of(
