@@ -5,7 +5,7 @@
 Spark's streaming file sink writes each micro-batch's files straight into the
 folder under their final names, and names the committed ones in
 ``_spark_metadata/``: one log file per batch, ``N.compact`` every tenth with
-all of them so far. A reader of the bare folder (``pandas.read_parquet``)
+all of them so far. A reader of the bare folder (``pandas.read_parquet``, say)
 can meet a file half written and fail, or read a batch that is then written
 again after a crash. This reads only what the log names: the newest compact
 file and the batches after it. Prints the columns given (all by default);
@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import pandas
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def committed(folder: Path) -> list[str]:
@@ -47,8 +48,8 @@ def main(folder: str, *columns: str) -> None:
     files = committed(Path(folder))
     if not files:
         return
-    rows = pandas.concat([pandas.read_parquet(file) for file in files], ignore_index=True)
-    print((rows[list(columns)] if columns else rows).to_string())
+    table = pa.concat_tables([pq.read_table(file) for file in files])
+    print((table.select(list(columns)) if columns else table).to_pandas().to_string())
 
 
 if __name__ == "__main__":

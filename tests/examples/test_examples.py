@@ -313,12 +313,13 @@ async def test_request_reply_on_rabbitmq_leaves_no_queue_holding_its_unanswered_
 
 def test_read_lake_reads_only_what_sparks_log_committed(tmp_path: Path) -> None:
     """The parquet example's Read line: a half-written file is never read."""
-    import pandas
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     lake = tmp_path / "orders"
     (lake / "_spark_metadata").mkdir(parents=True)
     for name in "abc":
-        pandas.DataFrame({"id": [ord(name)], "body": [name]}).to_parquet(lake / f"{name}.parquet")
+        pq.write_table(pa.table({"id": [ord(name)], "body": [name]}), lake / f"{name}.parquet")
     (lake / "d.parquet").write_bytes(b"PAR1 half written")  # not committed yet
 
     def log(name: str, *files: str) -> None:
