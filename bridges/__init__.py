@@ -29,6 +29,7 @@ from ._endpoint import BatchRefused as BatchRefused
 from ._endpoint import BulkReceiver as BulkReceiver
 from ._endpoint import Context as Context
 from ._endpoint import InvalidSetting as InvalidSetting
+from ._endpoint import InvalidSettings as InvalidSettings
 from ._endpoint import MessageRejected as MessageRejected
 from ._endpoint import Receiver as Receiver
 from ._endpoint import Sink as Sink

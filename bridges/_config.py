@@ -29,7 +29,7 @@ import attrs
 from attrs.validators import ge, gt
 
 from ._convert import INVALID, ConfigError, Problem, Where, describe, structure
-from ._endpoint import Context, InvalidSetting
+from ._endpoint import Context, InvalidSetting, InvalidSettings
 from ._readfile import MAX_CONFIG_BYTES, FileRefused, read_file
 from ._registry import Kind, Registry
 from ._retry import RetryPolicy
@@ -318,9 +318,14 @@ def parse_config(
     embedded = broker is INVALID or broker.embedded  # (unknown: do not also complain)
     for name, table in tables.items():
         route_where = Where(file, name, (), base, where.problems, where.secrets, where.follow_links)
-        route = _parse_route(name, table, registry, route_where)
+        parsed: list[EndpointConfig] = []
+        route = _parse_route(name, table, registry, route_where, parsed)
+        # Every endpoint whose table parsed is built too, whatever else of its
+        # route failed: all of a config's problems come in one round.
+        in_flight = route.in_flight if route is not None else _in_flight(table)
+        context = Context(name, "-", base, embedded, checking=True, in_flight=in_flight)
+        _check_build(parsed, registry, context, where)
         if route is not None:
-            _check_build(route, registry, Context(name, "-", base, embedded, checking=True), where)
             routes.append(route)
     if bridge is not INVALID and broker is not INVALID and spark is not INVALID:
         _check_engine(bridge, broker, spark, routes, where)
@@ -391,11 +396,19 @@ def _check_engine(
             route_where.at("dead_letter").at("type").problem('"spark" is not a dead-letter sink')
 
 
-def _check_build(route: RouteConfig, registry: Registry, context: Context, where: Where) -> None:
-    endpoints = [route.source, route.sink, *route.transforms]
-    if route.dead_letter is not None:
-        endpoints.append(route.dead_letter)
-    context = attrs.evolve(context, in_flight=route.in_flight)
+def _in_flight(table: object) -> int:
+    """A route table's ``in_flight`` when it is a usable number, else the default
+    (to build its endpoints when the route itself has problems)."""
+    value = table.get("in_flight") if isinstance(table, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    default = attrs.fields(_RouteTable).in_flight.default
+    return default if isinstance(default, int) else 1
+
+
+def _check_build(
+    endpoints: list[EndpointConfig], registry: Registry, context: Context, where: Where
+) -> None:
     for endpoint in endpoints:
         role = "transform" if endpoint.kind == "transform" else endpoint.key.split("[")[0]
         build_endpoint(
@@ -403,7 +416,11 @@ def _check_build(route: RouteConfig, registry: Registry, context: Context, where
         )
 
 
-def _parse_route(name: str, table: object, registry: Registry, where: Where) -> RouteConfig | None:
+def _parse_route(
+    name: str, table: object, registry: Registry, where: Where, parsed: list[EndpointConfig]
+) -> RouteConfig | None:
+    """The route, or None when it has problems; ``parsed`` gets every endpoint
+    whose own table parsed, either way (their constructors are checked too)."""
     raw = structure(_RouteTable, table, where)
     if raw is INVALID:
         # Report the endpoints' own problems too, when their tables are there.
@@ -411,7 +428,9 @@ def _parse_route(name: str, table: object, registry: Registry, where: Where) -> 
             for role in ("source", "sink", "dead_letter"):
                 if isinstance(table.get(role), dict):
                     kind: Kind = "source" if role == "source" else "sink"
-                    _parse_endpoint(kind, table[role], registry, where.at(role))
+                    found = _parse_endpoint(kind, table[role], registry, where.at(role))
+                    if found is not None:
+                        parsed.append(found)
         return None
     source = _parse_endpoint("source", raw.source, registry, where.at("source"))
     sink = _parse_endpoint("sink", raw.sink, registry, where.at("sink"))
@@ -424,6 +443,7 @@ def _parse_route(name: str, table: object, registry: Registry, where: Where) -> 
         _parse_endpoint("transform", t, registry, where.at("transforms").at(i))
         for i, t in enumerate(raw.transforms)
     ]
+    parsed.extend(e for e in (source, sink, *transforms, dead_letter) if e is not None)
     if source is None or sink is None or (raw.dead_letter is not None and dead_letter is None):
         return None
     if any(t is None for t in transforms):
@@ -472,6 +492,11 @@ def build_endpoint(
     plugin = registry.get(endpoint.kind, endpoint.type)
     try:
         return plugin.build(endpoint.config, context)
+    except InvalidSettings as exc:
+        for each in exc.found:
+            problems.append(
+                Problem(file, context.route, f"{endpoint.key}.{each.key}", each.message)
+            )
     except InvalidSetting as exc:
         problems.append(Problem(file, context.route, f"{endpoint.key}.{exc.key}", exc.message))
     except ValueError as exc:

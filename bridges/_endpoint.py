@@ -208,6 +208,38 @@ class InvalidSetting(ValueError):
         self.message = message
 
 
+class InvalidSettings(InvalidSetting):
+    """Every bad setting a constructor found, reported together.
+
+    A constructor that checks several settings collects what it finds and
+    raises them at once, so ``bridges check`` says all of a config's problems
+    in one round instead of one per run::
+
+        found = []
+        if "/" in config.prefix:
+            found.append(InvalidSetting("prefix", "must be a plain file name prefix"))
+        if config.limit < config.batch:
+            found.append(InvalidSetting("limit", "is less than batch"))
+        InvalidSettings.raise_any(found)
+    """
+
+    def __init__(self, found: Sequence[InvalidSetting]) -> None:
+        if not found:
+            raise ValueError("InvalidSettings needs at least one InvalidSetting")
+        ValueError.__init__(self, "; ".join(str(each) for each in found))
+        self.key = found[0].key
+        self.message = "; ".join(each.message for each in found)
+        self.found = tuple(found)
+
+    @classmethod
+    def raise_any(cls, found: Sequence[InvalidSetting]) -> None:
+        """Raise what ``found`` holds: nothing, the one, or all of them together."""
+        if len(found) == 1:
+            raise found[0]
+        if found:
+            raise cls(found)
+
+
 @attrs.frozen
 class Context:
     """What an endpoint constructor may know about where it runs.

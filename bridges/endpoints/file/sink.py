@@ -46,7 +46,7 @@ import attrs
 import trio
 from attrs.validators import ge, optional
 
-from ..._endpoint import Context, InvalidSetting, prepare_each
+from ..._endpoint import Context, InvalidSetting, InvalidSettings, prepare_each
 from ..._message import Message
 from ..._template import Template, TemplateError
 from ._files import FilesWriter
@@ -121,27 +121,31 @@ class FileSink:
         #: As a route's dead letters, a JSON-lines file is finished after each
         #: write: they are rare, and a user looks for them while the bridge runs.
         self.finish_each_write = context.role == "dead_letter"
+        found: list[InvalidSetting] = []  # (all at once: one round of bridges check)
         if problem := unwritable_problem(self.path):
-            raise InvalidSetting("path", problem)
+            found.append(InvalidSetting("path", problem))
         self._create = not context.checking
         if "/" in config.prefix or config.prefix.startswith("."):
-            raise InvalidSetting("prefix", "must be a plain file name prefix")
+            found.append(InvalidSetting("prefix", "must be a plain file name prefix"))
         window = config.dedup_window
         #: Ids of the last lines kept to skip repeats (0: off).
         self.dedup_window = (
             max(DEFAULT_DEDUP_WINDOW, context.in_flight) if window is None else window
         )
         if config.format == "jsonl" and 0 < self.dedup_window < context.in_flight:
-            raise InvalidSetting(
-                "dedup_window",
-                f"{self.dedup_window} is less than the route's in_flight "
-                f"({context.in_flight}): repeats after a crash could fall outside it "
-                "(0 turns it off)",
+            found.append(
+                InvalidSetting(
+                    "dedup_window",
+                    f"{self.dedup_window} is less than the route's in_flight "
+                    f"({context.in_flight}): repeats after a crash could fall outside it "
+                    "(0 turns it off)",
+                )
             )
         try:
             self.name = Template.parse(config.name)
         except TemplateError as exc:
-            raise InvalidSetting("name", str(exc)) from None
+            found.append(InvalidSetting("name", str(exc)))
+        InvalidSettings.raise_any(found)
 
     @classmethod
     def build(cls, config: FileSinkConfig, context: Context) -> FileSink:

@@ -425,7 +425,8 @@ def test_the_public_surface_is_pinned() -> None:
     )
     assert public == [
         "BatchRefused", "BridgeSettings", "BrokerSettings", "BulkReceiver", "Config",
-        "ConfigError", "Context", "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting", "Message",
+        "ConfigError", "Context", "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting",
+        "InvalidSettings", "Message",
         "MessageRejected", "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route",
         "RouteConfig", "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template",
         "TemplateError", "Transform", "Unavailable", "UnreadableEnvelope", "Writer",
@@ -443,3 +444,46 @@ def test_the_console_script_lists_plugins() -> None:
     assert "transform json_extract" in done.stdout
     assert "``" not in done.stdout  # plain text for people, not reStructuredText
     assert 'type = "json_extract"' in done.stdout
+
+
+def test_one_check_reports_every_problem_of_a_config_constructors_included(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user fixes a config in one round: a route whose sink fails the type check
+    still has its source's constructor checked, and one constructor says every
+    setting it refuses."""
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[routes.a]\n"
+        'source = { type = "file", path = "in", done_dir = "/abs" }\n'  # the constructor's
+        'sink = { type = "file", path = "out", format = "nope" }\n'  # the type check's
+        "[routes.b]\n"
+        'source = { type = "file", path = "in2" }\n'
+        'sink = { type = "file", path = "out2", prefix = "a/b", name = "{header:" }\n'
+        "[routes.c]\n"
+        "in_flite = 3\n"  # the route's own key
+        'source = { type = "file", path = "in3", done_dir = "../x" }\n'
+        'sink = { type = "file", path = "out3" }\n'
+    )
+    assert cli_main(["check", str(config)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    where = f"bridges: {config}: route"
+    assert f"{where} 'a': source.done_dir: must be a relative path inside the directory" in lines
+    assert any(line.startswith(f"{where} 'a': sink.format: expected one of") for line in lines)
+    assert f"{where} 'b': sink.prefix: must be a plain file name prefix" in lines
+    assert any(line.startswith(f"{where} 'b': sink.name: ") for line in lines), lines
+    assert any(line.startswith(f"{where} 'c': in_flite: ") for line in lines), lines
+    assert f"{where} 'c': source.done_dir: must be a relative path inside the directory" in lines
+    assert len(lines) == 6, lines
+
+
+def test_invalid_settings_raises_what_it_holds() -> None:
+    bridges.InvalidSettings.raise_any([])
+    one = bridges.InvalidSetting("a", "bad")
+    with pytest.raises(bridges.InvalidSetting) as single:
+        bridges.InvalidSettings.raise_any([one])
+    assert single.value is one
+    with pytest.raises(bridges.InvalidSettings) as several:
+        bridges.InvalidSettings.raise_any([one, bridges.InvalidSetting("b", "worse")])
+    assert [(e.key, e.message) for e in several.value.found] == [("a", "bad"), ("b", "worse")]
+    assert str(several.value) == "a: bad; b: worse"
