@@ -55,9 +55,9 @@ def family_tables() -> Iterator[tuple[str, str, set[str]]]:
 def required(kind: str) -> set[str]:
     registry = default_registry(plugins=False)
     assert not registry.unavailable(), "every extra is installed where the tests run"
-    types = {plugin.kind: set() for plugin in registry.plugins()}
+    types: dict[str, set[str]] = {}
     for plugin in registry.plugins():
-        types[plugin.kind].add(plugin.name)
+        types.setdefault(plugin.kind, set()).add(plugin.name)
     families = set(FAMILIES)
     if kind in ("source", "sink"):
         return (types[kind] & families) - set(OPTIONAL)
