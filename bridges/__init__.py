@@ -15,6 +15,7 @@ Programmatic use, with your own endpoints::
 or build :class:`Route` objects directly and ``await route.run()``.
 """
 
+from ._blocking import blocking as blocking
 from ._builtins import default_registry as default_registry
 from ._config import BridgeSettings as BridgeSettings
 from ._config import BrokerSettings as BrokerSettings

@@ -34,10 +34,10 @@ import errno
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Final
 
-import trio
-
+from ..._blocking import blocking
 from ..._endpoint import MessageRejected
 from ..._message import Message
 from ..._template import Template, TemplateError, safe_filename
@@ -86,7 +86,7 @@ class FilesWriter:
             except (TemplateError, _Rejected) as exc:
                 bad.append(index)
                 reasons.append(str(exc))
-        rejected = await trio.to_thread.run_sync(self._write, files)
+        rejected = await blocking(partial(self._write, files), what="write files")
         for index, reason in rejected:
             bad.append(index)
             reasons.append(reason)

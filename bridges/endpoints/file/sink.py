@@ -39,6 +39,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +47,7 @@ import attrs
 import trio
 from attrs.validators import ge, optional
 
+from ..._blocking import blocking
 from ..._endpoint import Context, InvalidSetting, InvalidSettings, prepare_each
 from ..._message import Message
 from ..._template import Template, TemplateError
@@ -161,8 +163,8 @@ class FileSink:
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_JsonlWriter | FilesWriter]:
         if self._create:
-            await trio.to_thread.run_sync(lambda: self.path.mkdir(parents=True, exist_ok=True))
-        dir_fd = await trio.to_thread.run_sync(open_directory, self.path)
+            await blocking(partial(self.path.mkdir, parents=True, exist_ok=True), what="mkdir")
+        dir_fd = await blocking(partial(open_directory, self.path), what="open the folder")
         try:
             if self.config.format == "files":
                 config = self.config
@@ -176,7 +178,7 @@ class FileSink:
     @asynccontextmanager
     async def _open_jsonl(self, dir_fd: int) -> AsyncIterator[_JsonlWriter]:
         writer = _JsonlWriter(self, dir_fd)
-        await trio.to_thread.run_sync(writer.recover)
+        await blocking(writer.recover, what="recover")
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(writer.rotate_when_old)
@@ -188,7 +190,7 @@ class FileSink:
             # Bounded: if the disk hangs, the .part is finished at the next start instead.
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 async with writer.lock:
-                    await trio.to_thread.run_sync(writer.finish)
+                    await blocking(writer.finish, what="finish the file")
 
 
 class _JsonlWriter:
@@ -228,7 +230,7 @@ class _JsonlWriter:
         except UnicodeEncodeError:
             data = b"".join(encode_record(message, body) for message in batch)
         async with self.lock:
-            await trio.to_thread.run_sync(self._append, data)
+            await blocking(partial(self._append, data), what="append")
         if fresh is not None:
             assert recent is not None
             recent.add_new(fresh)
@@ -384,4 +386,4 @@ class _JsonlWriter:
             await trio.sleep(max(period / 4, 0.05))
             if self._fd is not None and time.monotonic() - self._opened_at >= period:
                 async with self.lock:
-                    await trio.to_thread.run_sync(self.finish)
+                    await blocking(self.finish, what="finish the file")

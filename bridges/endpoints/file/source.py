@@ -56,6 +56,7 @@ import attrs
 import trio
 from attrs.validators import ge
 
+from ..._blocking import blocking
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Envelope, Message
 from ._fs import (
@@ -166,12 +167,12 @@ class FileSource:
     async def open(self) -> AsyncIterator[_DirectoryReceiver | JsonlReceiver]:
         if self.config.mode == "directory":
             if self._create:
-                await trio.to_thread.run_sync(partial(self._make_dirs))
-            dir_fd = await trio.to_thread.run_sync(open_directory, self.path)
+                await blocking(self._make_dirs, what="mkdir")
+            dir_fd = await blocking(partial(open_directory, self.path), what="open the folder")
             try:
                 directory = _DirectoryReceiver(self, dir_fd)
                 if self._create:
-                    await trio.to_thread.run_sync(directory.recover)
+                    await blocking(directory.recover, what="recover")
                 yield directory
             finally:
                 os.close(dir_fd)
@@ -212,14 +213,14 @@ class _DirectoryReceiver:
     async def receive(self) -> Envelope:
         while True:
             while not self._ready:
-                found = await trio.to_thread.run_sync(self._scan, frozenset(self._taken))
+                found = await blocking(partial(self._scan, frozenset(self._taken)), what="scan")
                 if found:
                     self._ready.extend(found)
                 else:
                     await trio.sleep(self._config.poll_interval)
             mtime_ns, name = self._ready.popleft()
             try:
-                body, info = await trio.to_thread.run_sync(self._read, name)
+                body, info = await blocking(partial(self._read, name), what="read")
             except FileNotFoundError:
                 continue
             except OSError as exc:
@@ -283,7 +284,7 @@ class _DirectoryReceiver:
 
     async def _ack(self, name: str, read: _Identity) -> None:
         try:
-            await trio.to_thread.run_sync(self._finish, name, read)
+            await blocking(partial(self._finish, name, read), what="move or delete")
         except OSError as exc:
             # Kept in _taken: not read again by this process (it would be a
             # duplicate each poll); a restart reads it once more.

@@ -430,7 +430,7 @@ def test_the_public_surface_is_pinned() -> None:
         "MessageRejected", "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route",
         "RouteConfig", "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template",
         "TemplateError", "Transform", "Unavailable", "UnreadableEnvelope", "Writer",
-        "build_routes", "default_registry", "load_config", "open_shared", "parse_config",
+        "blocking", "build_routes", "default_registry", "load_config", "open_shared", "parse_config",
         "prepare_each", "run_bridge", "run_routes", "shared_resource",
     ]  # fmt: skip
 
