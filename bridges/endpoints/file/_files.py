@@ -39,9 +39,9 @@ from typing import Final
 
 from ..._blocking import blocking
 from ..._endpoint import MessageRejected
+from ..._fs import NAME_MAX, link_new, rename, same_content, unlink_quietly, write_temporary
 from ..._message import Message
 from ..._template import Template, TemplateError, safe_filename
-from ._fs import NAME_MAX, link_new, rename, same_content, unlink_quietly, write_temporary
 
 log = logging.getLogger("bridges.file")
 

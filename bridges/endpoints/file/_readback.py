@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable
 from typing import Final
 
-from ._fs import Refused, open_regular
+from ..._fs import Refused, open_regular
 
 log = logging.getLogger("bridges.file")
 

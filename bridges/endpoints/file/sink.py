@@ -49,10 +49,7 @@ from attrs.validators import ge, optional
 
 from ..._blocking import blocking
 from ..._endpoint import Context, InvalidSetting, InvalidSettings, prepare_each
-from ..._message import Message
-from ..._template import Template, TemplateError
-from ._files import FilesWriter
-from ._fs import (
+from ..._fs import (
     Refused,
     link_new,
     open_directory,
@@ -61,6 +58,9 @@ from ._fs import (
     unwritable_problem,
     write_all,
 )
+from ..._message import Message
+from ..._template import Template, TemplateError
+from ._files import FilesWriter
 from ._readback import RecentIds, read_back
 from ._records import encode_record, record_lines, record_text
 

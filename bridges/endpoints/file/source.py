@@ -58,8 +58,7 @@ from attrs.validators import ge
 
 from ..._blocking import blocking
 from ..._endpoint import Context, InvalidSetting, MessageRejected
-from ..._message import Envelope, Message
-from ._fs import (
+from ..._fs import (
     NAME_MAX,
     NO_LINKS,
     TAKEN_PREFIX,
@@ -74,6 +73,7 @@ from ._fs import (
     unlink_quietly,
     unwritable_problem,
 )
+from ..._message import Envelope, Message
 from .tail import JsonlReceiver
 
 log = logging.getLogger("bridges.file")

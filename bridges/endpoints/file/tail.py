@@ -7,10 +7,10 @@ position file): the new file's lines must not take the ids of the old one's,
 or a de-duplicating sink would skip them as repeats. Acks may come in any
 order; the offset below which every line is acked is persisted (temporary
 file, fsync, rename) after each burst of acks, with the offsets of the
-lines acked beyond it (at most the
-in-flight window), so a restart resumes after the last acked line, skips
-those acked out of order, and repeats only what was in flight: an ack is
-final. A nacked line is handed out again before new ones. A file
+lines acked beyond it (at most the in-flight window), by
+:class:`bridges.Positions`, so a restart resumes after the last acked line,
+skips those acked out of order, and repeats only what was in flight: an ack
+is final. A nacked line is handed out again before new ones. A file
 replaced (new inode) or truncated is read again from its start, once nothing
 of the old one is in flight.
 
@@ -30,7 +30,6 @@ skipped, logged.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 from functools import partial
@@ -40,20 +39,15 @@ from typing import BinaryIO, Final, Literal, Protocol
 import attrs
 import trio
 
+from ..._fs import Refused, open_directory, open_regular
 from ..._message import Envelope, Message, UnreadableEnvelope
-from ._fs import Refused, atomic_write, open_directory, open_regular
+from ..._positions import Extra, Positions
 from ._records import parse_record
 
 log = logging.getLogger("bridges.file")
 
 #: One read of the tailed file, bytes.
 READ_SIZE: Final = 256 * 1024
-#: The largest position file read (two numbers and the offsets acked out of order).
-_MAX_POSITION: Final = 4 * 1024 * 1024
-
-#: The position file's content: inode, committed offset, line starts acked beyond it,
-#: and the generation (how many times the file was read again from its start).
-_Position = tuple[int | None, int, tuple[int, ...], int]
 
 
 class TailSettings(Protocol):
@@ -94,12 +88,9 @@ class JsonlReceiver:
         self._refused = False  # logged that the path is not a regular file
         self._lines: collections.deque[tuple[int, int, bytes]] = collections.deque()
         self._again: list[tuple[int, int, bytes]] = []  # nacked, handed out first
-        # start offset -> [end offset, acked]; in offset order
-        self._open: collections.OrderedDict[int, list[int | bool]] = collections.OrderedDict()
-        self.committed = 0
-        self._skip: set[int] = set()  # line starts acked out of order before a restart
-        self._persisted: _Position | None = None
-        self._dirty = trio.Event()
+        #: The offset below which every line is acked, saved in the position file
+        #: with the file's inode and generation.
+        self.positions = Positions(source.position)
         #: How many times the file was replaced or truncated: part of each line's id.
         self.generation = 0
         self._id_prefix = f"{self._name}:"
@@ -110,37 +101,30 @@ class JsonlReceiver:
         self._id_prefix = f"{self._name}#{self.generation}:"
 
     async def start(self) -> None:
-        inode, offset, acked, generation = await trio.to_thread.run_sync(self._load_position)
-        self._inode, self.committed = inode, offset
-        self._skip = set(acked)
-        self._read_at = offset
-        self._persisted = (inode, offset, acked, generation)
-        if generation:
+        positions = self.positions
+        await positions.restore()
+        inode, generation = positions.extra.get("inode"), positions.extra.get("generation", 0)
+        self._inode = inode if isinstance(inode, int) else None
+        self._read_at = positions.committed
+        if isinstance(generation, int) and generation:
             self.generation = generation - 1
             self._started_over()
+        self._note_file()
 
-    def _load_position(self) -> _Position:
-        position = self._source.position
-        try:
-            dir_fd = open_directory(position.parent)
-            try:
-                fd, _ = open_regular(dir_fd, position.name)
-            finally:
-                os.close(dir_fd)
-            try:
-                text = os.read(fd, _MAX_POSITION)
-            finally:
-                os.close(fd)
-            data = json.loads(text)
-            offset = int(data["offset"])
-            acked = tuple(sorted({int(start) for start in data.get("acked", ()) if start > offset}))
-            return (data.get("inode"), offset, acked, int(data.get("generation", 0)))
-        except FileNotFoundError:
-            return (None, 0, (), 0)
-        except Refused as exc:
-            raise OSError(f"the position file {position} is {exc.strerror}: refused") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise OSError(f"the position file {position} is unusable: {exc}") from exc
+    def _note_file(self) -> None:
+        """Keep the file's inode and generation with the position (saved with it)."""
+        extra: dict[str, Extra] = {"inode": self._inode, "generation": self.generation}
+        if self.positions.extra != extra:
+            self.positions.extra = extra
+            self.positions.changed()
+
+    async def persist_loop(self) -> None:
+        """Write the position after acks: one write per burst of acks."""
+        await self.positions.save_loop()
+
+    async def persist(self) -> None:
+        """Write the position now, if it changed."""
+        await self.positions.save()
 
     def close(self) -> None:
         if self._file is not None:
@@ -154,8 +138,7 @@ class JsonlReceiver:
             else:
                 while not self._lines:
                     more = await trio.to_thread.run_sync(self._read_more)
-                    if self._position() != self._persisted:
-                        self._dirty.set()  # the file was replaced: start over, say so
+                    self._note_file()  # the file was replaced: start over, say so
                     if not more:
                         await trio.sleep(self._config.poll_interval)
                 start, end, line = self._lines.popleft()
@@ -164,11 +147,7 @@ class JsonlReceiver:
                 return envelope
 
     def _envelope(self, start: int, end: int, line: bytes) -> Envelope | None:
-        if start not in self._open:
-            self._open[start] = [end, False]
-        if self._skip and start in self._skip:  # acked before the restart
-            self._skip.discard(start)
-            self._settle(start)
+        if not self.positions.take(start, end):  # acked before the restart
             return None
         error: ValueError | None = None
         text = line.rstrip(b"\r")
@@ -180,7 +159,7 @@ class JsonlReceiver:
             log.warning("%s at offset %d: %s; skipped", self._name, start, error)
             message = Message(line, {}, f"{self._id_prefix}{start}")
         elif not text.strip():
-            self._settle(start)
+            self.positions.ack(start)
             return None
         elif self._config.lines == "envelope":
             try:
@@ -220,9 +199,9 @@ class JsonlReceiver:
         if self._inode is not None and info.st_ino != self._inode:
             log.warning("%s was replaced; reading the new file from its start", self._name)
             self._started_over()
-            self._read_at = self.committed = 0
+            self._read_at = 0
+            self.positions.reset()
             self._buffer, self._skipping = b"", None  # (the old file's unfinished last line)
-            self._skip.clear()
         self._inode = info.st_ino
         self._file.seek(self._read_at)
         return True
@@ -271,67 +250,27 @@ class JsonlReceiver:
             stat = os.lstat(self._source.path)
         except FileNotFoundError:
             return
-        if stat.st_ino != self._inode and not self._open and not self._lines:
+        idle = not self.positions.in_flight
+        if stat.st_ino != self._inode and idle and not self._lines:
             self.close()  # reopened (from offset 0) by the next read
-        elif stat.st_ino == self._inode and stat.st_size < self._read_at and not self._open:
+        elif stat.st_ino == self._inode and stat.st_size < self._read_at and idle:
             log.warning("%s was truncated; reading it from its start", self._name)
             self._started_over()
-            self._read_at = self.committed = 0
+            self._read_at = 0
+            self.positions.reset()
             self._buffer = b""
             self._skipping = None
-            self._skip.clear()
             if self._file is not None:
                 self._file.seek(0)
 
     async def _ack(self, start: int) -> None:
-        self._settle(start)
+        self.positions.ack(start)
 
     async def _nack(
         self, start: int, end: int, line: bytes, unreadable: bool, error: BaseException | None
     ) -> None:
         if unreadable and error is not None:
-            self._settle(start)  # no dead-letter sink took it: skipped (logged already)
+            self.positions.ack(start)  # no dead-letter sink took it: skipped (logged already)
             return
-        self._again.append((start, end, line))
+        self._again.append((start, end, line))  # (still open: the position waits for it)
         self._again.sort()
-
-    def _settle(self, start: int) -> None:
-        entry = self._open.get(start)
-        if entry is None:
-            return
-        entry[1] = True
-        while self._open:
-            first, (end, acked) = next(iter(self._open.items()))
-            if not acked:
-                break
-            del self._open[first]
-            self.committed = int(end)
-        self._dirty.set()
-
-    async def persist_loop(self) -> None:
-        """Write the committed offset after acks: one write per burst of acks."""
-        while True:
-            await self._dirty.wait()
-            self._dirty = trio.Event()
-            await self.persist()
-
-    def _position(self) -> _Position:
-        """What the position file must say now."""
-        ahead = tuple(start for start, (_, acked) in self._open.items() if acked)
-        # Acked before a restart and not read again yet: still acked.
-        if self._skip:
-            ahead = tuple(sorted({*ahead, *(s for s in self._skip if s > self.committed)}))
-        return (self._inode, self.committed, ahead, self.generation)
-
-    async def persist(self) -> None:
-        state = self._position()
-        if state != self._persisted:
-            await trio.to_thread.run_sync(self._write_position, state)
-            self._persisted = state
-
-    def _write_position(self, state: _Position) -> None:
-        inode, offset, acked, generation = state
-        fields = {"inode": inode, "offset": offset, "acked": acked, "generation": generation}
-        data = json.dumps(fields).encode()
-        position = self._source.position
-        atomic_write(position.parent, position.name, data)

@@ -426,12 +426,12 @@ def test_the_public_surface_is_pinned() -> None:
     assert public == [
         "BatchRefused", "BridgeSettings", "BrokerSettings", "BulkReceiver", "Config",
         "ConfigError", "Context", "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting",
-        "InvalidSettings", "Message",
-        "MessageRejected", "Plugin", "Problem", "Receiver", "Registry", "RetryPolicy", "Route",
+        "InvalidSettings", "Message", "MessageRejected", "Plugin", "PositionError", "Positions",
+        "Problem", "Receiver", "Registry", "RetryPolicy", "Route",
         "RouteConfig", "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template",
         "TemplateError", "Transform", "Unavailable", "UnreadableEnvelope", "Writer",
-        "blocking", "build_routes", "default_registry", "load_config", "open_shared", "parse_config",
-        "prepare_each", "run_bridge", "run_routes", "shared_resource",
+        "blocking", "build_routes", "default_registry", "load_config", "open_shared",
+        "parse_config", "prepare_each", "run_bridge", "run_routes", "shared_resource",
     ]  # fmt: skip
 
 

@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from bridges import Context, Envelope, Message, MessageRejected, RetryPolicy, Route
+from bridges import _fs as fs
 from bridges.endpoints.file import FileSink, FileSinkConfig, FileSource, FileSourceConfig
-from bridges.endpoints.file import _fs as fs
 from bridges.endpoints.file._records import encode_record
 from bridges.endpoints.file.source import _DirectoryReceiver, done_names
 from bridges.testing import FakeSource, messages
@@ -411,7 +411,7 @@ async def test_enospc_loses_nothing_and_leaves_no_half_line(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr("bridges.endpoints.file._fs.os.write", write)
+    monkeypatch.setattr("bridges._fs.os.write", write)
     source = FakeSource(messages(40))
     sink = FileSink(FileSinkConfig("out"), ctx(tmp_path))
     retry = RetryPolicy(attempts=5, initial=0.01, jitter=0)
@@ -442,7 +442,7 @@ async def test_files_sink_writes_one_file_per_message_atomically(
         def fail(fd: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("bridges.endpoints.file._fs.os.fsync", fail)
+        monkeypatch.setattr("bridges._fs.os.fsync", fail)
         with pytest.raises(OSError, match="No space"):
             await writer.write([Message(b"5", {"file-name": "b.txt"}, "w")])
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_.._evil", "a.txt"]

@@ -1,4 +1,6 @@
-"""File-system operations of the file family that nothing planted in a directory can subvert.
+"""File-system operations that nothing planted in a directory can subvert.
+
+Used by the file family and by :class:`bridges.Positions`.
 
 Every byte under the bridge's directories is untrusted: whoever may drop a
 file into an inbox may also drop a symbolic link, a FIFO or a device, or
