@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 import trio_stomp
+from trio_stomp.util import printable
 
 if TYPE_CHECKING:
     from ._config import Config
@@ -53,7 +54,7 @@ EXIT_INTERRUPTED: Final = 130
 def _say(message: str) -> None:
     from ._redact import redact
 
-    print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {printable(redact(message))}", file=sys.stderr, flush=True)
 
 
 def _exit_now(status: StatusLine | None, stopped: Stopped) -> None:
@@ -142,9 +143,9 @@ def _redacting(config: Config, say: Callable[[str], None]) -> AbstractContextMan
 
 def _plugins(registry: Registry) -> None:
     for plugin in registry.plugins():
-        print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
+        print(printable(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}"))
     for missing in registry.unavailable():
-        print(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}")
+        print(printable(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,6 +30,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+from trio_stomp.util import printable
+
 from .._flow import COUNTERS
 from .._redact import redact
 
@@ -104,14 +106,32 @@ class JsonFormatter(logging.Formatter):
 
 class RedactingFormatter(logging.Formatter):
     """Another formatter's lines with every secret of the process masked
-    (:mod:`bridges._redact`): the message, its arguments and its traceback alike."""
+    (:mod:`bridges._redact`) and every control character escaped
+    (:func:`trio_stomp.util.printable`): the message, its arguments and its
+    traceback alike.
 
-    def __init__(self, inner: logging.Formatter) -> None:
+    In text, the message (its arguments in) is escaped whole, line breaks too:
+    a name holding a newline cannot forge a log line; only the traceback after
+    it spans lines. In JSON, ``json.dumps`` already escapes C0 controls and line
+    breaks; the rest (DEL, C1, bidi controls, U+2028) is escaped as ``\\uXXXX``
+    inside the strings, so that the line still decodes to what was logged.
+
+    Args:
+      json_lines: the inner formatter writes JSON lines.
+    """
+
+    def __init__(self, inner: logging.Formatter, *, json_lines: bool = False) -> None:
         super().__init__()
         self.inner = inner
+        self.json_lines = json_lines
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(self.inner.format(record))
+        if self.json_lines:
+            return printable(redact(self.inner.format(record)), style="json")
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.msg = printable(redact(record.getMessage()))
+        safe.args = None
+        return printable(redact(self.inner.format(safe)), keep="\n")
 
 
 class JournalFormatter(logging.Formatter):
@@ -156,7 +176,7 @@ def configure_logging(
         formatter = logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
         )
-    formatter = RedactingFormatter(formatter)
+    formatter = RedactingFormatter(formatter, json_lines=log_format == "json")
     if journal:
         formatter = JournalFormatter(formatter)
     handler = logging.StreamHandler(out)
@@ -167,7 +187,7 @@ def configure_logging(
     prefix = f"<{STATUS_PRIORITY}>" if journal else ""
 
     def say(message: str) -> None:
-        message = redact(message)
+        message = printable(redact(message))
         if log_format == "json":
             line = json.dumps(
                 {"time": _now(), "level": "notice", "logger": prog, "event": "status",

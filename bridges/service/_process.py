@@ -48,6 +48,7 @@ import attrs
 import trio
 
 from trio_stomp.broker import Broker, StoreError
+from trio_stomp.util import printable
 
 from .._config import Config
 from .._convert import ConfigError
@@ -88,7 +89,8 @@ Held = tuple[tuple[str, int], ...]
 
 
 def _named(held: Held) -> str:
-    return ", ".join(f"{destination} ({count})" for destination, count in held)
+    # A destination is whatever a client SENT to: escaped (it may hold ESC ] 52 ...).
+    return ", ".join(f"{printable(destination)} ({count})" for destination, count in held)
 
 
 @attrs.frozen

@@ -34,6 +34,7 @@ from rich.live import Live
 from rich.text import Text
 
 from trio_stomp.broker import Broker, DestinationDepth
+from trio_stomp.util import printable
 
 from .._engine import Route
 from ._health import route_state
@@ -51,7 +52,7 @@ def route_line(route: Route, rate: float, width: int = 0) -> str:
     """
     stats = route.stats
     return (
-        f"{route.name:<{width}}  {route_state(route):<8}  received {stats.received:,}  "
+        f"{printable(route.name):<{width}}  {route_state(route):<8}  received {stats.received:,}  "
         f"written {stats.written:,}  {rate:,.1f} msg/s  in flight {route.in_flight:,}  "
         f"retries {stats.retries:,}  dead-lettered {stats.dead_lettered:,}"
     )
@@ -59,7 +60,8 @@ def route_line(route: Route, rate: float, width: int = 0) -> str:
 
 def broker_line(depths: Sequence[DestinationDepth]) -> str:
     """The embedded broker's destinations with what each holds (queued + unacknowledged)."""
-    held = ", ".join(f"{depth.label} {depth.held:,}" for depth in depths)
+    # A destination is whatever a client SENT to: escaped (it may hold ESC ] 52 ...).
+    held = ", ".join(f"{printable(depth.label)} {depth.held:,}" for depth in depths)
     return f"embedded broker: {held or 'no queues yet'}"
 
 

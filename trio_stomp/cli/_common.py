@@ -39,7 +39,7 @@ from .._errors import (
 from .._transport import WEBSOCKET_EXTRA_HINT
 from .._url import typed_passcode
 from ..frame import Frame
-from ..util import Endpoint, unwrap_group
+from ..util import Endpoint, printable, unwrap_group
 
 PROG: Final = "trio-stomp"
 URL_ENV: Final = "STOMP_URL"
@@ -83,7 +83,7 @@ class StdoutClosed(Exception):
 
 def say(message: str) -> None:
     """One line on stderr, prefixed with the program name, flushed at once."""
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {printable(message)}", file=sys.stderr, flush=True)
 
 
 def add_broker_options(parser: argparse.ArgumentParser) -> None:

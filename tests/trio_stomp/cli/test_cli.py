@@ -180,6 +180,28 @@ async def test_listen_prints_bodies_and_header_lines(broker: Broker) -> None:
     assert body == "three"
 
 
+#: Control sequences a terminal obeys: OSC 52 (clipboard), clear, OSC 0 (title),
+#: 8-bit CSI, DEL, CR, a newline, a bidi override.
+_ATTACKS = ("\x1b]52;c;ZXZpbA==\x07", "\x1b[2J", "\x1b]0;owned\x07", "\x9b2J", "\x7f", "\rx",
+            "\nforged", "\u202e")  # fmt: skip
+
+
+async def test_listen_verbose_escapes_header_names_values_and_the_destination(
+    broker: Broker,
+) -> None:
+    destination = "/queue/v" + "".join(_ATTACKS)
+    headers = {f"x-{i}{attack}": f"v{attack}" for i, attack in enumerate(_ATTACKS)}
+    await put(broker.url, destination, b"body", **headers)
+    result = await cli("listen", "-u", broker.url, destination, "-n", "1", "-v")
+    assert result.status == 0, result.err
+    header, body = result.out.decode().splitlines()
+    for raw in ("\x1b", "\x07", "\x9b", "\x7f", "\r", "\u202e"):
+        assert raw not in header, (raw, header)
+    assert header.startswith("-- /queue/v\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J")
+    assert "x-0\\x1b]52;c;ZXZpbA==\\x07:" in header
+    assert body == "body"
+
+
 async def test_listen_acks_what_it_printed_and_leaves_the_rest(broker: Broker) -> None:
     await put(broker.url, "/queue/acks", b"1", b"2", b"3")
     result = await cli(
