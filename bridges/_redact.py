@@ -12,9 +12,16 @@ The secrets are what the config gave to a field marked ``secret`` (however
 it was written: a literal, ``${NAME}``, ``${credential:NAME}`` or
 ``NAME_file``), every ``${credential:NAME}`` wherever it is used, and the
 password of any URL (``scheme://user:password@host``). Each is matched in
-the forms it travels in: as is, JSON-escaped, as Python's ``repr`` writes
-it, percent-encoded, and for a URL's password, ``user:password`` in base64
-(HTTP Basic auth). A match becomes :data:`MASK`.
+every form a peer's encoding gives it: as is, JSON-escaped (``\\/`` or ``/``,
+``\\u00e9``), as Python's ``repr`` writes it, percent-encoded (upper- or
+lower-case hex, ``+`` for a space, some characters left raw as httpx leaves
+``/`` in a query string), any of these escaped again, and in base64 (standard
+and URL-safe, alone or at any of the three alignments inside a longer base64
+text, which covers HTTP Basic's ``user:password`` whoever the user). The
+character-wise encodings are matched by one pattern per secret that accepts
+each character in any of its encodings (:func:`secret_pattern`): the text is
+in effect decoded as it is matched, whatever mix of forms it holds. A match
+becomes :data:`MASK`.
 
 A secret shorter than :data:`MIN_SECRET_CHARS` characters is not redacted:
 matching ``ab`` would mangle every line, and a secret that short is no
@@ -51,15 +58,95 @@ def basic_credentials(user: str, password: str) -> str:
     return base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
+# -- the forms a secret travels in -----------------------------------------------------------
+#
+# A peer that echoes a secret may have encoded it: JSON (``\u00e9``, ``\/``), Python's repr
+# (``\xe9``), percent-encoding (``%2F`` or ``%2f``, ``+`` for a space, some characters left
+# as they are, as httpx leaves ``/`` in a query), any of these escaped again (``\\/`` in the
+# repr of a JSON text). Rather than list every combination, each character of a secret
+# becomes a pattern of every way it may be written (_char), so a match decodes as it goes.
+# Base64 mixes characters, so its forms are listed (_base64_forms).
+
+_SHORT_ESCAPES: Final = {"\n": "n", "\r": "r", "\t": "t", "\b": "b", "\f": "f"}
+#: One or more backslashes: an escape, escaped again any number of times.
+_BACKSLASHES: Final = r"\\+"
+
+
+def _hex(value: int, digits: int) -> str:
+    """``value`` in hex, either case (``[aA]`` for a letter)."""
+    return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{value:0{digits}x}")
+
+
+def _char(char: str) -> str:
+    """A pattern for ``char`` written any way a peer's encoding may write it."""
+    code = ord(char)
+    escaped = []
+    if code < 0x10000:
+        escaped.append("u" + _hex(code, 4))
+    else:
+        high, low = divmod(code - 0x10000, 0x400)
+        escaped.append(f"u{_hex(0xD800 + high, 4)}{_BACKSLASHES}u{_hex(0xDC00 + low, 4)}")
+        escaped.append("U" + _hex(code, 8))
+    if code < 0x100:
+        escaped.append("x" + _hex(code, 2))
+    if char in "/\"'\\":
+        escaped.append(re.escape(char))
+    if char in _SHORT_ESCAPES:
+        escaped.append(_SHORT_ESCAPES[char])
+    # The escaped forms first: alternatives are tried in order, and a backslash in a
+    # secret, written ``\\`` in JSON, must be masked whole, not its first half.
+    ways = [f"{_BACKSLASHES}(?:{'|'.join(escaped)})"]
+    ways.append("".join(f"%{_hex(byte, 2)}" for byte in char.encode("utf-8", "surrogatepass")))
+    if char == " ":
+        ways.append(r"\+")
+    ways.append(re.escape(char))
+    return f"(?:{'|'.join(ways)})"
+
+
+def secret_pattern(secret: str) -> str:
+    r"""A regular expression matching ``secret`` in every character-wise encoding a peer
+    may apply (see the module docs): raw, JSON (``\/`` or ``/``, ``\uXXXX`` either case),
+    ``repr``, percent-encoding (either case, ``+`` for a space, any characters left raw),
+    and any of these escaped again."""
+    return "".join(_char(char) for char in secret)
+
+
+def _base64_forms(data: bytes) -> set[str]:
+    """The base64 of ``data`` alone (padded), and, for each of the 3 alignments ``data``
+    may have inside a longer base64 text, the characters that depend on ``data`` alone;
+    standard and URL-safe alphabets."""
+    found = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + data + b"\0\0").decode("ascii")
+        first = -(-8 * shift // 6)  # the first character made of data's bits only
+        last = 8 * (shift + len(data)) // 6  # (exclusive)
+        found.add(encoded[first:last])
+    found.add(base64.b64encode(data).decode("ascii"))
+    urlsafe = {form.replace("+", "-").replace("/", "_") for form in found}
+    return found | urlsafe
+
+
 def forms(secret: str) -> set[str]:
-    """The ways ``secret`` may be written in text (see the module docs), long enough to match."""
+    """The literal ways ``secret`` may be written (long enough to match): as is,
+    JSON-escaped (both escapings of ``/``), ``repr``, percent-encoded (both cases of hex,
+    ``+`` for a space), base64 (standard and URL-safe, each alignment).
+
+    :func:`secret_pattern` matches all but base64 and more; these are what a cut
+    text's end is compared with (:meth:`Redactor.mask_tail`)."""
+    quoted = urllib.parse.quote(secret, safe="")
+    plus = urllib.parse.quote_plus(secret, safe="")
+    as_json = json.dumps(secret)[1:-1]
     written = {
         secret,
-        json.dumps(secret)[1:-1],
+        as_json,
+        as_json.replace("/", "\\/"),
         json.dumps(secret, ensure_ascii=False)[1:-1],
         repr(secret)[1:-1],
-        urllib.parse.quote(secret, safe=""),
-        urllib.parse.quote_plus(secret, safe=""),
+        quoted,
+        re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quoted),
+        plus,
+        re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), plus),
+        *_base64_forms(secret.encode("utf-8", "surrogatepass")),
     }
     return {form for form in written if len(form) >= MIN_SECRET_CHARS}
 
@@ -85,8 +172,9 @@ class Redactor:
         self._forms: tuple[str, ...] = ()
 
     def add(self, secrets: Iterable[str]) -> list[str]:
-        """Redact ``secrets`` (in all their forms) from now on; returns the forms added."""
-        added = sorted({form for secret in secrets for form in forms(secret)})
+        """Redact ``secrets`` (in all their forms) from now on; returns what to pass to
+        :meth:`remove` to undo it."""
+        added = sorted({secret for secret in secrets if len(secret) >= MIN_SECRET_CHARS})
         with self._lock:
             self._held.update(added)
             self._compile()
@@ -101,12 +189,21 @@ class Redactor:
 
     def _compile(self) -> None:
         # Longest first: a secret that contains another is masked whole.
-        longest = sorted(self._held, key=len, reverse=True)
-        self._forms = tuple(longest)
-        self._pattern = re.compile("|".join(map(re.escape, longest))) if longest else None
+        literal = {form for secret in self._held for form in forms(secret)}
+        self._forms = tuple(sorted(literal, key=len, reverse=True))
+        held = sorted(self._held, key=len, reverse=True)
+        alternatives = [re.escape(form) for form in self._forms]
+        if held:
+            # Every position of a text tries every pattern: a look at the first character
+            # (raw, or the start of an escape) first makes a miss about 15 times cheaper.
+            first = {"%", "\\", "+"} | {secret[0] for secret in held}
+            starts = "".join(re.escape(char) for char in sorted(first))
+            patterns = "|".join(secret_pattern(secret) for secret in held)
+            alternatives.insert(0, f"(?=[{starts}])(?:{patterns})")
+        self._pattern = re.compile("|".join(alternatives)) if alternatives else None
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret held masked."""
+        """``text`` with every secret held masked, in whatever form it is written."""
         pattern = self._pattern
         return text if pattern is None else pattern.sub(MASK, text)
 

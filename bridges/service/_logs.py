@@ -104,6 +104,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, ensure_ascii=False, default=str)
 
 
+def _redacted(value: Any) -> Any:
+    """A decoded JSON value with every secret masked in its strings."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(key): _redacted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    return value
+
+
 class RedactingFormatter(logging.Formatter):
     """Another formatter's lines with every secret of the process masked
     (:mod:`bridges._redact`) and every control character escaped
@@ -114,7 +125,8 @@ class RedactingFormatter(logging.Formatter):
     a name holding a newline cannot forge a log line; only the traceback after
     it spans lines. In JSON, ``json.dumps`` already escapes C0 controls and line
     breaks; the rest (DEL, C1, bidi controls, U+2028) is escaped as ``\\uXXXX``
-    inside the strings, so that the line still decodes to what was logged.
+    inside the strings, so that the line still decodes to what was logged; secrets
+    are masked in the decoded strings.
 
     Args:
       json_lines: the inner formatter writes JSON lines.
@@ -127,7 +139,10 @@ class RedactingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         if self.json_lines:
-            return printable(redact(self.inner.format(record)), style="json")
+            # Redacted in the decoded fields, not in the line: a secret's backslash is
+            # doubled in JSON, and masking half of it would leave the line invalid.
+            fields = _redacted(json.loads(self.inner.format(record)))
+            return printable(json.dumps(fields, ensure_ascii=False), style="json")
         safe = logging.makeLogRecord(record.__dict__)
         safe.msg = printable(redact(record.getMessage()))
         safe.args = None
