@@ -114,7 +114,7 @@ def _status_line(args: argparse.Namespace) -> StatusLine | None:
     if args.quiet or not sys.stdout.isatty():
         return None
     try:
-        from .service._status import StatusLine  # (rich only on a terminal)
+        from .service._status import StatusLine
     except ImportError:  # installed without the service extra: logs only
         return None
     return StatusLine()

@@ -67,7 +67,7 @@ from ._service import Service
 from ._tasks import open_service
 
 if TYPE_CHECKING:
-    from ._status import StatusLine  # (rich, imported only when a status line shows)
+    from ._status import StatusLine
 
 log = logging.getLogger("bridges")
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from rich.console import Console
 
 import trio_stomp
 from bridges import Route
@@ -24,6 +23,7 @@ from bridges._cli import main
 from bridges.service import Stopped
 from bridges.service._logs import configure_logging
 from bridges.service._status import StatusLine, broker_line
+from bridges.service._terminal import Screen
 from bridges.testing import FakeSink, FakeSource, wait_until
 from trio_stomp.broker import open_broker
 from trio_stomp.util import printable
@@ -72,7 +72,7 @@ async def test_the_status_line_and_stop_summary_escape_destinations(attack: str)
     _assert_clean(Stopped(kept=((destination, 1),), data_dir="d").summary(), attack)
     # Drawn by rich on a terminal, with a route named so too.
     screen = io.StringIO()
-    status = StatusLine(Console(file=screen, force_terminal=True, width=200))
+    status = StatusLine(Screen(screen, columns=200))
     route = Route(f"r{attack}", FakeSource(), FakeSink())
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
