@@ -110,14 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _status_line(args: argparse.Namespace) -> StatusLine | None:
-    """A status line when stdout is a terminal, unless ``--quiet``."""
-    if args.quiet or not sys.stdout.isatty():
+    """A status line when stdout is a terminal, unless ``--quiet``; when only stderr
+    is one (or ``--quiet``), a screen without status lines: the logs still go to the
+    terminal off the event loop (a terminal paused with Ctrl-S must not stop routes)."""
+    drawn = not args.quiet and sys.stdout.isatty()
+    if not drawn and not sys.stderr.isatty():
         return None
     try:
         from .service._status import StatusLine
+        from .service._terminal import Screen
     except ImportError:  # installed without the service extra: logs only
         return None
-    return StatusLine()
+    return StatusLine() if drawn else StatusLine(Screen(sys.stderr), lines=False)
 
 
 def _check(path: str, routes: Sequence[Route], config: Config) -> None:

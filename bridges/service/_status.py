@@ -149,10 +149,13 @@ class StatusLine:
 
     Args:
       screen: where to draw; by default a :class:`Screen` on stdout.
+      lines: False: draw nothing, only carry the log lines to the terminal off the
+        loop (``bridges run --quiet`` on a terminal, or stdout not one but stderr).
     """
 
-    def __init__(self, screen: Screen | None = None) -> None:
+    def __init__(self, screen: Screen | None = None, *, lines: bool = True) -> None:
         self.screen = screen if screen is not None else Screen(sys.stdout)
+        self.lines = lines
 
     def log_stream(self, stderr: TextIO | None = None) -> TextOut | None:
         """Where log records and status lines should go while the status line
@@ -160,7 +163,7 @@ class StatusLine:
         screen: printed above the status lines, and off the loop), else None
         (stderr as usual, a file or a pipe that the drawing does not touch)."""
         stderr = stderr if stderr is not None else sys.stderr
-        if not stderr.isatty():
+        if not stderr.isatty() and self.lines:
             return None
         return self.screen
 
@@ -174,6 +177,8 @@ class StatusLine:
         rates = Rates()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.screen.pump)
+            while not self.lines:
+                await trio.sleep_forever()
             while True:
                 shown = list(routes)
                 columns = self.screen.columns() - 1

@@ -68,6 +68,7 @@ class Screen:
         #: Lines not printed because :data:`MAX_PENDING` bytes waited already.
         self.dropped_lines = 0
         self._told_dropped = 0
+        self._hidden = False  # the cursor, while status lines show
 
     # -- what the loop calls (never blocks while the pump runs) --------------------------------
 
@@ -87,7 +88,9 @@ class Screen:
             self.dropped_frames += 1
             return False
         width = self.columns()
-        text = self._erase(width) + self._show([line[: max(width - 1, 1)] for line in lines])
+        text = "" if self._hidden else HIDE_CURSOR
+        self._hidden = True
+        text += self._erase(width) + self._show([line[: max(width - 1, 1)] for line in lines])
         self._drawn_width = width
         self._out(text)
         return True
@@ -123,7 +126,9 @@ class Screen:
         """Erase the status lines and show the cursor, written at once (blocking):
         at the end of :meth:`pump`, or just before ``os._exit``."""
         self._token = None
-        data = bytes(self._pending) + (self._erase(self.columns()) + SHOW_CURSOR).encode()
+        shown = SHOW_CURSOR if self._hidden else ""
+        self._hidden = False
+        data = bytes(self._pending) + (self._erase(self.columns()) + shown).encode()
         self._pending.clear()
         self._write_now(data)
 
@@ -142,7 +147,6 @@ class Screen:
                 self.clear()
             return
         self._token = trio.lowlevel.current_trio_token()
-        self._out(HIDE_CURSOR)
         task_status.started()
         try:
             async with stream:

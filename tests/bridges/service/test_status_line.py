@@ -214,7 +214,7 @@ async def test_a_narrowed_terminal_is_redrawn_without_a_stale_line() -> None:
     out = io.StringIO()
     screen = Screen(out, columns=120)
     screen.draw(["a" * 100, "b" * 10])
-    assert out.getvalue() == "a" * 100 + "\r\n" + "b" * 10
+    assert out.getvalue() == "\x1b[?25l" + "a" * 100 + "\r\n" + "b" * 10  # (cursor hidden)
     screen._columns = 40  # the window narrowed: the 100-character line now fills 3 rows
     screen.draw(["c" * 50])
     # Back up over all 4 rows the old frame fills now (3 + 1), erase, draw cut to 39.
