@@ -42,6 +42,8 @@ from ._flow import RouteStats as RouteStats
 from ._message import Envelope as Envelope
 from ._message import Message as Message
 from ._message import UnreadableEnvelope as UnreadableEnvelope
+from ._redact import redact as redact
+from ._redact import redacting as redacting
 from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._registry import Plugin as Plugin
 from ._registry import Registry as Registry

@@ -29,6 +29,10 @@ secret. Text cut to a length (a dead letter's error, a rejected answer's
 first bytes) is redacted before the cut, and a cut that leaves the start of
 a secret at its end has that start masked too.
 
+:func:`redacting` and :func:`redact` are public (``bridges.redacting``,
+``bridges.redact``): code that runs routes' endpoints outside ``bridges run``
+(Spark executors, an embedding program) redacts the same way.
+
 The process-wide :class:`Redactor` is filled for the duration of a
 :func:`redacting` block (``bridges`` holds one around its command,
 :func:`~bridges.run_bridge` one around the process, a reload adds the new
@@ -229,7 +233,8 @@ REDACTOR: Final = Redactor()
 
 
 def redact(text: str) -> str:
-    """``text`` with every secret the process holds masked (see the module docs)."""
+    """``text`` with every secret of the open :func:`redacting` blocks masked (``***``),
+    in whatever form a peer wrote it (raw, JSON, ``repr``, percent-encoded, base64)."""
     return REDACTOR.redact(text)
 
 
@@ -256,7 +261,23 @@ class Secrets:
 
 @contextmanager
 def redacting(secrets: Iterable[str], redactor: Redactor = REDACTOR) -> Iterator[Secrets]:
-    """Redact ``secrets`` from everything the process says, for the block."""
+    """Redact ``secrets`` by value from everything the process says, for the block.
+
+    Log lines (every handler ``bridges run`` installs), status lines, metrics,
+    the ``bridge-error`` header of a dead letter and error texts all go through
+    :func:`redact`; this block adds ``secrets`` to what it masks, in every form
+    a peer's encoding gives them (see ``docs/explanation/hostile-input.md``).
+    Blocks nest and may hold the same secret; each is masked while any block
+    holding it is open.
+
+    Args:
+      secrets: the values to mask (shorter than 4 characters: left alone), e.g.
+        ``bridges.Config.secrets``.
+      redactor: whose set to add them to (by default the process's).
+
+    Yields:
+      the block's set, whose ``add`` adds more until the block ends (a reload's).
+    """
     scope = Secrets(redactor)
     scope.add(secrets)
     try:
