@@ -17,6 +17,9 @@ while :meth:`Screen.pump` runs, nothing on the loop writes to the terminal:
   up to :data:`MAX_PENDING` bytes, then dropped and counted: a line says how
   many once the terminal reads again.
 
+When the pump ends (or ``bridges run``'s hard stop calls :meth:`Screen.clear`),
+what still waits and the erasure of the status lines are written without
+blocking: a terminal still paused loses them, and the stop does not wait.
 Outside :meth:`Screen.pump` (before it starts, after it ends, or where no
 private descriptor can be opened) writes go straight to the file, as any
 program's do: the routes have stopped by then.
@@ -34,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from typing import Final, TextIO
 
@@ -69,6 +73,9 @@ class Screen:
         self.dropped_lines = 0
         self._told_dropped = 0
         self._hidden = False  # the cursor, while status lines show
+        self._private: int | None = None  # the pump's non-blocking descriptor
+        # A log record may come from a worker thread (trio.to_thread) while the loop draws.
+        self._lock = threading.RLock()
 
     # -- what the loop calls (never blocks while the pump runs) --------------------------------
 
@@ -84,53 +91,69 @@ class Screen:
     def draw(self, lines: Sequence[str]) -> bool:
         """Show ``lines`` as the status (each cut to fit); False when the frame was dropped
         (the terminal has not taken what was written before)."""
-        if self._token is not None and self._pending:
-            self.dropped_frames += 1
-            return False
-        width = self.columns()
-        text = "" if self._hidden else HIDE_CURSOR
-        self._hidden = True
-        text += self._erase(width) + self._show([line[: max(width - 1, 1)] for line in lines])
-        self._drawn_width = width
-        self._out(text)
-        return True
+        with self._lock:
+            if self._token is not None and self._pending:
+                self.dropped_frames += 1
+                return False
+            width = self.columns()
+            text = "" if self._hidden else HIDE_CURSOR
+            self._hidden = True
+            text += self._erase(width) + self._show([line[: max(width - 1, 1)] for line in lines])
+            self._drawn_width = width
+            self._out(text)
+            return True
 
     def log(self, text: str) -> None:
         """Print ``text`` (whole lines) above the status lines."""
-        if self._token is not None and len(self._pending) + len(text) > MAX_PENDING:
-            self.dropped_lines += text.count("\n") or 1
-            return
-        frame = self._frame
-        dropped = self.dropped_lines - self._told_dropped
-        note = ""
-        if dropped:
-            note = f"({dropped} log line(s) dropped: the terminal did not read them)\n"
-            self._told_dropped = self.dropped_lines
-        width = self.columns()
-        self._out(self._erase(width) + note + text + self._show(frame))
-        self._drawn_width = width
+        with self._lock:
+            if self._token is not None and len(self._pending) + len(text) > MAX_PENDING:
+                self.dropped_lines += text.count("\n") or 1
+                return
+            frame = self._frame
+            dropped = self.dropped_lines - self._told_dropped
+            note = ""
+            if dropped:
+                note = f"({dropped} log line(s) dropped: the terminal did not read them)\n"
+                self._told_dropped = self.dropped_lines
+            width = self.columns()
+            self._out(self._erase(width) + note + text + self._show(frame))
+            self._drawn_width = width
 
     def write(self, text: str, /) -> int:
         """A text file's ``write``, for :mod:`logging` and ``print``: complete lines are
         printed above the status, a partial one waits for its end."""
-        self._partial += text
-        if "\n" in self._partial:
+        with self._lock:
+            self._partial += text
+            if "\n" not in self._partial:
+                return len(text)
             whole, _, self._partial = self._partial.rpartition("\n")
-            self.log(whole + "\n")
+        self.log(whole + "\n")
         return len(text)
 
     def flush(self) -> None:
         """Nothing to do: complete lines are on their way."""
 
     def clear(self) -> None:
-        """Erase the status lines and show the cursor, written at once (blocking):
-        at the end of :meth:`pump`, or just before ``os._exit``."""
-        self._token = None
-        shown = SHOW_CURSOR if self._hidden else ""
-        self._hidden = False
-        data = bytes(self._pending) + (self._erase(self.columns()) + shown).encode()
-        self._pending.clear()
-        self._write_now(data)
+        """Erase the status lines and show the cursor, written at once: at the end of
+        :meth:`pump`, or just before ``os._exit``. While the pump runs, through its
+        non-blocking descriptor: what a terminal that stopped reading does not take
+        is dropped (a stop must not wait on it); else a plain write."""
+        with self._lock:
+            self._token = None
+            shown = SHOW_CURSOR if self._hidden else ""
+            self._hidden = False
+            data = bytes(self._pending) + (self._erase(self.columns()) + shown).encode()
+            self._pending.clear()
+            private = self._private
+        if private is None:
+            self._write_now(data)
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(private, view) :]
+        except OSError:  # BlockingIOError: the terminal does not read; the rest is dropped
+            pass
 
     # -- the pump -------------------------------------------------------------------------------
 
@@ -148,8 +171,9 @@ class Screen:
             return
         self._token = trio.lowlevel.current_trio_token()
         task_status.started()
-        try:
-            async with stream:
+        async with stream:
+            self._private = stream.fileno()
+            try:
                 while True:
                     await self._wake.wait()
                     self._wake = trio.Event()
@@ -157,8 +181,9 @@ class Screen:
                         data = bytes(self._pending)
                         await stream.send_all(data)
                         del self._pending[: len(data)]
-        finally:
-            self.clear()
+            finally:
+                self.clear()
+                self._private = None
 
     # -- inside ------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import ssl
@@ -79,6 +80,17 @@ class UsageError(Exception):
 
 class StdoutClosed(Exception):
     """Whoever read our stdout has gone (``| head``): stop quietly, status 0."""
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log records with every control character escaped (:func:`~trio_stomp.util.printable`):
+    the message whole, its line breaks too, so that a destination a client chose can
+    neither drive the terminal nor forge a line; only a traceback spans lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.msg, safe.args = printable(record.getMessage()), None
+        return printable(super().format(safe), keep="\n")
 
 
 def say(message: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ import trustme
 import trio_stomp
 from trio_stomp.broker import Broker, open_broker
 from trio_stomp.cli import main
+from trio_stomp.util import printable
 
 from conftest import REAL_BROKERS, require_real_broker
 
@@ -200,6 +202,20 @@ async def test_listen_verbose_escapes_header_names_values_and_the_destination(
     assert header.startswith("-- /queue/v\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J")
     assert "x-0\\x1b]52;c;ZXZpbA==\\x07:" in header
     assert body == "body"
+
+
+def test_the_broker_command_escapes_what_it_logs() -> None:
+    from trio_stomp.cli._common import PrintableFormatter
+
+    destination = "/topic/" + "".join(_ATTACKS)
+    record = logging.LogRecord(
+        "trio_stomp.broker", logging.WARNING, __file__, 1, "sent to %s: not kept", (destination,),
+        None,
+    )  # fmt: skip
+    line = PrintableFormatter("%(levelname)s %(message)s").format(record)
+    assert line == f"WARNING sent to {printable(destination)}: not kept"
+    assert "\n" not in line
+    assert "\x1b" not in line
 
 
 async def test_listen_acks_what_it_printed_and_leaves_the_rest(broker: Broker) -> None:
