@@ -42,12 +42,12 @@ sink = { type = "file", path = "outbox", format = "files", name = "{header:file-
 """
 FILES = 5
 SHOW_CURSOR = "\x1b[?25h"
-#: Terminal control sequences (rich's cursor moves and erasures): each ends a line here.
+#: Terminal control sequences (the status line's cursor moves and erasures): each ends a line.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _pty() -> tuple[int, int]:
-    """A pty of 160 x 40 (a pty starts at 0 x 0, which rich would take for 80 columns)."""
+    """A pty of 160 x 40 (a pty starts at 0 x 0, taken for 80 columns)."""
     main, child = os.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     return main, child

@@ -70,7 +70,7 @@ async def test_the_status_line_and_stop_summary_escape_destinations(attack: str)
         _assert_clean(broker_line(broker.depths()), attack)
     _assert_clean(Stopped(lost=((destination, 1),)).summary(), attack)
     _assert_clean(Stopped(kept=((destination, 1),), data_dir="d").summary(), attack)
-    # Drawn by rich on a terminal, with a route named so too.
+    # Drawn on a terminal, with a route named so too.
     screen = io.StringIO()
     status = StatusLine(Screen(screen, columns=200))
     route = Route(f"r{attack}", FakeSource(), FakeSink())
