@@ -23,7 +23,7 @@ from family_kit import bridges_command
 
 from bridges import Route
 from bridges.service._status import Rates, StatusLine, abbreviated, broker_line, route_line
-from bridges.service._terminal import Screen
+from bridges.service._terminal import MAX_PENDING, Screen
 from bridges.testing import FakeSink, FakeSource, wait_until
 from trio_stomp.broker import DestinationDepth
 
@@ -276,3 +276,34 @@ async def test_a_terminal_paused_with_ctrl_s_never_stops_the_routes(tmp_path: Pa
     assert status == 0, text
     assert "written 5" in text, text  # drawn again once the terminal read again
     assert text.strip().splitlines()[-1] == "bridges: stopped", text
+
+
+async def test_a_paused_terminal_drops_frames_and_counts_the_log_lines_it_drops() -> None:
+    main, child = _pty()
+    attributes = termios.tcgetattr(child)
+    attributes[0] |= termios.IXON
+    termios.tcsetattr(child, termios.TCSANOW, attributes)
+    os.write(main, b"\x13")  # Ctrl-S: output stopped
+    seen = bytearray()
+    with os.fdopen(child, "w") as terminal, trio.fail_after(20):
+        screen = Screen(terminal, columns=80)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(screen.pump)
+            assert screen.draw(["first frame"])
+            await trio.sleep(0.2)
+            assert not screen.draw(["second frame"])  # the first is not taken yet
+            assert screen.dropped_frames == 1
+            line = "x" * 99 + "\n"
+            for _ in range(MAX_PENDING // len(line) + 10):  # more than may wait
+                screen.log(line)
+            assert screen.dropped_lines >= 10
+            os.write(main, b"\x11")  # Ctrl-Q: the terminal reads again
+            nursery.start_soon(_read_pty, main, seen)
+            await wait_until(lambda: b"first frame" in seen)
+            screen.log("after\n")
+            await wait_until(lambda: b"after" in seen)
+            nursery.cancel_scope.cancel()
+    os.close(main)
+    text = seen.decode()
+    assert f"({screen.dropped_lines} log line(s) dropped: the terminal did not read them)" in text
+    assert "second frame" not in text
