@@ -15,7 +15,11 @@ bridges' public registry, exactly as ``bridges run`` would:
   loop of its own, writes its rows in batches of the route's ``batch.count``
   (retrying by the route's ``retry`` policy), and returns only once every
   write returned, that is, once the sink holds them durably. Messages the
-  sink rejects go to the route's dead-letter sink, or fail the task.
+  sink rejects go to the route's dead-letter sink, or fail the task. A batch
+  refused for a message the target cannot name (``BatchRefused``) is halved
+  until that message is alone, as the engine does (:func:`write_all`). What an
+  executor says (a dead letter's ``bridge-error``, a task's error, its log)
+  has the config's secrets masked (``bridges.redacting``).
 
 The config is read again on executors: it must be at the same path there
 (true for ``local[*]`` and for a cluster sharing the directory), and the
