@@ -202,15 +202,18 @@ def configure_logging(
     prefix = f"<{STATUS_PRIORITY}>" if journal else ""
 
     def say(message: str) -> None:
-        message = printable(redact(message))
-        if log_format == "json":
-            line = json.dumps(
-                {"time": _now(), "level": "notice", "logger": prog, "event": "status",
-                 "message": message},
-                ensure_ascii=False,
+        message = redact(message)
+        if log_format == "json":  # (escaped as the records are: the line decodes to it)
+            line = printable(
+                json.dumps(
+                    {"time": _now(), "level": "notice", "logger": prog, "event": "status",
+                     "message": message},
+                    ensure_ascii=False,
+                ),
+                style="json",
             )  # fmt: skip
         else:
-            line = f"{prog}: {message}"
+            line = f"{prog}: {printable(message)}"
         print(prefix + line, file=out, flush=True)
 
     return say
