@@ -237,4 +237,5 @@ def _json(message: Message) -> bytes:
         "body": body,
         "base64": is_base64,
     }
-    return json.dumps(record, ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\n"
+    line = printable(json.dumps(record, ensure_ascii=False), style="json")  # (C1, bidi too)
+    return line.encode("utf-8", "backslashreplace") + b"\n"

@@ -193,7 +193,7 @@ async def test_listen_verbose_escapes_header_names_values_and_the_destination(
 ) -> None:
     destination = "/queue/v" + "".join(_ATTACKS)
     headers = {f"x-{i}{attack}": f"v{attack}" for i, attack in enumerate(_ATTACKS)}
-    await put(broker.url, destination, b"body", **headers)
+    await put(broker.url, destination, b"body", b"body", **headers)
     result = await cli("listen", "-u", broker.url, destination, "-n", "1", "-v")
     assert result.status == 0, result.err
     header, body = result.out.decode().splitlines()
@@ -202,6 +202,12 @@ async def test_listen_verbose_escapes_header_names_values_and_the_destination(
     assert header.startswith("-- /queue/v\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J")
     assert "x-0\\x1b]52;c;ZXZpbA==\\x07:" in header
     assert body == "body"
+    # --json escapes them all too (C1 and bidi included), and decodes to what was sent.
+    as_json = await cli("listen", "-u", broker.url, destination, "-n", "1", "--json")
+    line = as_json.out.decode()
+    for raw in ("\x1b", "\x07", "\x9b", "\x7f", "\r", "\u202e"):
+        assert raw not in line, (raw, line)
+    assert json.loads(line)["destination"] == destination
 
 
 def test_the_broker_command_escapes_what_it_logs() -> None:
