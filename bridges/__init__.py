@@ -46,6 +46,8 @@ from ._message import Message as Message
 from ._message import UnreadableEnvelope as UnreadableEnvelope
 from ._positions import PositionError as PositionError
 from ._positions import Positions as Positions
+from ._redact import redact as redact
+from ._redact import redacting as redacting
 from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._registry import Plugin as Plugin
 from ._registry import Registry as Registry

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 import trio_stomp
+from trio_stomp.util import printable
 
 if TYPE_CHECKING:
     from ._config import Config
@@ -53,7 +54,7 @@ EXIT_INTERRUPTED: Final = 130
 def _say(message: str) -> None:
     from ._redact import redact
 
-    print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {printable(redact(message))}", file=sys.stderr, flush=True)
 
 
 def _exit_now(status: StatusLine | None, stopped: Stopped) -> None:
@@ -140,14 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _status_line(args: argparse.Namespace) -> StatusLine | None:
-    """A status line when stdout is a terminal, unless ``--quiet``."""
-    if args.quiet or not sys.stdout.isatty():
+    """A status line when stdout is a terminal, unless ``--quiet``; when only stderr
+    is one (or ``--quiet``), a screen without status lines: the logs still go to the
+    terminal off the event loop (a terminal paused with Ctrl-S must not stop routes)."""
+    drawn = not args.quiet and sys.stdout.isatty()
+    if not drawn and not sys.stderr.isatty():
         return None
     try:
-        from .service._status import StatusLine  # (rich only on a terminal)
+        from .service._status import StatusLine
+        from .service._terminal import Screen
     except ImportError:  # installed without the service extra: logs only
         return None
-    return StatusLine()
+    return StatusLine() if drawn else StatusLine(Screen(sys.stderr), lines=False)
 
 
 def _check(path: str, routes: Sequence[Route], config: Config) -> None:
@@ -216,11 +221,11 @@ def _reload(args: argparse.Namespace, say: Callable[[str], None]) -> int:
 
 def _plugins(registry: Registry) -> None:
     for plugin in registry.plugins():
-        print(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}")
+        print(printable(f"{plugin.kind:<9} {plugin.name:<15} {plugin.doc}"))
     for missing in registry.unavailable():
-        print(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}")
+        print(printable(f"{'-':<9} {missing.family:<15} unavailable: {missing.reason}"))
     for refused in registry.refused():
-        print(f"warning: {refused}")
+        print(printable(f"warning: {refused}"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

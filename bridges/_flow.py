@@ -19,7 +19,7 @@ import trio
 
 from ._endpoint import BatchRefused, BulkReceiver, MessageRejected, Receiver
 from ._message import OPEN, Envelope
-from ._redact import redact_cut
+from ._redact import redact, redact_cut
 
 T = TypeVar("T")
 
@@ -320,7 +320,8 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     """An error as one line for logs and the ``bridge-error`` header, at most
     ``limit`` characters, every secret of the process masked (:mod:`bridges._redact`)."""
     exc = sole(exc)
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    # Redacted before the line breaks are folded: a secret may hold one.
+    text = " ".join(redact(str(exc)).split()) or type(exc).__name__
     if not isinstance(exc, MessageRejected | BatchRefused | TransformFailed | DeadLetterFailed):
         text = f"{type(exc).__name__}: {text}"
     return redact_cut(text, limit)

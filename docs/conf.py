@@ -93,5 +93,11 @@ nitpick_ignore_regex = [
     (r"py:class", r"collections\.abc\.Callable\[\[\]"),  # Sphinx misreads Callable[[], X]
 ]
 # Types that public signatures name but the site does not document (an internal
-# alias of a callable; what ``run_bridge`` returns, from ``bridges.service``).
-nitpick_ignore = [("py:class", "Opener"), ("py:class", "Stopped")]
+# alias of a callable; what ``run_bridge`` returns, from ``bridges.service``; what
+# ``redacting`` takes and yields).
+nitpick_ignore = [
+    ("py:class", "Opener"),
+    ("py:class", "Stopped"),
+    ("py:class", "Secrets"),  # what ``redacting`` yields, from ``bridges._redact``
+    ("py:class", "Redactor"),
+]

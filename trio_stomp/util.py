@@ -13,6 +13,9 @@ One copy each, so that a fix lands everywhere:
   client's reconnect and the bridges' retries follow this one curve).
 - :func:`unwrap_group`: the one exception inside nested single-exception
   groups, as raised at a public boundary.
+- :func:`printable`: text fit to print on a terminal or in a log, its control
+  characters (C0, C1, ESC, DEL, bidi controls, line separators) written as
+  escapes; every printer of trio_stomp and bridges uses it.
 
 Nothing here does I/O or imports Trio.
 """
@@ -22,5 +25,6 @@ from ._address import format_host_port as format_host_port
 from ._address import parse_host_port as parse_host_port
 from ._backoff import backoff_delay as backoff_delay
 from ._groups import unwrap_group as unwrap_group
+from ._printable import printable as printable
 from ._url import Endpoint as Endpoint
 from ._url import redact_url as redact_url

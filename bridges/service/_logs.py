@@ -30,6 +30,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+from trio_stomp.util import printable
+
 from .._flow import COUNTERS
 from .._redact import redact
 
@@ -102,16 +104,49 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, ensure_ascii=False, default=str)
 
 
+def _redacted(value: Any) -> Any:
+    """A decoded JSON value with every secret masked in its strings."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(key): _redacted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    return value
+
+
 class RedactingFormatter(logging.Formatter):
     """Another formatter's lines with every secret of the process masked
-    (:mod:`bridges._redact`): the message, its arguments and its traceback alike."""
+    (:mod:`bridges._redact`) and every control character escaped
+    (:func:`trio_stomp.util.printable`): the message, its arguments and its
+    traceback alike.
 
-    def __init__(self, inner: logging.Formatter) -> None:
+    In text, the message (its arguments in) is escaped whole, line breaks too:
+    a name holding a newline cannot forge a log line; only the traceback after
+    it spans lines. In JSON, ``json.dumps`` already escapes C0 controls and line
+    breaks; the rest (DEL, C1, bidi controls, U+2028) is escaped as ``\\uXXXX``
+    inside the strings, so that the line still decodes to what was logged; secrets
+    are masked in the decoded strings.
+
+    Args:
+      json_lines: the inner formatter writes JSON lines.
+    """
+
+    def __init__(self, inner: logging.Formatter, *, json_lines: bool = False) -> None:
         super().__init__()
         self.inner = inner
+        self.json_lines = json_lines
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(self.inner.format(record))
+        if self.json_lines:
+            # Redacted in the decoded fields, not in the line: a secret's backslash is
+            # doubled in JSON, and masking half of it would leave the line invalid.
+            fields = _redacted(json.loads(self.inner.format(record)))
+            return printable(json.dumps(fields, ensure_ascii=False), style="json")
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.msg = printable(redact(record.getMessage()))
+        safe.args = None
+        return printable(redact(self.inner.format(safe)), keep="\n")
 
 
 class JournalFormatter(logging.Formatter):
@@ -156,7 +191,7 @@ def configure_logging(
         formatter = logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
         )
-    formatter = RedactingFormatter(formatter)
+    formatter = RedactingFormatter(formatter, json_lines=log_format == "json")
     if journal:
         formatter = JournalFormatter(formatter)
     handler = logging.StreamHandler(out)
@@ -168,14 +203,17 @@ def configure_logging(
 
     def say(message: str) -> None:
         message = redact(message)
-        if log_format == "json":
-            line = json.dumps(
-                {"time": _now(), "level": "notice", "logger": prog, "event": "status",
-                 "message": message},
-                ensure_ascii=False,
+        if log_format == "json":  # (escaped as the records are: the line decodes to it)
+            line = printable(
+                json.dumps(
+                    {"time": _now(), "level": "notice", "logger": prog, "event": "status",
+                     "message": message},
+                    ensure_ascii=False,
+                ),
+                style="json",
             )  # fmt: skip
         else:
-            line = f"{prog}: {message}"
+            line = f"{prog}: {printable(message)}"
         print(prefix + line, file=out, flush=True)
 
     return say

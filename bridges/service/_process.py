@@ -48,6 +48,7 @@ import attrs
 import trio
 
 from trio_stomp.broker import Broker, StoreError
+from trio_stomp.util import printable
 
 from .._config import Config
 from .._convert import ConfigError
@@ -67,7 +68,7 @@ from ._service import Service
 from ._tasks import open_service
 
 if TYPE_CHECKING:
-    from ._status import StatusLine  # (rich, imported only when a status line shows)
+    from ._status import StatusLine
 
 log = logging.getLogger("bridges")
 
@@ -89,7 +90,8 @@ Held = tuple[tuple[str, int], ...]
 
 
 def _named(held: Held) -> str:
-    return ", ".join(f"{destination} ({count})" for destination, count in held)
+    # A destination is whatever a client SENT to: escaped (it may hold ESC ] 52 ...).
+    return ", ".join(f"{printable(destination)} ({count})" for destination, count in held)
 
 
 @attrs.frozen

@@ -15,7 +15,11 @@ bridges' public registry, exactly as ``bridges run`` would:
   loop of its own, writes its rows in batches of the route's ``batch.count``
   (retrying by the route's ``retry`` policy), and returns only once every
   write returned, that is, once the sink holds them durably. Messages the
-  sink rejects go to the route's dead-letter sink, or fail the task.
+  sink rejects go to the route's dead-letter sink, or fail the task. A batch
+  refused for a message the target cannot name (``BatchRefused``) is halved
+  until that message is alone, as the engine does (:func:`write_all`). What an
+  executor says (a dead letter's ``bridge-error``, a task's error, its log)
+  has the config's secrets masked (``bridges.redacting``).
 
 The config is read again on executors: it must be at the same path there
 (true for ``local[*]`` and for a cluster sharing the directory), and the
@@ -24,6 +28,7 @@ The config is read again on executors: it must be at the same path there
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import time
@@ -44,6 +49,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 import bridges
+from trio_stomp.util import unwrap_group
 
 from ._pump import Delivery
 from ._reader import SOURCE_SCHEMA, LoggedStreamReader
@@ -53,6 +59,8 @@ log = logging.getLogger("bridges.spark")
 
 #: The header a dead-lettered message carries: why.
 ERROR_HEADER = "bridge-error"
+#: The longest ``bridge-error`` text an executor writes (as the engine's), characters.
+MAX_ERROR_CHARS = 500
 
 
 @functools.cache
@@ -85,6 +93,11 @@ class RouteRef:
             if route.name == self.route:
                 return route, _registry()
         raise ValueError(f"{self.config_path}: no route {self.route!r}")
+
+    def secrets(self) -> frozenset[str]:
+        """Every secret value the config resolved (see :func:`bridges.redacting`)."""
+        config = _loaded(self.config_path, self.base_dir, Path(self.config_path).stat().st_mtime)
+        return frozenset(config.secrets)
 
     def build(self, endpoint: Any, role: str) -> Any:
         """Build one endpoint (or transform) of the route, as ``bridges run`` would."""
@@ -186,10 +199,13 @@ class RouteStreamWriter(DataSourceStreamWriter):
 
     async def _write(self, messages: list[bridges.Message]) -> int:
         route, _ = self._ref.load()
-        sink = self._ref.build(route.sink, "sink")
-        rejected = await write_all(sink, messages, route.batch.count, route.retry)
-        if rejected:
-            await self._dead_letter(route, rejected)
+        # The executor resolved the config's secrets as the driver did: what it says (its
+        # log, a dead letter's bridge-error, the task's error) masks them the same way.
+        with bridges.redacting(self._ref.secrets()):
+            sink = self._ref.build(route.sink, "sink")
+            rejected = await write_all(sink, messages, route.batch.count, route.retry)
+            if rejected:
+                await self._dead_letter(route, rejected)
         return len(rejected)
 
     async def _dead_letter(
@@ -197,7 +213,9 @@ class RouteStreamWriter(DataSourceStreamWriter):
     ) -> None:
         if route.dead_letter is None:
             reasons = "; ".join(sorted({reason for _, reason in rejected}))
-            raise bridges.MessageRejected(f"{len(rejected)} rejected, no dead_letter: {reasons}")
+            raise bridges.MessageRejected(
+                bridges.redact(f"{len(rejected)} rejected, no dead_letter: {reasons}")
+            )
         sink = self._ref.build(route.dead_letter, "dead_letter")
         batch = [
             attrs.evolve(m, headers={**m.headers, ERROR_HEADER: reason}) for m, reason in rejected
@@ -207,37 +225,74 @@ class RouteStreamWriter(DataSourceStreamWriter):
             raise bridges.MessageRejected(f"the dead-letter sink rejected {len(leftover)}")
 
 
+def _one_line(exc: BaseException) -> str:
+    """An error as the one redacted line a dead letter's ``bridge-error`` carries."""
+    text = " ".join(bridges.redact(str(exc)).split()) or type(exc).__name__
+    if not isinstance(exc, bridges.MessageRejected | bridges.BatchRefused):
+        text = f"{type(exc).__name__}: {text}"
+    return bridges.redact(text[:MAX_ERROR_CHARS])
+
+
 async def write_all(
     sink: bridges.Sink, messages: list[bridges.Message], size: int, retry: bridges.RetryPolicy
 ) -> list[tuple[bridges.Message, str]]:
     """Write ``messages`` durably in batches of ``size``; return what the sink rejected.
 
     One open sink for all of them; a failure closes it and opens it again
-    after the retry policy's delay, from the batch that failed.
+    after the retry policy's delay, from the batch that failed. A batch the
+    target refused for a message it cannot name (:class:`bridges.BatchRefused`)
+    is written again in halves, each on a freshly opened sink, until that
+    message is alone, as ``bridges run``'s engine does: alone, it is retried by
+    the retry policy, then rejected (dead-lettered) with the target's reason,
+    and every other message is written.
     """
     rejected: list[tuple[bridges.Message, str]] = []
-    pending = messages
+    batches = collections.deque(messages[i : i + size] for i in range(0, len(messages), size))
     attempt = 0
-    while pending:
+    while batches:
         try:
             async with sink.open() as writer:
-                while pending:
-                    batch = pending[:size]
+                while batches:
+                    batch = batches[0]
                     try:
                         await writer.write(batch)
                     except bridges.MessageRejected as exc:
                         out = set(range(len(batch)) if exc.indices is None else exc.indices)
                         reason = exc.reason_for
-                        rejected += [(m, reason(i)) for i, m in enumerate(batch) if i in out]
-                        pending = [m for i, m in enumerate(batch) if i not in out] + pending[size:]
+                        rejected += [
+                            (m, bridges.redact(reason(i))) for i, m in enumerate(batch) if i in out
+                        ]
+                        batches[0] = [m for i, m in enumerate(batch) if i not in out]
+                        if not batches[0]:
+                            batches.popleft()
                         continue
-                    pending = pending[size:]
+                    batches.popleft()
                     attempt = 0
         except Exception as exc:
+            error = unwrap_group(exc)
+            batch = batches[0]
+            if isinstance(error, bridges.BatchRefused) and len(batch) > 1:
+                # Which message? Write each half on a fresh sink until it is alone.
+                half = len(batch) // 2
+                batches.popleft()
+                batches.extendleft([batch[half:], batch[:half]])
+                attempt = 0
+                log.info(
+                    "%s refused %d message(s) (%s); writing them in halves",
+                    sink.describe(), len(batch), _one_line(error),
+                )  # fmt: skip
+                continue
             attempt += 1
             if attempt >= retry.attempts:
+                if isinstance(error, bridges.BatchRefused):  # alone: given up, like the engine
+                    rejected.append((batch[0], _one_line(error)))
+                    batches.popleft()
+                    attempt = 0
+                    continue
                 raise
             delay = retry.delay(attempt)
-            log.warning("%s: write failed (%r); again in %.1f s", sink.describe(), exc, delay)
+            log.warning(
+                "%s: write failed (%s); again in %.1f s", sink.describe(), _one_line(error), delay
+            )
             await trio.sleep(delay)
     return rejected

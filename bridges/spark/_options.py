@@ -9,6 +9,7 @@ appear in an error or a log line.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Final
@@ -20,7 +21,13 @@ from trio_stomp.frame import VERSIONS
 from trio_stomp.util import Endpoint
 
 #: Options whose name starts with this are extra SUBSCRIBE headers (``header.selector``).
+#: Spark lowercases option names: ``header.activemq.subscriptionName`` arrives as
+#: ``activemq.subscriptionname``. :data:`HEADERS_OPTION` keeps case.
 HEADER_PREFIX: Final = "header."
+#: An option whose value is a JSON object of extra SUBSCRIBE headers, names as written
+#: (``{"activemq.subscriptionName": "orders"}``): the way to give a header whose name
+#: has capitals.
+HEADERS_OPTION: Final = "headers"
 #: The prefetch window (unacked messages in flight) when ``prefetch`` is not given.
 DEFAULT_PREFETCH: Final = 1000
 #: Smallest share of a batch that gets a partition of its own.
@@ -45,8 +52,27 @@ _KNOWN: Final = frozenset(
         "transactional",
         "connecttimeout",
         "path",  # Spark passes load(path) / start(path) as "path"
+        HEADERS_OPTION,
     }
 )
+
+
+def _json_headers(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """The ``headers`` option: a JSON object of header names (case kept) to strings."""
+    if raw is None:
+        return ()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(
+            f"stomp option {HEADERS_OPTION}: expected a JSON object of header names to "
+            'strings, e.g. {"activemq.subscriptionName": "orders"}'
+        )
+    return tuple(value.items())
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, low: int) -> int | None:
@@ -103,7 +129,9 @@ class StompOptions:
       rows_per_partition: a batch gets one partition per this many rows.
       transactional: the sink sends each task's rows in one transaction.
       connect_timeout: bound on connecting, s.
-      subscribe_headers: extra SUBSCRIBE headers (``header.NAME`` options).
+      subscribe_headers: extra SUBSCRIBE headers (the ``headers`` option's JSON
+        object, names as written, then ``header.NAME`` options, names lowercased
+        by Spark).
     """
 
     urls: tuple[str, ...]
@@ -144,7 +172,7 @@ class StompOptions:
           ValueError: an unknown or bad option, or a required one missing.
         """
         lowered = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
-        headers = tuple(
+        headers = _json_headers(lowered.get(HEADERS_OPTION)) + tuple(
             (k[len(HEADER_PREFIX) :], v) for k, v in lowered.items() if k.startswith(HEADER_PREFIX)
         )
         unknown = sorted(k for k in lowered if k not in _KNOWN and not k.startswith(HEADER_PREFIX))

@@ -18,6 +18,7 @@ queries and waits until SIGTERM/SIGINT or until one fails.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -76,8 +77,11 @@ def _stomp_options(source: Any) -> dict[str, str]:
         value = getattr(source, key, None)
         if value is not None:
             options[key] = str(value)
-    for name, value in getattr(source, "subscribe_headers", {}).items():
-        options[f"header.{name}"] = value
+    headers = getattr(source, "subscribe_headers", {})
+    if headers:
+        # As JSON: Spark lowercases option names (header.NAME), and STOMP header names
+        # are case-sensitive (activemq.subscriptionName).
+        options["headers"] = json.dumps(dict(headers))
     return options
 
 

@@ -86,8 +86,10 @@ class StompDataSource(DataSource):
     ``checkpointLocation`` (the query's; the write-ahead log goes in its
     ``stomp-wal`` directory; or ``walPath``), ``login``/``passcode`` (or in
     the URL), ``vhost``, ``prefetch`` (default 1000), ``maxMessagesPerTrigger``,
-    ``version``, ``numPartitions``, ``rowsPerPartition``, and ``header.NAME``
-    for extra SUBSCRIBE headers (``header.selector``).
+    ``version``, ``numPartitions``, ``rowsPerPartition``, and extra SUBSCRIBE
+    headers: ``headers``, a JSON object whose names keep their case
+    (``{"activemq.subscriptionName": "orders"}``), or ``header.NAME``
+    (``header.selector``), whose name Spark lowercases.
 
     Sink options: ``url``, ``destination`` (or a ``destination`` column),
     ``transactional`` (default true), ``login``/``passcode``, ``vhost``.

@@ -91,6 +91,7 @@ SURFACES: dict[str, set[str]] = {
         "bracket_host",
         "format_host_port",
         "parse_host_port",
+        "printable",
         "redact_url",
         "unwrap_group",
     },

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import ssl
@@ -39,7 +40,7 @@ from .._errors import (
 from .._transport import WEBSOCKET_EXTRA_HINT
 from .._url import typed_passcode
 from ..frame import Frame
-from ..util import Endpoint, unwrap_group
+from ..util import Endpoint, printable, unwrap_group
 
 PROG: Final = "trio-stomp"
 URL_ENV: Final = "STOMP_URL"
@@ -81,9 +82,20 @@ class StdoutClosed(Exception):
     """Whoever read our stdout has gone (``| head``): stop quietly, status 0."""
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log records with every control character escaped (:func:`~trio_stomp.util.printable`):
+    the message whole, its line breaks too, so that a destination a client chose can
+    neither drive the terminal nor forge a line; only a traceback spans lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.msg, safe.args = printable(record.getMessage()), None
+        return printable(super().format(safe), keep="\n")
+
+
 def say(message: str) -> None:
     """One line on stderr, prefixed with the program name, flushed at once."""
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {printable(message)}", file=sys.stderr, flush=True)
 
 
 def add_broker_options(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from .._connect import connect
 from .._errors import SubscriptionOverflow
 from .._message import Message
 from ..frame import PREFETCH_HEADERS
+from ..util import printable
 from . import _common as common
 
 #: Headers the command sets itself; -H may not give them.
@@ -203,19 +204,21 @@ def _plain(message: Message) -> bytes:
 
 
 def _compact(value: str) -> str:
-    """A header value as is when it is one plain word, else as a JSON string."""
+    """A header value as is when it is one plain word, else as a JSON string
+    (with every control character escaped: see :func:`~trio_stomp.util.printable`)."""
     if value and value.isprintable() and not any(c.isspace() for c in value):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return printable(json.dumps(value, ensure_ascii=False), style="json")
 
 
 def _verbose(message: Message) -> bytes:
+    # Names and values are the sender's: a header name may hold ESC ] 52 ... too.
     fields = " ".join(
-        f"{name}:{_compact(value)}"
+        f"{printable(name)}:{_compact(value)}"
         for name, value in message.headers.items()
         if name not in _QUIET_HEADERS and (name, value) != ("redelivered", "false")
     )
-    line = f"-- {message.destination} {fields}".rstrip() + "\n"
+    line = f"-- {printable(message.destination)} {fields}".rstrip() + "\n"
     return line.encode("utf-8", "backslashreplace") + _plain(message)
 
 
@@ -234,4 +237,5 @@ def _json(message: Message) -> bytes:
         "body": body,
         "base64": is_base64,
     }
-    return json.dumps(record, ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\n"
+    line = printable(json.dumps(record, ensure_ascii=False), style="json")  # (C1, bidi too)
+    return line.encode("utf-8", "backslashreplace") + b"\n"

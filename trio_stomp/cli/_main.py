@@ -26,7 +26,15 @@ import trio
 from .._version import build, version
 from ..util import parse_host_port
 from ._bench import add_bench
-from ._common import EXIT_FAILED, EXIT_STATUS_HELP, PROG, URL_ENV, UsageError, say
+from ._common import (
+    EXIT_FAILED,
+    EXIT_STATUS_HELP,
+    PROG,
+    URL_ENV,
+    PrintableFormatter,
+    UsageError,
+    say,
+)
 from ._listen import add_listen
 from ._send import add_send
 from ._subscriptions import add_subscription_options, run_subscriptions
@@ -180,10 +188,9 @@ def _run_broker(args: argparse.Namespace) -> int:
             load_websocket()
         except ImportError as exc:
             raise UsageError(str(exc)) from None
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         trio.run(_serve_until_signal, host, port, users, options)
     except OSError as exc:

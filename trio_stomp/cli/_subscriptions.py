@@ -12,6 +12,7 @@ import sys
 
 import trio
 
+from ..util import printable
 from ._common import EXIT_FAILED, UsageError, say
 
 __all__ = ["add_subscription_options", "run_subscriptions"]
@@ -55,8 +56,9 @@ def run_subscriptions(args: argparse.Namespace) -> int | None:
 
 
 def _field(text: str) -> str:
-    """``text`` on one line of a tab-separated table."""
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    """``text`` on one line of a tab-separated table: backslashes doubled, then
+    tabs, line breaks and every other control character escaped."""
+    return printable(text.replace("\\", "\\\\"))
 
 
 async def _list(data_dir: str, accept_damage: bool) -> int:

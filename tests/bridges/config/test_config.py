@@ -431,7 +431,8 @@ def test_the_public_surface_is_pinned() -> None:
         "RouteConfig", "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template",
         "TemplateError", "Transform", "Unavailable", "UnreadableEnvelope", "Writer",
         "blocking", "build_routes", "default_registry", "load_config", "open_shared",
-        "parse_config", "prepare_each", "run_bridge", "run_routes", "shared_resource",
+        "parse_config", "prepare_each", "redact", "redacting", "run_bridge", "run_routes",
+        "shared_resource",
     ]  # fmt: skip
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import trio
 from family_kit import bridges_command
-from rich.console import Console
 
 from bridges import Route
-from bridges.service._status import Rates, StatusLine, broker_line, route_line
+from bridges.service._status import Rates, StatusLine, abbreviated, broker_line, route_line
+from bridges.service._terminal import MAX_PENDING, Screen
 from bridges.testing import FakeSink, FakeSource, wait_until
 from trio_stomp.broker import DestinationDepth
 
@@ -42,12 +42,12 @@ sink = { type = "file", path = "outbox", format = "files", name = "{header:file-
 """
 FILES = 5
 SHOW_CURSOR = "\x1b[?25h"
-#: Terminal control sequences (rich's cursor moves and erasures): each ends a line here.
+#: Terminal control sequences (the status line's cursor moves and erasures): each ends a line.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _pty() -> tuple[int, int]:
-    """A pty of 160 x 40 (a pty starts at 0 x 0, which rich would take for 80 columns)."""
+    """A pty of 160 x 40 (a pty starts at 0 x 0, taken for 80 columns)."""
     main, child = os.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     return main, child
@@ -168,7 +168,7 @@ async def test_route_line_broker_line_and_the_rate() -> None:
 async def test_stop_erases_the_lines_and_shows_the_cursor_at_once() -> None:
     """What the hard stop relies on: os._exit follows, nothing unwinds."""
     screen = io.StringIO()
-    status = StatusLine(Console(file=screen, force_terminal=True, width=120))
+    status = StatusLine(Screen(screen, columns=120))
     route = Route("orders", FakeSource(), FakeSink())
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
@@ -176,6 +176,134 @@ async def test_stop_erases_the_lines_and_shows_the_cursor_at_once() -> None:
             await wait_until(lambda: "orders" in screen.getvalue())
             assert screen.getvalue().count(SHOW_CURSOR) == 0
             status.stop()
-            # The cursor back, then the line erased (moved up to, cleared).
-            assert screen.getvalue().endswith(SHOW_CURSOR + "\r\x1b[1A\x1b[2K")
+            # The line erased (back to its start, erased to the end), then the cursor back.
+            assert screen.getvalue().endswith("\r\x1b[J" + SHOW_CURSOR)
             nursery.cancel_scope.cancel()
+
+
+# -- 80 columns, a resize ---------------------------------------------------------------------
+
+
+def test_at_80_columns_the_line_keeps_retries_and_dead_letters() -> None:
+    route = Route("orders-to-archive", FakeSource(), FakeSink())
+    stats = route.stats
+    stats.received, stats.written, stats.retries, stats.dead_lettered = 1_204_332, 1_200_001, 17, 3
+    line = route_line(route, 41_234.5, width=17, columns=79)
+    assert line == "orders-to-archive  starting  in 1.2M  out 1.2M  41k/s  retries 17  dead 3"
+    # Narrower still: the rate and the count received give way too.
+    narrow = route_line(route, 41_234.5, width=17, columns=60)
+    assert narrow == "orders-to-archive  starting  out 1.2M  retries 17  dead 3"
+    short = Route("orders", FakeSource(), FakeSink())
+    assert route_line(short, 412.0, width=6, columns=79) == (
+        "orders  starting  in 0  out 0  412/s  flight 0  retries 0  dead 0"
+    )
+    # Wide enough: the counters' own words, in full.
+    assert "dead-lettered 3" in route_line(route, 1.0, columns=200)
+    assert [abbreviated(n) for n in (0, 999, 1_000, 12_345, 1_250_000, 3e9)] == [
+        "0", "999", "1.0k", "12k", "1.2M", "3.0G",
+    ]  # fmt: skip
+
+
+class _Resizing(io.StringIO):
+    """A terminal whose width the test sets (Screen reads it per frame)."""
+
+    width = 120
+
+
+async def test_a_narrowed_terminal_is_redrawn_without_a_stale_line() -> None:
+    out = io.StringIO()
+    screen = Screen(out, columns=120)
+    screen.draw(["a" * 100, "b" * 10])
+    assert out.getvalue() == "\x1b[?25l" + "a" * 100 + "\r\n" + "b" * 10  # (cursor hidden)
+    screen._columns = 40  # the window narrowed: the 100-character line now fills 3 rows
+    screen.draw(["c" * 50])
+    # Back up over all 4 rows the old frame fills now (3 + 1), erase, draw cut to 39.
+    assert out.getvalue().endswith("\r\x1b[3A\x1b[J" + "c" * 39)
+    screen.log("a log line\n")
+    assert out.getvalue().endswith("\r\x1b[J" + "a log line\n" + "c" * 39)
+
+
+@pytest.mark.deadline(60)
+async def test_a_terminal_paused_with_ctrl_s_never_stops_the_routes(tmp_path: Path) -> None:
+    """Ctrl-S (XOFF) stops a terminal's output: a write to it blocks. The bridge draws and
+    logs off the loop, so files still move; at Ctrl-Q it draws again and stops cleanly."""
+    (tmp_path / "bridge.toml").write_text(CONFIG)
+    (tmp_path / "inbox").mkdir()
+    main, child = _pty()
+    attributes = termios.tcgetattr(child)
+    attributes[0] |= termios.IXON  # (the default: Ctrl-S and Ctrl-Q work)
+    termios.tcsetattr(child, termios.TCSANOW, attributes)
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"}
+    process = await trio.lowlevel.open_process(
+        [*bridges_command(), "run", "bridge.toml"],
+        cwd=tmp_path, stdin=child, stdout=child, stderr=child, env=env,
+    )  # fmt: skip
+    os.close(child)
+    seen = bytearray()
+    outbox = tmp_path / "outbox"
+    try:
+        async with trio.open_nursery() as nursery:
+            reader = trio.CancelScope()
+
+            async def read() -> None:
+                with reader:
+                    await _read_pty(main, seen)
+
+            nursery.start_soon(read)
+            with trio.fail_after(20):
+                while b"msg/s" not in seen:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            reader.cancel()  # nobody reads any more,
+            os.write(main, b"\x13")  # and the terminal is paused (Ctrl-S)
+            await trio.sleep(2.5)  # two refreshes: each would block a writer on the loop
+            for i in range(FILES):
+                (tmp_path / "inbox" / f"f{i}").write_text(str(i))
+            with trio.fail_after(15):
+                while len(list(outbox.glob("f*"))) < FILES:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            os.write(main, b"\x11")  # Ctrl-Q: the terminal takes output again
+            nursery.start_soon(_read_pty, main, seen)
+            await trio.sleep(1.5)
+            process.send_signal(signal.SIGINT)
+            with trio.fail_after(15):
+                status = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(main)
+    text = ANSI.sub("\n", seen.decode(errors="replace").replace("\r", ""))
+    assert status == 0, text
+    assert "written 5" in text, text  # drawn again once the terminal read again
+    assert text.strip().splitlines()[-1] == "bridges: stopped", text
+
+
+async def test_a_paused_terminal_drops_frames_and_counts_the_log_lines_it_drops() -> None:
+    main, child = _pty()
+    attributes = termios.tcgetattr(child)
+    attributes[0] |= termios.IXON
+    termios.tcsetattr(child, termios.TCSANOW, attributes)
+    os.write(main, b"\x13")  # Ctrl-S: output stopped
+    seen = bytearray()
+    with os.fdopen(child, "w") as terminal, trio.fail_after(20):
+        screen = Screen(terminal, columns=80)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(screen.pump)
+            assert screen.draw(["first frame"])
+            await trio.sleep(0.2)
+            assert not screen.draw(["second frame"])  # the first is not taken yet
+            assert screen.dropped_frames == 1
+            line = "x" * 99 + "\n"
+            for _ in range(MAX_PENDING // len(line) + 10):  # more than may wait
+                screen.log(line)
+            assert screen.dropped_lines >= 10
+            os.write(main, b"\x11")  # Ctrl-Q: the terminal reads again
+            nursery.start_soon(_read_pty, main, seen)
+            await wait_until(lambda: b"first frame" in seen)
+            screen.log("after\n")
+            await wait_until(lambda: b"after" in seen)
+            nursery.cancel_scope.cancel()
+    os.close(main)
+    text = seen.decode()
+    assert f"({screen.dropped_lines} log line(s) dropped: the terminal did not read them)" in text
+    assert "second frame" not in text

@@ -143,3 +143,38 @@ def test_stomp_options_are_checked_when_the_query_is_defined() -> None:
     no_destination = StompOptions.from_options({"url": "stomp://h"}, role="sink")
     with pytest.raises(ValueError, match="destination option or a destination column"):
         StompStreamWriter(no_destination, StructType([StructField("body", StringType())]))
+
+
+def test_a_header_name_with_capitals_reaches_the_stomp_source_as_written() -> None:
+    """Spark lowercases option names: ``header.activemq.subscriptionName`` would arrive as
+    ``activemq.subscriptionname``, which ActiveMQ ignores. The ``headers`` option keeps case,
+    and a route's ``subscribe_headers`` travel in it."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    from bridges.spark._options import StompOptions
+    from bridges.spark._routes import _stomp_options
+
+    source = {
+        **_ROUTE["source"],
+        "subscribe_headers": {"activemq.subscriptionName": "orders", "selector": "x = 1"},
+    }
+    config = _parse(
+        {"spark": {"checkpoint": "ck"}, "routes": {"r": {**_ROUTE, "source": source}}},
+        engine="spark",
+    )
+    options = CaseInsensitiveDict(_stomp_options(config.routes[0].source.config))
+    options["checkpointLocation"] = "/ck"
+    parsed = StompOptions.from_options(options, role="source")
+    assert ("activemq.subscriptionName", "orders") in parsed.subscribe_headers
+    assert ("selector", "x = 1") in parsed.subscribe_headers
+    # By hand, in a Spark query: the JSON option, and header.NAME for lowercase names.
+    by_hand = StompOptions.from_options(
+        CaseInsensitiveDict(
+            {"url": "stomp://h", "destination": "/topic/t", "checkpointLocation": "/c",
+             "headers": '{"activemq.subscriptionName": "s1"}', "header.selector": "a = 1"}
+        ),
+        role="source",
+    )  # fmt: skip
+    assert by_hand.subscribe_headers == (("activemq.subscriptionName", "s1"), ("selector", "a = 1"))
+    with pytest.raises(ValueError, match="headers: expected a JSON object"):
+        StompOptions.from_options({"url": "stomp://h", "headers": "[1]"}, role="sink")

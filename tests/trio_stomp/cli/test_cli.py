@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ import trustme
 import trio_stomp
 from trio_stomp.broker import Broker, open_broker
 from trio_stomp.cli import main
+from trio_stomp.util import printable
 
 from conftest import REAL_BROKERS, require_real_broker
 
@@ -178,6 +180,48 @@ async def test_listen_prints_bodies_and_header_lines(broker: Broker) -> None:
     assert header.startswith("-- /queue/p message-id:")
     assert header.endswith(' x-k:"a b"')
     assert body == "three"
+
+
+#: Control sequences a terminal obeys: OSC 52 (clipboard), clear, OSC 0 (title),
+#: 8-bit CSI, DEL, CR, a newline, a bidi override.
+_ATTACKS = ("\x1b]52;c;ZXZpbA==\x07", "\x1b[2J", "\x1b]0;owned\x07", "\x9b2J", "\x7f", "\rx",
+            "\nforged", "\u202e")  # fmt: skip
+
+
+async def test_listen_verbose_escapes_header_names_values_and_the_destination(
+    broker: Broker,
+) -> None:
+    destination = "/queue/v" + "".join(_ATTACKS)
+    headers = {f"x-{i}{attack}": f"v{attack}" for i, attack in enumerate(_ATTACKS)}
+    await put(broker.url, destination, b"body", b"body", **headers)
+    result = await cli("listen", "-u", broker.url, destination, "-n", "1", "-v")
+    assert result.status == 0, result.err
+    header, body = result.out.decode().splitlines()
+    for raw in ("\x1b", "\x07", "\x9b", "\x7f", "\r", "\u202e"):
+        assert raw not in header, (raw, header)
+    assert header.startswith("-- /queue/v\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J")
+    assert "x-0\\x1b]52;c;ZXZpbA==\\x07:" in header
+    assert body == "body"
+    # --json escapes them all too (C1 and bidi included), and decodes to what was sent.
+    as_json = await cli("listen", "-u", broker.url, destination, "-n", "1", "--json")
+    line = as_json.out.decode()
+    for raw in ("\x1b", "\x07", "\x9b", "\x7f", "\r", "\u202e"):
+        assert raw not in line, (raw, line)
+    assert json.loads(line)["destination"] == destination
+
+
+def test_the_broker_command_escapes_what_it_logs() -> None:
+    from trio_stomp.cli._common import PrintableFormatter
+
+    destination = "/topic/" + "".join(_ATTACKS)
+    record = logging.LogRecord(
+        "trio_stomp.broker", logging.WARNING, __file__, 1, "sent to %s: not kept", (destination,),
+        None,
+    )  # fmt: skip
+    line = PrintableFormatter("%(levelname)s %(message)s").format(record)
+    assert line == f"WARNING sent to {printable(destination)}: not kept"
+    assert "\n" not in line
+    assert "\x1b" not in line
 
 
 async def test_listen_acks_what_it_printed_and_leaves_the_rest(broker: Broker) -> None:

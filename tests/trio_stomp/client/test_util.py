@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from urllib.parse import quote
 
@@ -17,6 +18,7 @@ from trio_stomp.util import (
     bracket_host,
     format_host_port,
     parse_host_port,
+    printable,
     redact_url,
     unwrap_group,
 )
@@ -199,3 +201,34 @@ def test_connection_options_never_show_the_passcode() -> None:
     from trio_stomp._connect import Options
 
     assert "s3cret" not in repr(Options(login="guest", passcode="s3cret"))
+
+
+# -- printable ------------------------------------------------------------------------------
+
+#: What a terminal obeys or a viewer reorders: C0, DEL, C1, bidi controls, line separators.
+UNPRINTABLE_CHARS = [
+    *map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u061c", "\u200e", "\u200f",
+    "\u2028", "\u2029", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A)),
+    "\udc9b",
+]  # fmt: skip
+
+
+@given(st.text(alphabet=st.sampled_from(UNPRINTABLE_CHARS) | st.characters(), max_size=40))
+def test_printable_leaves_no_control_character_and_reads_like_repr(text: str) -> None:
+    shown = printable(text)
+    assert not any(char in shown for char in UNPRINTABLE_CHARS)
+    shown.encode("utf-8")  # (a lone surrogate would raise here)
+    assert printable(shown) == shown  # escaping twice changes nothing
+    if "\\" not in text and "'" not in text and text.isprintable() is False:
+        # Each escape is the one repr writes, so a value quoted with %r reads the same.
+        assert all(
+            repr(char)[1:-1] == printable(char) for char in text if char in UNPRINTABLE_CHARS
+        )
+    json_style = printable(json.dumps(text, ensure_ascii=False), style="json")
+    assert json.loads(json_style) == text
+    assert not any(char in json_style for char in UNPRINTABLE_CHARS)
+
+
+def test_printable_keeps_what_it_is_told_to_and_plain_text() -> None:
+    assert printable("a\x1b]0;t\x07\nb", keep="\n") == "a\\x1b]0;t\\x07\nb"
+    assert printable('/queue/ordres é 中 \\ "x"') == '/queue/ordres é 中 \\ "x"'
