@@ -3,39 +3,11 @@
 The engine's at-least-once promise rests on what every endpoint does; these
 checks hold an endpoint to it, the same way for every family:
 
-Source (:func:`check_source`):
+- :func:`check_source`: the Source contract;
+- :func:`check_sink`: the Sink contract, the poison rule
+  (:func:`~bridges.testing.check_poison`) included.
 
-- every published message is handed out, once while nothing is nacked;
-- an ack is final: an acked message is not handed out again, even after a
-  reopen;
-- a nack makes the message available again (at the latest after a reopen);
-- closing, or cancelling the ``async with`` from outside, loses nothing:
-  unsettled messages come again after a reopen, and no task of the source
-  outlives its ``async with``;
-- a cancelled ``receive()`` hands out nothing: what it was about to return
-  is still there for the next call;
-- a message handed out again (after a nack, a close or a cancelled
-  ``async with``) has the same non-empty :attr:`~bridges.Message.id` as the
-  first time: the stable id a sink de-duplicates on (unless
-  :attr:`SourceCase.stable_ids` says the source has none for these messages).
-
-A source whose receiver is a :class:`~bridges.BulkReceiver` is taken from
-with ``receive_some()`` (which must hand out at least one envelope and no
-more than asked), and held to the same rules.
-
-Sink (:func:`check_sink`):
-
-- ``write()`` returns only once the batch is durable: the server shows it
-  (``read_back``) before the writer closes, in order;
-- a message the sink can never write raises :class:`bridges.MessageRejected`
-  naming its index in the batch, and the rest can still be written;
-- a message the target cannot take (not UTF-8, too many or too long headers,
-  the sink's own :attr:`SinkCase.poison`) never takes its batch down: through a
-  real route, every good message is written and every poison one is
-  dead-lettered alone, with a reason (:mod:`bridges.testing._poison`);
-- a write or a whole ``async with`` cancelled half-way loses nothing once the
-  batch is written again (duplicates are allowed, losses are not), and no task
-  outlives the ``async with``.
+Each function's documentation lists the rules it checks, one by one.
 
 A family's test passes a *factory*: an async context manager that makes a
 fresh endpoint against the real server (a new queue, directory or stream, so
@@ -126,7 +98,28 @@ def _check_no_tasks_left(before: set[trio.lowlevel.Task], skip: trio.Nursery, wh
 async def check_source(
     factory: SourceFactory, *, count: int = 10, rule_seconds: float = 20.0, quiet: float = 0.3
 ) -> None:
-    """Hold a source to the Source contract (module docs); raise ContractViolation if it breaks.
+    """Hold a source to the Source contract; raise ContractViolation if it breaks.
+
+    The rules, each run on a fresh :class:`SourceCase` (a new queue, stream or
+    directory) with ``count`` messages of unique bodies:
+
+    - every published message is handed out, once while nothing is nacked;
+    - an ack is final: an acked message is not handed out again, even after a
+      reopen;
+    - a nack makes the message available again (at the latest after a reopen);
+    - closing, or cancelling the ``async with`` from outside, loses nothing:
+      unsettled messages come again after a reopen, and no task of the source
+      outlives its ``async with``;
+    - a cancelled ``receive()`` hands out nothing: what it was about to return
+      is still there for the next call;
+    - a message handed out again (after a nack, a close or a cancelled
+      ``async with``) has the same non-empty :attr:`~bridges.Message.id` as the
+      first time: the stable id a sink de-duplicates on (unless
+      :attr:`SourceCase.stable_ids` says the source has none for these messages).
+
+    A source whose receiver is a :class:`~bridges.BulkReceiver` is taken from
+    with ``receive_some()`` (which must hand out at least one envelope and no
+    more than asked), and held to the same rules.
 
     Args:
       factory: opens a fresh :class:`SourceCase` against the real server;
@@ -307,7 +300,22 @@ async def _source_cancelled_receive_hands_out_nothing(
 
 
 async def check_sink(factory: SinkFactory, *, count: int = 10, rule_seconds: float = 20.0) -> None:
-    """Hold a sink to the Sink contract (module docs); raise ContractViolation if it breaks.
+    """Hold a sink to the Sink contract; raise ContractViolation if it breaks.
+
+    The rules, each run on a fresh :class:`SinkCase` with batches of
+    ``count`` messages of unique bodies:
+
+    - ``write()`` returns only once the batch is durable: the server shows it
+      (``read_back``) before the writer closes, in order;
+    - a message the sink can never write raises :class:`bridges.MessageRejected`
+      naming its index in the batch, and the rest can still be written;
+    - a message the target cannot take (not UTF-8, too many or too long headers,
+      the sink's own :attr:`SinkCase.poison`) never takes its batch down: through a
+      real route, every good message is written and every poison one is
+      dead-lettered alone, with a reason (:mod:`bridges.testing._poison`);
+    - a write or a whole ``async with`` cancelled half-way loses nothing once the
+      batch is written again (duplicates are allowed, losses are not), and no task
+      outlives the ``async with``.
 
     Args:
       factory: opens a fresh :class:`SinkCase` against the real server;

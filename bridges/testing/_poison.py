@@ -1,24 +1,6 @@
 """The Sink contract's poison rule: a message the target cannot take never takes its batch down.
 
-A batch mixes good messages with hostile ones: a header that is not UTF-8
-text (what a ``redis`` source hands out for a field that was not), more than
-1,000 headers, a header over 64 KiB, 200 KiB of headers in all, NUL or a line
-break in a header, an empty header name, and the sink's own poison: its
-:attr:`SinkCase.reject` and :attr:`SinkCase.poison` (a body over its limit,
-say). It goes through a real
-:class:`~bridges.Route` (a :class:`~bridges.testing.FakeBulkSource` in front,
-a :class:`~bridges.testing.FakeSink` as the dead-letter sink), in one batch,
-and then:
-
-- every good message is on the server (``read_back``), and none is
-  dead-lettered;
-- every message of the sink's own poison is dead-lettered, with a reason
-  (``bridge-error``), and is not on the server;
-- every other hostile message is either on the server or dead-lettered with
-  a reason: the sink decides whether its target can carry it, but it never
-  loses it and never lets it fail the others;
-- nothing is nacked, nothing is left unsettled, and the route ends: a poison
-  message never stalls its route.
+What it checks and with which messages: :func:`check_poison`.
 
 :func:`check_sink` runs it with a fixed mix (each hostile message once,
 between good ones); a family's own tests call :func:`check_poison` with
@@ -97,7 +79,26 @@ async def check_poison(
     *,
     rule_seconds: float = 20.0,
 ) -> PoisonOutcome:
-    """Hold a sink to the poison rule (module docs); raise ContractViolation if it breaks.
+    """Hold a sink to the poison rule; raise ContractViolation if it breaks.
+
+    The batch (``mix``) mixes good messages with hostile ones: a header that
+    is not UTF-8 text, more than 1,000 headers, a header over 64 KiB, 200 KiB
+    of headers in all, NUL or a line break in a header, an empty header
+    name, and the sink's own :attr:`SinkCase.reject` and
+    :attr:`SinkCase.poison` (a body over its limit, say). It goes through a real
+    :class:`~bridges.Route` (a :class:`~bridges.testing.FakeBulkSource` in front,
+    a :class:`~bridges.testing.FakeSink` as the dead-letter sink), in one batch,
+    and then:
+
+    - every good message is on the server (``read_back``), and none is
+      dead-lettered;
+    - every message of the sink's own poison is dead-lettered, with a reason
+      (``bridge-error``), and is not on the server;
+    - every other hostile message is either on the server or dead-lettered with
+      a reason: the sink decides whether its target can carry it, but it never
+      loses it and never lets it fail the others;
+    - nothing is nacked, nothing is left unsettled, and the route ends: a poison
+      message never stalls its route.
 
     Args:
       factory: opens a fresh :class:`SinkCase` against the real server.
