@@ -83,6 +83,7 @@ from typing import Any, Final, Protocol
 
 import trio
 from _crash import (
+    _RUNNING,
     HOST,
     IN_FLIGHT,
     LIMIT,
@@ -326,7 +327,7 @@ def mqtt_row(server: Crashable, port: int, *, login: bool, durable: bool) -> Tar
 def redis_row() -> TargetRow:
     stream = f"target-crash-{_key()}"
     sink = f'{{ type = "redis", url = "{REDIS_URL}", stream = "{stream}" }}'
-    return TargetRow(Shared("redis"), sink, lambda: redis_bodies(REDIS_URL, stream))
+    return TargetRow(Shared("redis"), sink, lambda: redis_bodies(REDIS_URL, stream), dedup=True)
 
 
 def nats_row() -> TargetRow:
@@ -491,9 +492,15 @@ def drive(
 
 
 def feed(inbox: Path, ids: list[str], rate: float, stop: threading.Event) -> None:
-    """Drop one file per id into ``inbox`` at ``rate`` a second (written aside, renamed in)."""
+    """Drop one file per id into ``inbox`` at ``rate`` a second (written aside, renamed in),
+    from when the bridge says it runs (else the first files would wait for it to start)."""
     aside = inbox.parent / "aside"
     aside.mkdir()
+    log = inbox.parent / "bridge.log"
+    deadline = time.monotonic() + LIMIT
+    while not (log.exists() and _RUNNING.search(log.read_bytes())):
+        if stop.wait(0.05) or time.monotonic() > deadline:
+            break
     began = time.monotonic()
     for index, message_id in enumerate(ids):
         due = began + index / rate
