@@ -337,6 +337,41 @@ def crash_run(script: str, scenarios: Sequence[str], count: int, seed: int) -> l
     return results
 
 
+def target_crash_run(
+    rows: Sequence[str], servers: Sequence[str], count: int = 300, seed: int = 31
+) -> list[dict[str, Any]]:
+    """``bench/crash/target_crash.py`` for ROWS: COUNT messages, the server SIGKILLed once.
+
+    The server on the other side of the bridge (``scripts/brokers kill NAME``,
+    then ``start NAME``, data kept; or the script's own private server) is the
+    one killed, not the bridge. Asserts what the script checks for a durable
+    row: every message acknowledged upstream, none of them lost, duplicates
+    within the bound, a clean stop. The shared SERVERS are started again
+    afterwards whatever happens, so the tests after this one find them up.
+    """
+    command = [sys.executable, str(BENCH / "target_crash.py"), "--count", str(count)]
+    command += ["--kills", "1", "--rate", "100", "--seed", str(seed)]
+    command += ["--only", ",".join(rows), "--json"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    finally:
+        brokers = ROOT / "scripts" / "brokers"
+        for name in servers:
+            status = subprocess.run([brokers, "status", name], capture_output=True, check=False)
+            if status.returncode != 0:
+                subprocess.run([brokers, "start", name], capture_output=True, check=False)
+    results = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert [r.get("scenario") for r in results] == list(rows), done.stdout + done.stderr
+    for result in results:
+        assert "error" not in result, result
+        assert result["acked"] == count, result
+        assert result["lost"] == 0, result
+        assert result["duplicates"] <= result["bound"], result
+        assert result["exit_status"] == 0, result
+    assert done.returncode == 0
+    return results
+
+
 # --- the poison rule over drawn batches ------------------------------------------------------
 
 #: A batch for :func:`bridges.testing.check_poison`: None a good message, N the Nth

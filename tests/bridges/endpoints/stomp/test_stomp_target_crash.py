@@ -1,0 +1,30 @@
+"""The target killed, not the bridge: nothing the stomp sink acknowledged is lost.
+
+A small run of ``bench/crash/target_crash.py``: files dropped into an inbox
+go through ``bridges run`` into RabbitMQ, ActiveMQ (``persistent = true``) and
+the embedded broker with a data dir (its own process); the broker is
+SIGKILLed once mid-stream and started again with its data. Every file moved
+to ``done/`` (acknowledged upstream) must be in the queue afterwards
+(``family_kit.target_crash_run``).
+"""
+
+from __future__ import annotations
+
+from family_kit import target_crash_run
+
+from conftest import require_real_broker
+
+
+def test_rabbitmq_sigkill_loses_nothing_acknowledged() -> None:
+    require_real_broker("rabbitmq")
+    target_crash_run(["stomp-rabbitmq"], ["rabbitmq"])
+
+
+def test_activemq_sigkill_loses_nothing_acknowledged() -> None:
+    require_real_broker("activemq")
+    target_crash_run(["stomp-activemq"], ["activemq"])
+
+
+def test_embedded_broker_sigkill_loses_nothing_acknowledged() -> None:
+    results = target_crash_run(["embedded"], [])
+    assert results[0]["duplicates"] == 0  # its duplicate window on bridge-id
