@@ -24,9 +24,9 @@ from being taken over by senders that send slowly (slowloris):
   second to push it out, while an attacker's bodies, by being slow, are
   always the oldest.
 
-Connections that have not sent a whole request head hold no place: hypercorn
-gives the head ``keep_alive_timeout`` s and ``h11_max_incomplete_size``
-bytes (see :mod:`.listener`).
+Connections that have not sent a whole request head hold no place: the
+server gives the head ``HEAD_TIMEOUT`` s and ``MAX_HEAD`` bytes (see
+:mod:`.listener` and :mod:`.server`).
 
 :class:`Refusals` counts every refusal by reason (for ``/metrics``) and logs
 them at a bounded rate: the first at once, then at most one line per

@@ -1,7 +1,7 @@
 """The http source under slowloris: slow heads and slow bodies never starve signed webhooks.
 
-Real hypercorn server and real sockets on loopback; attackers bind their own
-loopback addresses (127.0.1.1 ...: all of 127.0.0.0/8 reaches this machine)
+Real server (:mod:`bridges.endpoints.http.server`) and real sockets on loopback;
+attackers bind their own loopback addresses (127.0.1.1 ...: all of 127.0.0.0/8 reaches this machine)
 so that the per-address bound and the eviction of slow bodies are each what
 keeps a place for the signed sender on 127.0.0.1.
 """
