@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from bridges.endpoints.http import listener as listener_module
 from bridges.endpoints.http.admission import (
+    LOG_INTERVAL,
     REASONS,
     Place,
     Places,
@@ -120,6 +121,7 @@ async def test_signed_webhooks_get_2xx_while_340_slow_bodies_trickle_in(
     answers: list[bytes] = []
     statuses: list[int] = []
     latencies: list[float] = []
+    began = trio.current_time()
     async with running_source(sink, signature="standard-webhooks", secret=SECRET) as (
         url,
         _,
@@ -150,10 +152,12 @@ async def test_signed_webhooks_get_2xx_while_340_slow_bodies_trickle_in(
     assert refused["evicted"] >= 300 + 32 - 256
     assert refused["unauthorized"] == 0
     assert any(answer.startswith(b"HTTP/1.1 503") for answer in answers)
-    # Logged at a bounded rate: the first at once, the rest when the route stopped,
-    # and together the lines count every refusal.
+    # Logged at a bounded rate: the first at once, then one per LOG_INTERVAL (a loaded
+    # machine may take longer than one), the rest when the route stopped; together the
+    # lines count every refusal.
     lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
-    assert 1 <= len(lines) <= 2, lines
+    intervals = int((trio.current_time() - began) // LOG_INTERVAL)
+    assert 1 <= len(lines) <= 2 + intervals, lines
     logged = sum(int(n) for n in re.findall(r"refused (\d+) request", " ".join(lines)))
     assert logged == sum(refused.values())
     assert "x 503 evicted (last: 127.0." in " ".join(lines)
