@@ -35,6 +35,7 @@ them at a bounded rate: the first at once, then at most one line per
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from typing import Final
@@ -61,7 +62,11 @@ def peer_key(client: object) -> str:
     """The address a place is counted against: IPv4, or an IPv6 /64; ``"?"`` when unknown."""
     if not isinstance(client, (tuple, list)) or not client:
         return "?"
-    host = str(client[0])
+    return _peer_of(str(client[0]))
+
+
+@functools.lru_cache(maxsize=4096)  # (parsing an address costs more than the rest of a place)
+def _peer_of(host: str) -> str:
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
