@@ -20,7 +20,7 @@ server facing the internet needs:
 - bytes that are not HTTP get 400 and the connection is closed;
 - an answer that leaves part of the request body unread is sent with
   ``Connection: close``, then the server half-closes and reads (and drops)
-  up to :data:`LINGER_BYTES` for up to :data:`LINGER_TIMEOUT` s before it
+  up to :data:`MAX_LINGER_BYTES` for up to :data:`LINGER_TIMEOUT` s before it
   closes (a "lingering close", as Apache's): a client still sending its
   body reads the answer (a 413) instead of a connection reset;
 - one connection's failure, whatever it is, ends that connection only.
@@ -56,9 +56,11 @@ App = Callable[
 
 #: Most bytes read from a socket at once.
 READ_SIZE: Final = 64 * 1024
-#: After an answer that left part of the body unread: most bytes read and dropped, and for
-#: how long, s, before the connection is closed (so the client reads the answer).
-LINGER_BYTES: Final = 4 * 1024 * 1024
+#: After an answer that left part of the request body unread (a 413, 408 or 503), the most
+#: bytes still read (and dropped) before the connection is closed, so that the client
+#: reads the answer instead of a reset.
+MAX_LINGER_BYTES: Final = 4 * 1024 * 1024
+#: After such an answer, the longest the lingering close waits for the client to stop, s.
 LINGER_TIMEOUT: Final = 2.0
 #: Reasons of the statuses this module sends itself.
 _REASONS: Final = {
@@ -276,7 +278,7 @@ class _Connection:
                 await self.stream.send_eof()
             dropped = 0
             with trio.move_on_after(LINGER_TIMEOUT):
-                while dropped < LINGER_BYTES:
+                while dropped < MAX_LINGER_BYTES:
                     data = await self.stream.receive_some(READ_SIZE)
                     if not data:
                         break
