@@ -3,12 +3,15 @@ always reads (a 413 mid-upload), connection storms, and the HTTP/1.1 it speaks."
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 import trio
 from http_helpers import Recorder, receiver, running_source
 from test_http_flood import address, slow_body
 
+from bridges.endpoints.http import ListenAddress, open_listener, respond
 from bridges.testing import FakeSink
 
 
@@ -138,3 +141,40 @@ async def test_what_is_not_plain_http_gets_4xx_and_the_connection_closes(
         async with httpx.AsyncClient(trust_env=False) as client:
             assert (await client.post(f"{listener.url}/in", content=b"ok")).status_code == 200
     assert [r[3] for r in recorder.requests] == [b"ok"]
+
+
+async def test_a_stop_lets_the_request_in_progress_answer_and_closes_idle_connections() -> None:
+    release = trio.Event()
+
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        await release.wait()
+        await respond(send, 200, b"late\n")
+
+    answers: list[bytes] = []
+
+    async def post(url: str) -> None:
+        request = b"POST /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n"
+        answers.append(await exchange(url, request))
+
+    async with trio.open_nursery() as nursery:
+        async with open_listener(ListenAddress("127.0.0.1", 0)) as listener:
+            mounted = listener.mount("/slow", slow)
+            with mounted:
+                idle = await trio.open_tcp_stream(*address(listener.url))
+                nursery.start_soon(post, listener.url)
+                await trio.sleep(0.2)
+                nursery.start_soon(_release_soon, release)
+                stopped = trio.current_time()
+        took = trio.current_time() - stopped
+        with trio.fail_after(2):
+            assert await idle.receive_some(100) == b""  # closed at the stop, not answered
+        await idle.aclose()
+    assert took < 2.0
+    assert answers[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"connection: close\r\n" in answers[0]
+    assert answers[0].endswith(b"late\n")
+
+
+async def _release_soon(release: trio.Event) -> None:
+    await trio.sleep(0.3)
+    release.set()
