@@ -18,7 +18,7 @@ them (its duplicate window on ``bridge-id``, which the stomp sink sets to the
 
 **Outbound** (stomp -> http): ``count`` messages (``bridge-id: out-NNNNNN``)
 are put in a queue; ``bridges run`` (stomp source -> http sink) posts them to a
-receiver in this process (hypercorn, answering 204), and is killed ``kills``
+receiver in this process (the http family's server, answering 204), and is killed ``kills``
 times the same way. The receiver must end with every message; duplicates are
 identified by ``webhook-id`` and bounded by ``kills x in_flight``. The
 receiver also honours ``Idempotency-Key`` (it takes effect once per key, as

@@ -1,8 +1,9 @@
 """The ``http`` family: inbound webhooks (source) and outbound webhooks (sink).
 
 :mod:`.source` (requests in, answered 2xx once durable), :mod:`.sink` (one
-request per message, durable on a 2xx), :mod:`.listener` (one hypercorn
-server per listen address, shared by every route and the service) and
+request per message, durable on a 2xx), :mod:`.listener` (one server
+per listen address, shared by every route and the service; the HTTP/1.1
+server itself is :mod:`.server`) and
 :mod:`.signatures` (Standard Webhooks and GitHub HMAC, both directions).
 
 Other code that wants a path on a bridge's HTTP server (the service's

@@ -8,7 +8,11 @@ from being taken over by senders that send slowly (slowloris):
 
 - **Per peer**: at most ``max_per_peer`` places belong to one address (an
   IPv4 address, or the /64 of an IPv6 one: one host usually has a whole
-  /64). Connections from one address cannot fill the path.
+  /64). Connections from one address cannot fill the path. When an
+  address's places are all taken, a newcomer from it takes the place of
+  that address's own body that has been arriving the longest, as below:
+  behind a reverse proxy every sender has the proxy's address, so a signed
+  sender shares it with any attacker and must not be starved by one.
 - **Rate**: a body must arrive at ``min_body_rate`` bytes/s on average,
   after ``body_grace`` s (the way Kestrel's ``MinRequestBodyDataRate``
   works), and whole within ``body_timeout``; else 408 (:func:`body_limit`).
@@ -20,9 +24,9 @@ from being taken over by senders that send slowly (slowloris):
   second to push it out, while an attacker's bodies, by being slow, are
   always the oldest.
 
-Connections that have not sent a whole request head hold no place: hypercorn
-gives the head ``keep_alive_timeout`` s and ``h11_max_incomplete_size``
-bytes (see :mod:`.listener`).
+Connections that have not sent a whole request head hold no place: the
+server gives the head ``HEAD_TIMEOUT`` s and ``MAX_HEAD`` bytes (see
+:mod:`.listener` and :mod:`.server`).
 
 :class:`Refusals` counts every refusal by reason (for ``/metrics``) and logs
 them at a bounded rate: the first at once, then at most one line per
@@ -31,6 +35,7 @@ them at a bounded rate: the first at once, then at most one line per
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from typing import Final
@@ -57,7 +62,11 @@ def peer_key(client: object) -> str:
     """The address a place is counted against: IPv4, or an IPv6 /64; ``"?"`` when unknown."""
     if not isinstance(client, (tuple, list)) or not client:
         return "?"
-    host = str(client[0])
+    return _peer_of(str(client[0]))
+
+
+@functools.lru_cache(maxsize=4096)  # (parsing an address costs more than the rest of a place)
+def _peer_of(host: str) -> str:
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
@@ -104,34 +113,49 @@ class Places:
         self.held = 0
         self._peers: dict[str, int] = {}
         self._arriving: dict[Place, None] = {}  # insertion order: the oldest first
+        self._arriving_from: dict[str, dict[Place, None]] = {}  # the same, per peer
 
     def take(self, peer: str) -> Place | str:
         """A place for a request from ``peer``, or the reason (a key of :data:`REASONS`)."""
         if self._peers.get(peer, 0) >= self.per_peer:
-            return "max_per_peer"
+            own = self._arriving_from.get(peer)
+            if not own:
+                return "max_per_peer"
+            self._evict(next(iter(own)))
         if self.held >= self.total:
             if not self._arriving:
                 return "max_pending"
-            oldest = next(iter(self._arriving))
-            oldest.evicted = True
-            oldest.scope.cancel()
-            self.release(oldest)
+            self._evict(next(iter(self._arriving)))
         place = Place(peer)
         self.held += 1
         self._peers[peer] = self._peers.get(peer, 0) + 1
         self._arriving[place] = None
+        self._arriving_from.setdefault(peer, {})[place] = None
         return place
+
+    def _evict(self, place: Place) -> None:
+        place.evicted = True
+        place.scope.cancel()
+        self.release(place)
 
     def arrived(self, place: Place) -> None:
         """Its body is in: it can no longer be evicted."""
-        self._arriving.pop(place, None)
+        if self._arriving.pop(place, 0) is None:
+            self._forget(place)
+
+    def _forget(self, place: Place) -> None:
+        own = self._arriving_from[place.peer]
+        del own[place]
+        if not own:
+            del self._arriving_from[place.peer]
 
     def release(self, place: Place) -> None:
         """Give the place back (once; an evicted place was given back when evicted)."""
         if place.released:
             return
         place.released = True
-        self._arriving.pop(place, None)
+        if self._arriving.pop(place, 0) is None:
+            self._forget(place)
         self.held -= 1
         left = self._peers[place.peer] - 1
         if left:

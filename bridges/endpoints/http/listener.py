@@ -4,7 +4,7 @@ A bridge process may have several webhook routes on one ``listen`` address
 with different paths, and the service (``/metrics``, ``/readyz``) may want
 the same port. So the server is a process-wide resource
 (:func:`bridges.shared_resource`, key ``("http-listener", host, port)``):
-the first route that needs it starts hypercorn's Trio worker inside the
+the first route that needs it starts the server (:mod:`.server`) inside the
 process's nursery, later ones mount their path on it, and it stops after
 every route has stopped. A route that restarts never takes the server (and
 the other routes' paths) down with it.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
@@ -38,10 +39,10 @@ from typing import Any, Final
 
 import attrs
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
 from bridges import Context, shared_resource
+
+from .server import HttpServer
 
 log = logging.getLogger("bridges.http")
 
@@ -53,18 +54,16 @@ Send = Callable[[ASGIMessage], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 HEALTH_PATH: Final = "/healthz"
-#: What sending an answer raises when the peer went away, or while hypercorn is closing
-#: the connection from another task (its ``send_eof`` then makes ``send_all`` busy): the
-#: answer is moot. Caught in the app, so hypercorn's own error path (which sends a 500 on the
-#: same busy stream, and whose error would stop the whole server) is not taken.
+#: What sending an answer raises when the peer went away: the answer is moot.
 GONE: Final = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
 #: How long the server lets requests in progress finish when it stops, s.
 GRACEFUL_TIMEOUT: Final = 3.0
 #: How long a connection may take to send a whole request head, s, and stay idle between
-#: requests (hypercorn's ``keep_alive_timeout``): a head sent a byte at a time is cut off
-#: here, before any route sees it, so it never holds a place of ``max_pending``.
+#: requests: a head sent a byte at a time is cut off here, before any route sees it, so it
+#: never holds a place of ``max_pending``.
 HEAD_TIMEOUT: Final = 5.0
-#: The largest request head (line and headers), bytes (hypercorn's ``h11_max_incomplete_size``).
+#: The largest request head (line and headers), bytes; larger: 431 (a head is read at most
+#: this many bytes at a time, so it is cut off by the next read at the latest).
 MAX_HEAD: Final = 16 * 1024
 
 
@@ -228,27 +227,29 @@ async def respond(
     await send({"type": "http.response.body", "body": body})
 
 
-def _hypercorn_config(address: ListenAddress) -> HypercornConfig:
-    config = HypercornConfig()
-    config.bind = [address.bind]
-    config.accesslog = None
-    server_log = logging.getLogger("bridges.http.server")
-    if server_log.level == logging.NOTSET:
-        # hypercorn's own "Running on ... (CTRL + C to quit)": we say where we listen.
-        server_log.setLevel(logging.WARNING)
-    config.errorlog = server_log
-    config.graceful_timeout = GRACEFUL_TIMEOUT
-    config.keep_alive_timeout = HEAD_TIMEOUT
-    config.h11_max_incomplete_size = MAX_HEAD
+def _server(listener: HttpListener, address: ListenAddress) -> HttpServer:
+    context = None
     if address.certfile is not None:
-        config.certfile = address.certfile
-        config.keyfile = address.keyfile
-    return config
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(address.certfile, address.keyfile)
+        context.set_alpn_protocols(["http/1.1"])
+    return HttpServer(
+        listener,
+        head_timeout=HEAD_TIMEOUT,
+        max_head=MAX_HEAD,
+        graceful_timeout=GRACEFUL_TIMEOUT,
+        ssl_context=context,
+    )
+
+
+def _url(scheme: str, socket: trio.socket.SocketType) -> str:
+    host, port = socket.getsockname()[:2]
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 @asynccontextmanager
 async def open_listener(address: ListenAddress) -> AsyncIterator[HttpListener]:
-    """Run a server on ``address`` for the block (hypercorn's Trio worker, in this nursery).
+    """Run a server on ``address`` for the block (:mod:`.server`, in this nursery).
 
     Leaving the block stops the server gracefully, even when the block is
     cancelled: answers already decided (a webhook's 2xx once its message is
@@ -260,42 +261,27 @@ async def open_listener(address: ListenAddress) -> AsyncIterator[HttpListener]:
       OSError: the address cannot be bound (in use, not local).
     """
     listener = HttpListener(address)
-    config = _hypercorn_config(address)
-    stop = trio.Event()
+    server = _server(listener, address)
+    try:
+        sockets = await trio.open_tcp_listeners(address.port, host=address.host)
+    except OSError as exc:
+        message = f"cannot listen on {address.bind}: {exc.strerror or exc}"
+        raise OSError(exc.errno, message) from None
+    listener.urls = [_url(server.scheme, s.socket) for s in sockets]
     shield = trio.CancelScope(shield=True)
 
-    async def run(task_status: trio.TaskStatus[list[str]]) -> None:
+    async def run() -> None:
         with shield:
-            await serve(
-                listener,  # type: ignore[arg-type]  # our ASGI aliases are looser than hypercorn's TypedDicts
-                config,
-                shutdown_trigger=stop.wait,
-                task_status=task_status,
-            )
+            await server.serve(sockets)
 
-    failed: OSError | None = None
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        log.info("listening on %s", " ".join(listener.urls))
         try:
-            listener.urls = await nursery.start(run)
-        except* OSError as group:
-            failed = _first_os_error(group)
-        if failed is None:
-            log.info("listening on %s", " ".join(listener.urls))
-            try:
-                yield listener
-            finally:
-                stop.set()
-                shield.deadline = trio.current_time() + GRACEFUL_TIMEOUT + 1.0
-    if failed is not None:  # one plain error, outside the nursery and its group
-        message = f"cannot listen on {address.bind}: {failed.strerror or failed}"
-        raise OSError(failed.errno, message) from None
-
-
-def _first_os_error(error: BaseException) -> OSError:
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    assert isinstance(error, OSError)
-    return error
+            yield listener
+        finally:
+            server.stop()
+            shield.deadline = trio.current_time() + GRACEFUL_TIMEOUT + 1.0
 
 
 def listen(

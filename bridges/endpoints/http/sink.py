@@ -19,8 +19,10 @@ named ``café.json``, a line break, a space) makes a valid header, the same
 one each time, and two ids never share one. ``webhook-signature`` signs that
 form, the one the receiver sees.
 
-A batch goes out ``concurrency`` requests at a time on one keep-alive pool
-(``httpx.AsyncClient``, which runs on Trio). The outcome of each request:
+A batch goes out ``concurrency`` requests at a time, each of the
+``concurrency`` workers on keep-alive connections of its own
+(:mod:`.client`: HTTP/1.1 parsed by httptools; with ``http2 = true``, one
+``httpx.AsyncClient`` pool instead). The outcome of each request:
 
 - 2xx: durable;
 - 408, 429, 5xx, connection errors, timeouts: transient. ``timeout`` is a
@@ -39,12 +41,13 @@ receiver); the memory is cleared when a batch completes.
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import logging
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -58,6 +61,7 @@ from bridges._readfile import checked_cafile, open_verifying_context
 from bridges._redact import redact_cut
 
 from .._header_id import header_id
+from .client import HttpError, Lane, Origin, request_bytes
 from .signatures import Scheme, sign_headers
 from .source import TRACE_HEADERS, signing_keys
 
@@ -171,6 +175,7 @@ class HttpSink:
         # that its id() is not reused while the entry lives.
         self.answered: dict[int, tuple[Message, str | None]] = {}
         self._not_before = 0.0
+        self._targets: dict[str, tuple[Origin, bytes, bytes, str | None]] = {}
 
     @classmethod
     def build(cls, config: HttpSinkConfig, context: Context) -> HttpSink:
@@ -188,6 +193,15 @@ class HttpSink:
             verify = False
         elif self._cafile is not None:
             verify = await open_verifying_context(self._cafile)
+        if not config.http2:
+            context = _ssl_context(verify, https=not config.url.lower().startswith("http://"))
+            lanes = [Lane(context) for _ in range(config.concurrency)]
+            try:
+                yield _HttpWriter(self, None, lanes)
+            finally:
+                for lane in lanes:
+                    await lane.aclose()
+            return
         limits = httpx.Limits(
             max_connections=config.concurrency, max_keepalive_connections=config.concurrency
         )
@@ -199,10 +213,10 @@ class HttpSink:
             trust_env=False,
             follow_redirects=False,
         ) as client:
-            yield _HttpWriter(self, client)
+            yield _HttpWriter(self, client, [])
 
-    def request(self, client: httpx.AsyncClient, message: Message) -> httpx.Request:
-        """The request for ``message``.
+    def prepare(self, message: Message) -> tuple[str, str, list[tuple[str, str]]]:
+        """The method, URL and headers (``content-length`` and ``host`` aside) for ``message``.
 
         Raises:
           TemplateError, ValueError: it cannot be built (a bad URL or header).
@@ -210,27 +224,63 @@ class HttpSink:
         url = self._url.render(message)
         if not self._url.constant:
             _check_url(url, "url")
-        headers = {"content-type": message.headers.get("content-type", "application/octet-stream")}
+        headers = [
+            ("content-type", message.headers.get("content-type", "application/octet-stream"))
+        ]
         for name in TRACE_HEADERS:  # W3C trace context, carried (bridges._trace)
             value = message.headers.get(name)
             if value is not None:
-                headers[name] = _header_value(value)
+                headers.append((name, _header_value(value)))
         for name, template in self._headers:
-            headers[name] = _header_value(template.render(message))
+            headers.append((name, _header_value(template.render(message))))
         msg_id = header_id(message.id) if message.id else uuid.uuid4().hex
-        headers["webhook-id"] = msg_id
+        headers.append(("webhook-id", msg_id))
         if message.id and self.config.idempotency_key:
-            headers["idempotency-key"] = idempotency_key(message.id)
+            headers.append(("idempotency-key", idempotency_key(message.id)))
         if self._keys:
             signed = sign_headers(
                 self.config.signature, self._keys, msg_id, int(time.time()), message.body
             )
-            headers.update(signed)
+            headers.extend(signed.items())
         if self.config.bearer_token is not None:
-            headers["authorization"] = f"Bearer {self.config.bearer_token}"
+            headers.append(("authorization", f"Bearer {self.config.bearer_token}"))
         method = self._method.render(message).upper()
         if not method.isalpha():
             raise ValueError(f"not an HTTP method: {method[:20]!r}")
+        return method, url, headers
+
+    def target(self, url: str) -> tuple[Origin, bytes, bytes, str | None]:
+        """Where ``url`` goes: origin, request target, ``host`` header and Basic credentials.
+
+        Raises:
+          ValueError: not an http(s) URL with a host.
+        """
+        known = self._targets.get(url)
+        if known is not None:
+            return known
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"cannot build the request: {exc}") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError("cannot build the request: not an http(s) URL with a host")
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        auth = None
+        if parsed.userinfo:  # (as httpx does: user info in the URL is Basic auth)
+            pair = f"{parsed.username}:{parsed.password}".encode()
+            auth = "Basic " + base64.b64encode(pair).decode("ascii")
+        found = (Origin(parsed.scheme, parsed.host, port), parsed.raw_path, parsed.netloc, auth)
+        if self._url.constant:
+            self._targets[url] = found
+        return found
+
+    def request(self, client: httpx.AsyncClient, message: Message) -> httpx.Request:
+        """The request for ``message`` as httpx builds it (the ``http2 = true`` path).
+
+        Raises:
+          TemplateError, ValueError: it cannot be built (a bad URL or header).
+        """
+        method, url, headers = self.prepare(message)
         try:
             return client.build_request(method, url, content=message.body, headers=headers)
         except (httpx.InvalidURL, UnicodeEncodeError) as exc:
@@ -256,6 +306,21 @@ class HttpSink:
             seconds = when.timestamp() - time.time()
         seconds = min(max(seconds, 0.0), self.config.max_retry_after)
         self._not_before = max(self._not_before, trio.current_time() + seconds)
+
+
+def _ssl_context(verify: ssl.SSLContext | bool, *, https: bool) -> ssl.SSLContext | None:
+    """The TLS context of the sink's own connections (None: no https URL is possible)."""
+    if isinstance(verify, ssl.SSLContext):
+        context = verify
+    elif not https:
+        return None
+    else:
+        context = ssl.create_default_context()
+        if not verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 def _check_url(url: str, key: str) -> None:
@@ -307,9 +372,10 @@ def _redact(url: str) -> str:
 
 
 class _HttpWriter:
-    def __init__(self, sink: HttpSink, client: httpx.AsyncClient) -> None:
+    def __init__(self, sink: HttpSink, client: httpx.AsyncClient | None, lanes: list[Lane]) -> None:
         self._sink = sink
         self._client = client
+        self._lanes = lanes
         self._concurrency = sink.config.concurrency
 
     async def write(self, batch: Sequence[Message]) -> None:
@@ -349,32 +415,72 @@ class _HttpWriter:
     ) -> None:
         pending = iter(todo)
 
-        async def worker() -> None:
+        async def worker(lane: Lane | None) -> None:
             for index in pending:
-                results[index] = await self._send_one(batch[index])
+                results[index] = await self._send_one(batch[index], lane)
 
         async with trio.open_nursery() as nursery:
-            for _ in range(min(self._concurrency, len(todo))):
-                nursery.start_soon(worker)
+            for number in range(min(self._concurrency, len(todo))):
+                nursery.start_soon(worker, self._lanes[number] if self._lanes else None)
 
-    async def _send_one(self, message: Message) -> str | BaseException | None:
+    async def _send_one(self, message: Message, lane: Lane | None) -> str | BaseException | None:
         """None: delivered; a string: rejected (why); an exception: transient."""
+        timeout = self._sink.config.timeout
+        # A deadline for the whole exchange, the (bounded) body read included: a
+        # target that sends its answer a byte at a time cannot hold it for ever
+        # (httpx's own timeouts apply to each read and write).
+        with trio.move_on_after(timeout):
+            if lane is None:
+                return await self._exchange(message)
+            return await self._exchange_on(lane, message)
+        try:
+            method, url, _ = self._sink.prepare(message)
+            where = f"{method} {_redact(url)}"
+        except (TemplateError, ValueError):  # (it could be built a moment ago)
+            where = self._sink.describe()
+        return HttpTransient(f"{where}: no complete answer within timeout = {timeout:g} s")
+
+    async def _exchange_on(self, lane: Lane, message: Message) -> str | BaseException | None:
         sink = self._sink
+        try:
+            method, url, headers = sink.prepare(message)
+            origin, target, host, auth = sink.target(url)
+            if auth is not None:
+                headers.append(("authorization", auth))
+            data = request_bytes(method, target, host, headers, message.body)
+        except (TemplateError, ValueError) as exc:
+            return str(exc)
+        try:
+            answer = await lane.exchange(origin, data, DRAIN_BYTES, head=method == "HEAD")
+        except HttpError as exc:
+            return HttpTransient(f"{method} {_redact(url)}: {exc}")
+        if 200 <= answer.status < 300:
+            return None
+        where = f"{method} {_redact(url)}"
+        return self._failed(where, answer.status, answer.reason, answer.headers, answer.body)
+
+    def _failed(
+        self, where: str, status: int, reason: str, headers: Mapping[str, str], body: bytes
+    ) -> str | BaseException:
+        """A non-2xx answer: transient (retried) or the reason it is rejected."""
+        text = body[: ERROR_BODY_BYTES + _ERROR_BODY_MARGIN].decode("utf-8", "replace")
+        snippet = redact_cut(text, ERROR_BODY_BYTES)
+        reason = f" {reason}" if reason else ""
+        summary = f"{where}: HTTP {status}{reason}: {snippet!r}"
+        if status in TRANSIENT or status >= 500:
+            self._sink.defer(headers.get("retry-after"))
+            return HttpTransient(summary)
+        return summary
+
+    async def _exchange(self, message: Message) -> str | BaseException | None:
+        """One request through httpx (``http2 = true``)."""
+        sink = self._sink
+        assert self._client is not None
         try:
             request = sink.request(self._client, message)
         except (TemplateError, ValueError) as exc:
             return str(exc)
         where = f"{request.method} {_redact(str(request.url))}"
-        timeout = sink.config.timeout
-        # httpx's timeouts apply to each read and write: a target that sends its
-        # answer a byte at a time resets them forever. The deadline is the whole
-        # exchange, the (bounded) body read included.
-        with trio.move_on_after(timeout):
-            return await self._exchange(request, where)
-        return HttpTransient(f"{where}: no complete answer within timeout = {timeout:g} s")
-
-    async def _exchange(self, request: httpx.Request, where: str) -> str | BaseException | None:
-        sink = self._sink
         try:
             response = await self._client.send(request, stream=True)
         except httpx.TransportError as exc:
@@ -384,14 +490,8 @@ class _HttpWriter:
             if 200 <= status < 300:
                 await _read_some(response, DRAIN_BYTES)
                 return None
-            text = await _read_some(response, ERROR_BODY_BYTES + _ERROR_BODY_MARGIN)
-            snippet = redact_cut(text.decode("utf-8", "replace"), ERROR_BODY_BYTES)
-            reason = f" {response.reason_phrase}" if response.reason_phrase else ""
-            summary = f"{where}: HTTP {status}{reason}: {snippet!r}"
-            if status in TRANSIENT or status >= 500:
-                sink.defer(response.headers.get("retry-after"))
-                return HttpTransient(summary)
-            return summary
+            body = await _read_some(response, ERROR_BODY_BYTES + _ERROR_BODY_MARGIN)
+            return self._failed(where, status, response.reason_phrase, response.headers, body)
         except httpx.TransportError as exc:
             return HttpTransient(f"{where}: {_describe(exc)}")
         finally:

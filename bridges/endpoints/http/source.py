@@ -25,13 +25,13 @@ Checks run before anything is queued and before the body is read where
 they can: a place among ``max_pending`` (at most ``max_per_peer`` per
 address; 503), method (405), bearer token and signature headers (401),
 ``Content-Length`` over ``max_body`` (413); then the body is read chunk by
-chunk (hypercorn's bounded queue stops reading the socket while we do not
-take chunks) and refused with 413 as soon as it passes ``max_body``, or
-with 408 when it arrives slower than ``min_body_rate`` (after
-``body_grace``) or not whole within ``body_timeout``; then the signature
-over the body (401). A body still arriving may lose its place to a newcomer
-when all are taken (503): see :mod:`.admission`, which also counts and logs
-the refusals at a bounded rate.
+chunk (the server reads the socket only when a chunk is asked for) and
+refused with 413 as soon as it passes ``max_body``, or with 408 when it
+arrives slower than ``min_body_rate`` (after ``body_grace``) or not whole
+within ``body_timeout``; then the signature over the body (401). A body
+still arriving may lose its place to a newcomer when all are taken (503):
+see :mod:`.admission`, which also counts and logs the refusals at a bounded
+rate.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The http sink against a real HTTP server on loopback (hypercorn), with real retries."""
+"""The http sink against a real HTTP server on loopback (the family's own), with real retries."""
 
 from __future__ import annotations
 

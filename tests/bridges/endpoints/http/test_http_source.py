@@ -1,4 +1,4 @@
-"""The http source on loopback: real hypercorn server, real httpx client, embedded STOMP broker."""
+"""The http source on loopback: real server, real httpx client, embedded STOMP broker."""
 
 from __future__ import annotations
 

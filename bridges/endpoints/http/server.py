@@ -1,0 +1,458 @@
+"""A lean HTTP/1.1 server on Trio: one task per connection, parsed by httptools (llhttp).
+
+Why not hypercorn (which served the http family before): measured on one
+webhook route (``bridges run``, wrk, 16 keep-alive senders), hypercorn and
+h11 took about 0.5 ms of CPU per request, most of it in its per-request
+tasks, queues and timers and in h11's pure-Python state machine; and under
+a storm of connections closing at once its ``TCPServer._close()`` called
+``send_eof()`` without holding its send lock, so a ``BusyResourceError``
+stopped the whole server (every route on the address). This server does
+only what the bridge needs: HTTP/1.1 (and 1.0) with keep-alive, the ASGI 3
+calling convention for the apps mounted on it (``http`` scopes; a body is
+read from the socket only when the app asks for it, so the socket itself is
+the backpressure), TLS through :class:`trio.SSLStream`, and the limits a
+server facing the internet needs:
+
+- a request head (line and headers) must arrive whole within
+  ``head_timeout`` s of the connection opening or of the previous answer
+  (an idle keep-alive connection is closed then too), and be at most
+  ``max_head`` bytes (431); until then the request reaches no app;
+- bytes that are not HTTP get 400 and the connection is closed;
+- an answer that leaves part of the request body unread is sent with
+  ``Connection: close``, then the server half-closes and reads (and drops)
+  up to :data:`MAX_LINGER_BYTES` for up to :data:`LINGER_TIMEOUT` s before it
+  closes (a "lingering close", as Apache's): a client still sending its
+  body reads the answer (a 413) instead of a connection reset;
+- one connection's failure, whatever it is, ends that connection only.
+
+A connection handles its requests one at a time; pipelined requests wait
+in the parser (at most one read's worth of bytes). Stopping: no new
+connections, idle ones are closed at once, requests in progress get
+``graceful_timeout`` s to finish (their connection closes after the
+answer), then are cancelled.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+from urllib.parse import unquote
+
+import httptools
+import trio
+
+log = logging.getLogger("bridges.http.server")
+
+Scope = MutableMapping[str, Any]
+ASGIMessage = MutableMapping[str, Any]
+App = Callable[
+    [Scope, Callable[[], Awaitable[ASGIMessage]], Callable[[ASGIMessage], Awaitable[None]]],
+    Awaitable[None],
+]
+
+#: Most bytes read from a socket at once.
+READ_SIZE: Final = 64 * 1024
+#: After an answer that left part of the request body unread (a 413, 408 or 503), the most
+#: bytes still read (and dropped) before the connection is closed, so that the client
+#: reads the answer instead of a reset.
+MAX_LINGER_BYTES: Final = 4 * 1024 * 1024
+#: After such an answer, the longest the lingering close waits for the client to stop, s.
+LINGER_TIMEOUT: Final = 2.0
+#: Reasons of the statuses this module sends itself.
+_REASONS: Final = {
+    100: b"Continue",
+    200: b"OK",
+    201: b"Created",
+    202: b"Accepted",
+    204: b"No Content",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    408: b"Request Timeout",
+    413: b"Content Too Large",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+    503: b"Service Unavailable",
+}
+#: Errors of accept() that are the machine's state, not the listener's: wait and go on.
+_ACCEPT_RETRY: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+#: What a peer that went away (or sent garbage over TLS) raises on its stream.
+_GONE: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError)
+
+
+class _Request:
+    """One request as the parser gives it: head, then body chunks."""
+
+    __slots__ = (
+        "body",
+        "complete",
+        "expect",
+        "head_done",
+        "headers",
+        "http_version",
+        "keep_alive",
+        "method",
+        "url",
+    )
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_done = False
+        self.body: deque[bytes] = deque()
+        self.complete = False
+        self.expect = False
+        self.method = "GET"
+        self.http_version = "1.1"
+        self.keep_alive = True
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, why: str) -> None:
+        super().__init__(why)
+        self.status = status
+
+
+class _Connection:
+    """The parser's callbacks and one connection's requests, in order."""
+
+    def __init__(self, server: HttpServer, stream: trio.abc.Stream, client: Any) -> None:
+        self.server = server
+        self.stream = stream
+        self.client = client
+        self.parser = httptools.HttpRequestParser(self)
+        self.requests: deque[_Request] = deque()
+        self.eof = False
+        self.head_bytes = 0
+        #: The scope of the wait for the next request's head (cancelled by a stop).
+        self.idle: trio.CancelScope | None = None
+
+    # httptools calls these while feed_data() parses.
+    def on_message_begin(self) -> None:
+        self.requests.append(_Request())
+
+    def on_url(self, url: bytes) -> None:
+        self.requests[-1].url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.requests[-1].headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        request = self.requests[-1]
+        request.head_done = True
+        request.method = self.parser.get_method().decode("ascii", "replace")
+        request.http_version = self.parser.get_http_version()
+        request.keep_alive = self.parser.should_keep_alive()
+        for name, value in request.headers:
+            if name == b"expect" and value.lower() == b"100-continue":
+                request.expect = True
+        self.head_bytes = 0
+
+    def on_body(self, body: bytes) -> None:
+        self.requests[-1].body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.requests[-1].complete = True
+
+    async def read(self) -> None:
+        """Read once and parse; sets :attr:`eof` at the end of the stream.
+
+        Raises:
+          _BadRequest: not HTTP, an upgrade, or a head over the limit.
+        """
+        in_head = not self.requests or not self.requests[-1].head_done
+        data = await self.stream.receive_some(self.server.max_head if in_head else READ_SIZE)
+        if not data:
+            self.eof = True
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            raise _BadRequest(400, "upgrade not supported") from None
+        except httptools.HttpParserError as exc:
+            raise _BadRequest(400, f"not HTTP/1.1: {exc}") from None
+        if not self.requests or not self.requests[-1].head_done:
+            self.head_bytes += len(data)
+            if self.head_bytes > self.server.max_head:
+                raise _BadRequest(431, "request head too large")
+
+    async def next_request(self) -> _Request | None:
+        """The next request whose head is in, or None (closed, idle too long, stopping)."""
+        if self.requests and self.requests[0].head_done:
+            return self.requests[0]
+        try:
+            with trio.move_on_after(self.server.head_timeout) as self.idle:
+                while not (self.requests and self.requests[0].head_done):
+                    if self.eof:
+                        return None
+                    await self.read()
+                return self.requests[0]
+        finally:
+            self.idle = None
+        return None
+
+    async def serve(self) -> None:
+        while not self.server.stopping:
+            try:
+                request = await self.next_request()
+            except _BadRequest as bad:
+                await self.refuse(bad)
+                return
+            if request is None:
+                return
+            if not await self.run_app(request):
+                return
+            self.requests.popleft()
+
+    async def refuse(self, bad: _BadRequest) -> None:
+        log.debug("%s: %s", self.client, bad)
+        body = f"{bad}\n".encode()
+        try:
+            await self.stream.send_all(response_head(bad.status, [], len(body), close=True) + body)
+        except _GONE:
+            return
+        await self.linger()
+
+    async def run_app(self, request: _Request) -> bool:
+        """Run the app for ``request``; True when the connection stays open for the next."""
+        server = self.server
+        try:
+            parsed = httptools.parse_url(request.url)
+            path = unquote(parsed.path.decode("ascii"), errors="strict")
+        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError, ValueError):
+            await self.refuse(_BadRequest(400, "bad request target"))
+            return False
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.http_version,
+            "method": request.method,
+            "scheme": server.scheme,
+            "path": path,
+            "raw_path": parsed.path,
+            "query_string": parsed.query or b"",
+            "root_path": "",
+            "headers": request.headers,
+            "client": self.client,
+            "server": None,
+        }
+        exchange = _Exchange(self, request)
+        try:
+            await server.app(scope, exchange.receive, exchange.send)
+        except _GONE:
+            return False
+        except Exception:
+            log.exception("the app failed on %s %s", request.method, path)
+            if exchange.status is None:
+                await self.stream.send_all(response_head(500, [], 0, close=True))
+            return False
+        if not exchange.sent:  # the app answered nothing (it saw the sender go away)
+            return False
+        if self.keep_alive(request, exchange.headers):
+            return True
+        if not request.complete:
+            await self.linger()  # the rest of the body is on its way: let the answer be read
+        return False
+
+    def keep_alive(self, request: _Request, headers: list[tuple[bytes, bytes]]) -> bool:
+        if not request.keep_alive or self.server.stopping or self.eof:
+            return False
+        if not request.complete or request.body:
+            return False  # the body was not all read: close (after a linger)
+        return all(
+            name.lower() != b"connection" or value.lower() != b"close" for name, value in headers
+        )
+
+    async def linger(self) -> None:
+        """Half-close, then drop what the peer still sends, for a bounded time and size."""
+        if self.eof:
+            return
+        try:
+            if isinstance(self.stream, trio.SocketStream):
+                await self.stream.send_eof()
+            dropped = 0
+            with trio.move_on_after(LINGER_TIMEOUT):
+                while dropped < MAX_LINGER_BYTES:
+                    data = await self.stream.receive_some(READ_SIZE)
+                    if not data:
+                        break
+                    dropped += len(data)
+        except _GONE:
+            pass
+
+
+class _Exchange:
+    """One request's ASGI ``receive`` and ``send``."""
+
+    __slots__ = (
+        "connection",
+        "continued",
+        "ended",
+        "headers",
+        "parts",
+        "request",
+        "sent",
+        "status",
+    )
+
+    def __init__(self, connection: _Connection, request: _Request) -> None:
+        self.connection = connection
+        self.request = request
+        self.status: int | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.parts: list[bytes] = []
+        self.sent = self.ended = False
+        self.continued = not request.expect
+
+    async def receive(self) -> ASGIMessage:
+        """The next body chunk (read from the socket only now), or ``http.disconnect``."""
+        request = self.request
+        connection = self.connection
+        while not request.body and not request.complete:
+            if self.sent or connection.eof:
+                return {"type": "http.disconnect"}
+            if not self.continued:
+                self.continued = True
+                await connection.stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            try:
+                await connection.read()
+            except (_BadRequest, *_GONE):
+                connection.eof = True  # a broken body, or the peer went: the request is over
+        if self.ended or self.sent:
+            return {"type": "http.disconnect"}
+        chunk = request.body.popleft() if request.body else b""
+        more = bool(request.body) or not request.complete
+        self.ended = not more
+        return {"type": "http.request", "body": chunk, "more_body": more}
+
+    async def send(self, message: ASGIMessage) -> None:
+        """Take the answer; it goes out in one write with its last body part."""
+        if self.sent:
+            raise trio.ClosedResourceError("the answer was sent")
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = int(message["status"])
+            self.headers.extend(message.get("headers", ()))
+            return
+        if kind != "http.response.body" or self.status is None:
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        self.parts.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        self.sent = True
+        body = b"".join(self.parts)
+        keep = self.connection.keep_alive(self.request, self.headers)
+        head = response_head(self.status, self.headers, len(body), close=not keep)
+        await self.connection.stream.send_all(
+            head if self.request.method == "HEAD" else head + body
+        )
+
+
+def response_head(
+    status: int, headers: list[tuple[bytes, bytes]], length: int, *, close: bool
+) -> bytes:
+    """The status line and headers of an answer with a body of ``length`` bytes."""
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
+    has_connection = False
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in (b"content-length", b"transfer-encoding"):
+            continue
+        if lowered == b"connection":
+            has_connection = True
+        lines.append(b"%s: %s\r\n" % (name, value))
+    if close and not has_connection:
+        lines.append(b"connection: close\r\n")
+    if status >= 200 and status not in (204, 304):
+        lines.append(b"content-length: %d\r\n" % length)
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+class HttpServer:
+    """Serve ``app`` on listeners until :meth:`stop`.
+
+    Attributes:
+      stopping: set by :meth:`stop`: no new requests are read.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        head_timeout: float,
+        max_head: int,
+        graceful_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.app = app
+        self.head_timeout = head_timeout
+        self.max_head = max_head
+        self.graceful_timeout = graceful_timeout
+        self.ssl_context = ssl_context
+        self.scheme = "https" if ssl_context is not None else "http"
+        self.stopping = False
+        self._connections: set[_Connection] = set()
+        self._stop = trio.Event()
+
+    def stop(self) -> None:
+        """Stop accepting; close idle connections; let requests in progress finish."""
+        self.stopping = True
+        for connection in self._connections:
+            if connection.idle is not None:
+                connection.idle.cancel()
+        self._stop.set()
+
+    async def serve(self, listeners: list[trio.SocketListener]) -> None:
+        """Accept and serve until :meth:`stop`, then for at most ``graceful_timeout`` s."""
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as accepting:
+                for listener in listeners:
+                    accepting.start_soon(self._accept, listener, connections)
+                await self._stop.wait()
+                accepting.cancel_scope.cancel()
+            for listener in listeners:
+                await listener.aclose()
+            connections.cancel_scope.deadline = trio.current_time() + self.graceful_timeout
+
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_RETRY:
+                    raise
+                log.warning("accept: %s (waiting 0.1 s)", exc.strerror or exc)
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(self._connection, stream)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        try:
+            client = stream.socket.getpeername()
+        except OSError:
+            client = None
+        if isinstance(client, tuple):
+            client = (client[0], client[1])
+        served: trio.abc.Stream = stream
+        if self.ssl_context is not None:
+            served = trio.SSLStream(
+                stream, self.ssl_context, server_side=True, https_compatible=True
+            )
+        connection = _Connection(self, served, client)
+        self._connections.add(connection)
+        try:
+            await connection.serve()
+        except _GONE:
+            pass  # the peer went away
+        except Exception:  # one connection's failure never stops the server
+            log.exception("connection from %s failed", client)
+        finally:
+            self._connections.discard(connection)
+            await trio.aclose_forcefully(served)
