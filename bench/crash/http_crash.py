@@ -118,12 +118,21 @@ class Bridge:
         self.log = self.log_path.open("ab")
         self.work = work
         self.process: trio.Process | None = None
+        self._started_at = 0
 
     async def start(self) -> None:
         command = [*bridges_command(), "run", str(self.path)]
+        self.log.flush()
+        self._started_at = self.log_path.stat().st_size
         self.process = await trio.lowlevel.open_process(
             command, cwd=self.work, stdout=self.log, stderr=self.log
         )
+
+    def running(self) -> bool:
+        """The last start said ``bridges: running`` (it handles signals from then on)."""
+        with self.log_path.open("rb") as text:
+            text.seek(self._started_at)
+            return b"bridges: running " in text.read()
 
     async def kill(self) -> None:
         assert self.process is not None
@@ -135,6 +144,9 @@ class Bridge:
     async def stop(self) -> int:
         """SIGTERM, and the exit status (a clean exit is 0)."""
         assert self.process is not None
+        # A SIGTERM before the bridge handles signals would just kill it: when
+        # every message had arrived before the last start, it comes that early.
+        await wait_for(self.running, self, "bridges: running")
         self.process.send_signal(signal.SIGTERM)
         with trio.move_on_after(30):
             return await self.process.wait()
