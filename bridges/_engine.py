@@ -364,12 +364,9 @@ class Route:
                     delay = self._retry.delay(open_failures, self._rand)
                     log.error(
                         "route %r: %s%s failed: %s; again in %.2f s",
-                        self.name,
-                        "" if opened else "opening ",
-                        self.sink.describe(),
-                        one_line(exc),
-                        delay,
-                    )
+                        self.name, "" if opened else "opening ", self.sink.describe(),
+                        one_line(exc), delay,
+                    )  # fmt: skip
                     await trio.sleep(delay)
                 elif len(batch) > 1 and isinstance(sole(exc), BatchRefused):
                     # Which message? Write each half on a fresh sink until it is alone.
@@ -397,15 +394,9 @@ class Route:
         delay = self._retry.delay(attempt, self._rand)
         log.warning(
             "route %r: %s %d message(s) to %s failed (attempt %d of %d): %s; again in %.2f s",
-            self.name,
-            "writing" if opened else "opening the sink to write",
-            len(batch),
-            self.sink.describe(),
-            attempt,
-            self._retry.attempts,
-            one_line(exc),
-            delay,
-        )
+            self.name, "writing" if opened else "opening the sink to write", len(batch),
+            self.sink.describe(), attempt, self._retry.attempts, one_line(exc), delay,
+        )  # fmt: skip
         await trio.sleep(delay)
         return batch
 
@@ -416,7 +407,6 @@ class Route:
         (:attr:`Envelope.error`), are given up here, in their turn.
         """
         taken = self._taken
-        count = self._batch_count
         wait = self._batch_time
         while True:
             gathering = self._gathering
@@ -425,19 +415,8 @@ class Route:
                     return None
                 # (from when its first message was queued: not batch_time more after a write)
                 gathering = self._gathering = Gathering(taken.since + wait)
+            await self._fill(gathering)
             envelopes, messages, failed = gathering.envelopes, gathering.messages, gathering.failed
-            deadline = gathering.deadline
-            while True:
-                self._add(taken.take(count - len(envelopes)), gathering)
-                if len(envelopes) >= count:
-                    break
-                if taken.items:  # (failed transforms took some of the places)
-                    continue
-                if not (wait > 0 and envelopes and not taken.closed):
-                    break
-                if trio.current_time() >= deadline:
-                    break
-                await taken.wait_for(count - len(envelopes), deadline)
             while failed:
                 envelope, error = failed[0]
                 original = Batch([envelope], [envelope.message])
@@ -446,7 +425,32 @@ class Route:
                 del failed[0]  # only once given up: a cancelled give-up is done again
             self._gathering = None
             if envelopes:
-                return Batch(envelopes, messages, deadline - wait)
+                return Batch(envelopes, messages, gathering.deadline - wait)
+
+    async def _fill(self, gathering: Gathering) -> None:
+        """Take what is queued into ``gathering`` until it holds ``batch_count``, or
+        nothing more is ready (group commit), or, with ``batch_time``, until its deadline."""
+        taken = self._taken
+        count = self._batch_count
+        envelopes = gathering.envelopes
+        while True:
+            self._add(taken.take(count - len(envelopes)), gathering)
+            if len(envelopes) >= count:
+                return
+            if taken.items:  # (failed transforms took some of the places)
+                continue
+            if taken.closed or not envelopes:
+                return
+            if self._batch_time > 0 and trio.current_time() < gathering.deadline:
+                await taken.wait_for(count - len(envelopes), gathering.deadline)
+                continue
+            # What the source has ready joins, never a timer: two passes of the scheduler
+            # (the taker runs within them whichever order the scheduler picks).
+            await trio.lowlevel.checkpoint()
+            if not taken.items:
+                await trio.lowlevel.checkpoint()
+                if not taken.items:
+                    return
 
     def _add(self, chunk: list[Envelope], gathering: Gathering) -> None:
         """Put taken envelopes into the batch being gathered; failed ones aside, in order."""
@@ -512,25 +516,16 @@ class Route:
             self._queue_settle(items.envelopes, None, "dead_lettered")
             log.warning(
                 "route %r: %d message(s) dead-lettered after %d attempt(s) (%s): %s",
-                self.name,
-                len(items),
-                attempts,
-                stage,
-                reason,
-            )
+                self.name, len(items), attempts, stage, reason,
+            )  # fmt: skip
             return
         self._queue_settle(items.envelopes, error, "nacked")
         self._pauses += 1
         delay = self._retry.delay(self._pauses, self._rand)
         log.warning(
             "route %r: %d message(s) nacked after %d attempt(s) (%s): %s; pausing %.2f s",
-            self.name,
-            len(items),
-            attempts,
-            stage,
-            reason,
-            delay,
-        )
+            self.name, len(items), attempts, stage, reason, delay,
+        )  # fmt: skip
         await trio.sleep(delay)
 
     # -- settling -----------------------------------------------------------------

@@ -105,6 +105,20 @@ async def test_messages_arriving_during_a_slow_write_gather_into_exactly_the_nex
     assert sink.most_at_once == 1
 
 
+@pytest.mark.parametrize("source_class", [FakeSource, FakeBulkSource])
+async def test_what_a_source_has_ready_fills_the_batch_even_when_the_sink_never_waits(
+    autojump_clock: trio.testing.MockClock, source_class: type[FakeSource]
+) -> None:
+    """A source taken one message at a time, and a sink whose writes take no time: the
+    batches are still full (group commit, not a write per message), with no timer."""
+    source = source_class(messages(250))
+    sink = TimedSink(delay=0.0, source=source)
+    started = trio.current_time()
+    await Route("r", source, sink, batch_count=100).run()
+    assert [len(batch) for batch in sink.batches] == [100, 100, 50]
+    assert trio.current_time() == started
+
+
 def expected_writes(
     arrivals: Sequence[float], duration: float, count: int
 ) -> tuple[list[list[int]], list[float]]:
