@@ -47,6 +47,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -67,7 +68,6 @@ from _common import (
     free_port,
     process_cpu,
     stop_process,
-    wait_port,
     write_report,
 )
 
@@ -77,6 +77,20 @@ GO_SOURCES: Final = Path(__file__).resolve().parent / "go"
 WARMUP: Final = 500
 #: How long one run may take before it is called failed, s.
 RUN_LIMIT: Final = 300.0
+
+
+def wait_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
+    """Until PORT accepts connections (60 s at most: a loaded machine starts Python
+    slowly); BenchError if PROCESS ends first."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise BenchError(f"{what} did not start") from None
+            time.sleep(0.05)
 
 
 def default_cache() -> Path:
