@@ -68,6 +68,8 @@ from ._transforms import Chain, Transform
 
 log = logging.getLogger("bridges.route")
 
+#: Passes of the scheduler a batch waits, at most, for what its source has ready.
+_READY_PASSES: Final = 4
 #: The taker yields to other tasks at least this often, even when it never waits.
 _YIELD_EVERY: Final = 64
 
@@ -444,13 +446,14 @@ class Route:
             if self._batch_time > 0 and trio.current_time() < gathering.deadline:
                 await taken.wait_for(count - len(envelopes), gathering.deadline)
                 continue
-            # What the source has ready joins, never a timer: two passes of the scheduler
-            # (the taker runs within them whichever order the scheduler picks).
-            await trio.lowlevel.checkpoint()
-            if not taken.items:
+            # What the source has ready joins, never a timer: a few passes of the scheduler
+            # (the taker may checkpoint more than once per message, in either order).
+            for _ in range(_READY_PASSES):
                 await trio.lowlevel.checkpoint()
-                if not taken.items:
-                    return
+                if taken.items:
+                    break
+            else:
+                return
 
     def _add(self, chunk: list[Envelope], gathering: Gathering) -> None:
         """Put taken envelopes into the batch being gathered; failed ones aside, in order."""
