@@ -75,6 +75,7 @@ BENTHOS_MODULE: Final = "github.com/redpanda-data/benthos/v4"
 BENTHOS_VERSION: Final = "v4.60.0"
 GO_SOURCES: Final = Path(__file__).resolve().parent / "go"
 WARMUP: Final = 500
+BASELINE: Final = "bridges, baseline"
 #: How long one run may take before it is called failed, s.
 RUN_LIMIT: Final = 300.0
 
@@ -347,14 +348,15 @@ def report_scenario(
             f"{'-' if cpu is None else f'{cpu:.3f}':>7} {ratio:>15.3f} "
             f"{'-' if cpu_ratio is None else f'{cpu_ratio:.2f}':>14}"
         )
-        row = {"label": f"{scenario}: {name}", "ratio": round(ratio, 4), "rounds": len(runs)}
-        if p50 == p50:  # (not nan)
-            row |= {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
-        rows.append({"series": "rate (msg/s)", "value": round(rate, 1), **row})
-        if cpu is not None:
+        rows.append({
+            "series": "rate, x Benthos", "label": f"{scenario}: {name}",
+            "value": round(ratio, 4), "rate": round(rate, 1), "rounds": len(runs),
+            **({"p50_ms": round(p50, 3), "p99_ms": round(p99, 3)} if p50 == p50 else {}),
+        })  # fmt: skip
+        if cpu is not None and cpu_ratio is not None:
             rows.append({
-                "series": "CPU per message (us)", "value": round(cpu * 1000, 1), **row,
-                "cpu_ratio": None if cpu_ratio is None else round(cpu_ratio, 3),
+                "series": "CPU per message, x Benthos", "label": f"{scenario}: {name}",
+                "value": round(cpu_ratio, 3), "cpu_us": round(cpu * 1000, 1),
             })  # fmt: skip
 
 
@@ -382,7 +384,7 @@ def main() -> None:
                 Tool("bridges, fsync = false", bridges_webhook(bridges, fsync=False)),
                 Tool("benthos", benthos_webhook(tools["benthos"])),
                 *(
-                    [Tool("bridges, baseline", bridges_webhook([args.baseline], fsync=True))]
+                    [Tool(BASELINE, bridges_webhook([args.baseline], fsync=True))]
                     if args.baseline else []
                 ),
             ],
@@ -413,13 +415,25 @@ def main() -> None:
                     flush=True,
                 )
         report_scenario(scenario, results, rows)
+        if BASELINE in results:  # before and after, in the same run
+            base = results[BASELINE]
+            for name in (n for n in results if n.startswith("bridges") and n != BASELINE):
+                each = [r.rate / b.rate for r, b in zip(results[name], base, strict=True)]
+                print(
+                    f"{name} / {BASELINE}: median of per-round rate ratios {median(each):.2f} "
+                    f"({', '.join(f'{x:.2f}' for x in each)})"
+                )
+                rows.append({
+                    "series": "rate, x baseline", "label": f"{scenario}: {name}",
+                    "value": round(median(each), 3), "rounds": [round(x, 3) for x in each],
+                })  # fmt: skip
     print(f"\nload average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         write_report(
             args.json,
             bench="bridges beside Benthos v4.60.0",
             command=bench_command(__file__, sys.argv[1:]),
-            unit="msg/s; us of CPU per message",
+            unit="ratio (median of per-round ratios)",
             rows=rows,
         )
 
