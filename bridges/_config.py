@@ -158,17 +158,20 @@ class BrokerSettings:
 
 @attrs.frozen
 class Batching:
-    """``batch = { count = 100, time = 0.02 }``: up to ``count`` messages per write;
-    once one is waiting, wait at most ``time`` s for more before writing.
+    """``batch = { count = 100, time = 0 }``: group commit. The sink writes as soon
+    as it is idle, and what arrives during a write goes into the next one, up to
+    ``count`` messages: a lone message waits for no timer, and under load the
+    batches grow by themselves.
 
     Attributes:
       count: the most messages one write to the sink carries.
-      time: once a message is waiting, how long to wait for more before
-        writing, s (0: write what is there at once).
+      time: 0 (the default): never wait for more. > 0: an upper bound for a
+        sink whose every write costs much: a batch not yet full waits for more
+        until ``time`` s after its first message arrived, s.
     """
 
     count: int = attrs.field(default=100, validator=ge(1))
-    time: float = attrs.field(default=0.02, validator=ge(0.0))
+    time: float = attrs.field(default=0.0, validator=ge(0.0))
 
 
 @attrs.frozen

@@ -6,9 +6,14 @@ Three tasks per route, in one nursery inside the source's ``async with``:
   envelopes (as many at once as the source has ready and the window has
   room for, when the source is a :class:`~bridges.BulkReceiver`), runs the
   transforms on each and queues the results (in order);
-- the *deliverer* gathers queued messages into batches (by count and by
-  time) and writes each batch to the sink. A failed write is retried on a
-  freshly opened sink by the route's :class:`RetryPolicy`; after the last
+- the *deliverer* writes by *group commit*: once the sink is idle it writes
+  whatever is queued (up to ``batch_count``), so a lone message waits for no
+  timer, and what arrives during a write (and its fsync) gathers into the
+  next one: under load batches grow by themselves, never two writes at once.
+  ``batch_time`` > 0 bounds an opt-in wait for a fuller batch (``linger.ms``),
+  from when its first message was queued. A failed write is retried on a
+  freshly opened sink by the route's :class:`RetryPolicy` (a sink that will
+  not open counts as a failed attempt at the pending batch); after the last
   attempt the batch goes to the dead-letter sink with headers saying why, or,
   without one, is nacked and the route pauses (backs off). Messages a sink
   rejects (:class:`~bridges.MessageRejected`) are given up alone, each with
@@ -63,6 +68,8 @@ from ._transforms import Chain, Transform
 
 log = logging.getLogger("bridges.route")
 
+#: Passes of the scheduler a batch waits, at most, for what its source has ready.
+_READY_PASSES: Final = 4
 #: The taker yields to other tasks at least this often, even when it never waits.
 _YIELD_EVERY: Final = 64
 
@@ -81,10 +88,14 @@ class Route:
       transforms: applied in order; see :mod:`bridges._transforms`.
       dead_letter: where messages go after the last attempt, or None.
       in_flight: most envelopes received but not yet settled.
-      batch_count, batch_time: a batch is written when it holds
-        ``batch_count`` messages, or ``batch_time`` s after its first one
-        was ready (0: write whatever is ready at once).
-      retry: attempts and backoff for writes, restarts and pauses.
+      batch_count: the most messages one write carries.
+      batch_time: 0 (the default): group commit, the sink writes whatever
+        is ready as soon as it is idle. > 0: a batch not yet full waits
+        until ``batch_time`` s after its first message was queued for more
+        (an upper bound, for a sink whose writes cost much each).
+      retry: attempts and backoff for writes (a sink that fails to open
+        while a batch is pending counts as a failed attempt), restarts and
+        pauses.
       release_timeout: bound on handing in-flight envelopes back when the
         route stops or fails, s.
       rand: the jitter's random source (tests pass a constant).
@@ -100,7 +111,7 @@ class Route:
         dead_letter: Sink | None = None,
         in_flight: int = 1000,
         batch_count: int = 100,
-        batch_time: float = 0.02,
+        batch_time: float = 0.0,
         retry: RetryPolicy | None = None,
         release_timeout: float = 5.0,
         rand: Callable[[], float] = random.random,
@@ -348,7 +359,18 @@ class Route:
                 if isinstance(sole(exc), DeadLetterFailed):
                     raise
                 self.stats.trouble(one_line(exc))
-                if batch is not None and len(batch) > 1 and isinstance(sole(exc), BatchRefused):
+                if batch is None:
+                    if self._taken.finished and self._gathering is None and not later:
+                        return
+                    open_failures += 1
+                    delay = self._retry.delay(open_failures, self._rand)
+                    log.error(
+                        "route %r: %s%s failed: %s; again in %.2f s",
+                        self.name, "" if opened else "opening ", self.sink.describe(),
+                        one_line(exc), delay,
+                    )  # fmt: skip
+                    await trio.sleep(delay)
+                elif len(batch) > 1 and isinstance(sole(exc), BatchRefused):
                     # Which message? Write each half on a fresh sink until it is alone.
                     batch, second = batch.halves()
                     later.append(second)
@@ -357,38 +379,28 @@ class Route:
                         "route %r: %s refused %d message(s) (%s); writing them in halves",
                         self.name, self.sink.describe(), len(batch) + len(second), one_line(exc),
                     )  # fmt: skip
-                elif batch is None:
-                    if self._taken.finished and self._gathering is None and not later:
-                        return
-                    open_failures += 1
-                    delay = self._retry.delay(open_failures, self._rand)
-                    log.error(
-                        "route %r: %s%s failed: %s; again in %.2f s",
-                        self.name,
-                        "" if opened else "opening ",
-                        self.sink.describe(),
-                        one_line(exc),
-                        delay,
-                    )
-                    await trio.sleep(delay)
-                elif attempt >= self._retry.attempts:
-                    await self._give_up(batch, exc, attempt, "sink", dead_letter)
-                    batch = None
                 else:
-                    self.stats.retries += 1
-                    delay = self._retry.delay(attempt, self._rand)
-                    log.warning(
-                        "route %r: writing %d message(s) to %s failed (attempt %d of %d): %s; "
-                        "again in %.2f s",
-                        self.name,
-                        len(batch),
-                        self.sink.describe(),
-                        attempt,
-                        self._retry.attempts,
-                        one_line(exc),
-                        delay,
-                    )
-                    await trio.sleep(delay)
+                    if not opened:
+                        attempt += 1  # the sink would not even open: a failed attempt at it
+                    batch = await self._failed(batch, exc, attempt, opened, dead_letter)
+
+    async def _failed(
+        self, batch: Batch, exc: Exception, attempt: int, opened: bool, dead_letter: Writer | None
+    ) -> Batch | None:
+        """After failed attempt number ``attempt`` at ``batch``: wait by the retry policy
+        and return it to be tried again, or give it up and return None."""
+        if attempt >= self._retry.attempts:
+            await self._give_up(batch, exc, attempt, "sink", dead_letter)
+            return None
+        self.stats.retries += 1
+        delay = self._retry.delay(attempt, self._rand)
+        log.warning(
+            "route %r: %s %d message(s) to %s failed (attempt %d of %d): %s; again in %.2f s",
+            self.name, "writing" if opened else "opening the sink to write", len(batch),
+            self.sink.describe(), attempt, self._retry.attempts, one_line(exc), delay,
+        )  # fmt: skip
+        await trio.sleep(delay)
+        return batch
 
     async def _gather(self, dead_letter: Writer | None) -> Batch | None:
         """The next batch, in order; None once the taker has finished and all is written.
@@ -397,7 +409,6 @@ class Route:
         (:attr:`Envelope.error`), are given up here, in their turn.
         """
         taken = self._taken
-        count = self._batch_count
         wait = self._batch_time
         while True:
             gathering = self._gathering
@@ -406,19 +417,8 @@ class Route:
                     return None
                 # (from when its first message was queued: not batch_time more after a write)
                 gathering = self._gathering = Gathering(taken.since + wait)
+            await self._fill(gathering)
             envelopes, messages, failed = gathering.envelopes, gathering.messages, gathering.failed
-            deadline = gathering.deadline
-            while True:
-                self._add(taken.take(count - len(envelopes)), gathering)
-                if len(envelopes) >= count:
-                    break
-                if taken.items:  # (failed transforms took some of the places)
-                    continue
-                if not (wait > 0 and envelopes and not taken.closed):
-                    break
-                if trio.current_time() >= deadline:
-                    break
-                await taken.wait_for(count - len(envelopes), deadline)
             while failed:
                 envelope, error = failed[0]
                 original = Batch([envelope], [envelope.message])
@@ -427,7 +427,33 @@ class Route:
                 del failed[0]  # only once given up: a cancelled give-up is done again
             self._gathering = None
             if envelopes:
-                return Batch(envelopes, messages, deadline - wait)
+                return Batch(envelopes, messages, gathering.deadline - wait)
+
+    async def _fill(self, gathering: Gathering) -> None:
+        """Take what is queued into ``gathering`` until it holds ``batch_count``, or
+        nothing more is ready (group commit), or, with ``batch_time``, until its deadline."""
+        taken = self._taken
+        count = self._batch_count
+        envelopes = gathering.envelopes
+        while True:
+            self._add(taken.take(count - len(envelopes)), gathering)
+            if len(envelopes) >= count:
+                return
+            if taken.items:  # (failed transforms took some of the places)
+                continue
+            if taken.closed or not envelopes:
+                return
+            if self._batch_time > 0 and trio.current_time() < gathering.deadline:
+                await taken.wait_for(count - len(envelopes), gathering.deadline)
+                continue
+            # What the source has ready joins, never a timer: a few passes of the scheduler
+            # (the taker may checkpoint more than once per message, in either order).
+            for _ in range(_READY_PASSES):
+                await trio.lowlevel.checkpoint()
+                if taken.items:
+                    break
+            else:
+                return
 
     def _add(self, chunk: list[Envelope], gathering: Gathering) -> None:
         """Put taken envelopes into the batch being gathered; failed ones aside, in order."""
@@ -493,25 +519,16 @@ class Route:
             self._queue_settle(items.envelopes, None, "dead_lettered")
             log.warning(
                 "route %r: %d message(s) dead-lettered after %d attempt(s) (%s): %s",
-                self.name,
-                len(items),
-                attempts,
-                stage,
-                reason,
-            )
+                self.name, len(items), attempts, stage, reason,
+            )  # fmt: skip
             return
         self._queue_settle(items.envelopes, error, "nacked")
         self._pauses += 1
         delay = self._retry.delay(self._pauses, self._rand)
         log.warning(
             "route %r: %d message(s) nacked after %d attempt(s) (%s): %s; pausing %.2f s",
-            self.name,
-            len(items),
-            attempts,
-            stage,
-            reason,
-            delay,
-        )
+            self.name, len(items), attempts, stage, reason, delay,
+        )  # fmt: skip
         await trio.sleep(delay)
 
     # -- settling -----------------------------------------------------------------

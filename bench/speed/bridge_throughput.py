@@ -1,7 +1,8 @@
 """Bridge throughput: a STOMP -> file route against the raw client-individual receive limit.
 
     .venv/bin/python bench/speed/bridge_throughput.py [--count 50000] [--size 100]
-        [--brokers rabbitmq] [--rounds 3] [--windows 1000,4000] [--profile DIR]
+        [--brokers rabbitmq] [--rounds 3] [--windows 1000,4000] [--batch-times 0]
+        [--profile DIR]
 
 For each broker (RabbitMQ by default; ``embedded`` runs ``trio-stomp broker``
 in its own process, ``activemq`` works too), measured in the same run, each
@@ -15,7 +16,8 @@ in a fresh interpreter, each on a fresh queue pre-filled (untimed) with
 - bridge, for each ``--windows`` W: a :class:`bridges.Route` with a ``stomp``
   source (client-individual, prefetch W, in-flight window W) and a ``file``
   sink (JSON lines; each batch of up to W/2 messages, at most 1000, fsynced
-  before its envelopes are acked): at-least-once, as ``bridges run`` does
+  before its envelopes are acked; group commit, or ``--batch-times`` T, a cell
+  for each): at-least-once, as ``bridges run`` does
   it. The clock runs from the start of the route until the last envelope
   was acked; the route then stops gracefully (DISCONNECT receipt: every ACK
   reached the broker) and the JSON-lines output must hold ``count`` lines.
@@ -123,7 +125,7 @@ def run_bridge(spec: dict[str, Any], meter: Meter) -> None:
         sink,
         in_flight=spec["window"],
         batch_count=min(spec["window"] // 2, 1000),
-        batch_time=0.005,
+        batch_time=spec["batch_time"],
     )
 
     freeze_heap()  # as bridges run does before its routes start
@@ -191,6 +193,7 @@ def measure(
     args: argparse.Namespace,
     round_: int = 0,
     metrics: bool = False,
+    batch_time: float = 0.0,
 ) -> Result | str:
     destination = unique_queue("bridge", which)
     timeout = max(60.0, args.count / 500)
@@ -204,6 +207,7 @@ def measure(
             "out": out,
             "timeout": timeout,
             "metrics": metrics,
+            "batch_time": batch_time,
         }
         if args.profile and which == "bridge":
             name = f"bridge-{target.name}-w{window}-r{round_}.prof"
@@ -228,25 +232,25 @@ def best(results: list[Result | str]) -> Result | str:
 
 
 def run_target(label: str, target: Target, args: argparse.Namespace) -> list[Row]:
-    cells = [("raw", 1000, RAW)] + [
-        ("bridge", w, f"bridge, window/prefetch {w}, batch {min(w // 2, 1000)}")
-        for w in args.windows
+    first = args.batch_times[0]
+    cells = [("raw", 1000, RAW, first)] + [
+        ("bridge", w, bridge_cell(w, t, args), t) for w in args.windows for t in args.batch_times
     ]
     if args.metrics:
-        cells += [("bridge", w, f"bridge + metrics, window {w}") for w in args.windows]
+        cells += [("bridge", w, f"bridge + metrics, window {w}", first) for w in args.windows]
     results: dict[str, list[Result | str]] = {}
     for round_ in range(args.rounds):
         # Odd rounds take the bridge cells in reverse order: no cell always runs first.
         order = cells if round_ % 2 == 0 else [cells[0], *reversed(cells[1:])]
-        for which, window, what in order:
+        for which, window, what, batch_time in order:
             metrics = "metrics" in what
-            result = measure(target, which, window, args, round_, metrics)
+            result = measure(target, which, window, args, round_, metrics, batch_time)
             results.setdefault(what, []).append(result)
     if args.metrics:
-        METRICS_COST.extend(metrics_cost(label, results, args.windows))
+        METRICS_COST.extend(metrics_cost(label, results, args))
     raw = best(results[RAW])
     rows = []
-    for _, _, what in cells:
+    for _, _, what, _ in cells:
         ratios = [
             mine.rate / theirs.rate
             for mine, theirs in zip(results[what], results[RAW], strict=True)
@@ -256,16 +260,21 @@ def run_target(label: str, target: Target, args: argparse.Namespace) -> list[Row
     return rows
 
 
+def bridge_cell(window: int, batch_time: float, args: argparse.Namespace) -> str:
+    name = f"bridge, window/prefetch {window}, batch {min(window // 2, 1000)}"
+    return name if len(args.batch_times) == 1 else f"{name}, time {batch_time:g}"
+
+
 #: Lines on what metrics cost, one per broker and window.
 METRICS_COST: list[str] = []
 
 
 def metrics_cost(
-    label: str, results: dict[str, list[Result | str]], windows: list[int]
+    label: str, results: dict[str, list[Result | str]], args: argparse.Namespace
 ) -> list[str]:
     lines = []
-    for w in windows:
-        off = results[f"bridge, window/prefetch {w}, batch {min(w // 2, 1000)}"]
+    for w in args.windows:
+        off = results[bridge_cell(w, args.batch_times[0], args)]
         on = results[f"bridge + metrics, window {w}"]
         ratios = [
             a.rate / b.rate
@@ -329,6 +338,12 @@ def main() -> int:
         type=lambda text: [int(w) for w in text.split(",")],
         default=[1000, 4000],
         help="bridge in-flight windows (= prefetch) to measure",
+    )
+    parser.add_argument(
+        "--batch-times",
+        type=lambda text: [float(t) for t in text.split(",")],
+        default=[0.0],
+        help="the bridge's batch.time, each a cell of its own (default 0: group commit)",
     )
     parser.add_argument("--profile", metavar="DIR", help="cProfile the bridge cells into DIR")
     parser.add_argument(

@@ -6,7 +6,7 @@
 
 Every bridge row runs at the shipped defaults: the endpoint's config with only
 what names the queue, ``Context()``, and a :class:`bridges.Route` with its
-own ``in_flight`` (1000), ``batch_count`` (100) and ``batch_time`` (0.02 s).
+own ``in_flight`` (1000), ``batch_count`` (100) and ``batch_time`` (0: group commit).
 ``--batch`` and ``--window`` set the bare clients' fetch, publish batch and
 prefetch, matching those defaults.
 

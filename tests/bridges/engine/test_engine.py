@@ -69,9 +69,9 @@ async def test_batches_wait_for_more_by_time(autojump_clock: trio.testing.MockCl
     r = route(source, sink, batch_count=100, batch_time=1.0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(r.run)
-        for i in range(6):  # two every 0.4 s: batches by time, not by count
+        for i in range(6):  # one every 0.3 s: batches by time, not by count
             source.push(*messages(1, f"t{i}-"))
-            await trio.sleep(0.2)
+            await trio.sleep(0.3)
         await trio.sleep(2)
         r.stop()
     sizes = [len(b) for b in sink.batches]
