@@ -36,7 +36,7 @@ from bridges import Context, Envelope, InvalidSetting, Message
 
 from .._asyncio import AsyncioLoop, AsyncioSender, Batcher
 from .._asyncio_client import CLOSE_TIMEOUT
-from .._id_template import IdTemplate, id_template_setting
+from .._id_template import IdTemplate, id_namespace, id_template_setting
 from ._connection import AmqpConnection, Connector
 from ._headers import SHORTSTR, to_headers
 
@@ -119,6 +119,7 @@ class AmqpSource:
             sender, deliveries = aio.channel(self._window + 1)
             receiver = _AmqpReceiver(aio, underlay, deliveries, f"amqp {name}")
             receiver.id_from_content = self._config.id_from_content
+            receiver.namespace = id_namespace(self._context.route)
             receiver.id_template = self._id_template
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.settler.run)
@@ -172,12 +173,16 @@ class _AmqpReceiver:
         self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self.send_settled)
         #: Without bridge-id or message_id: the id from body and headers (else empty).
         self.id_from_content = False
+        #: The namespace of the ids this source makes (its route): :func:`id_namespace`.
+        self.namespace = ""
         #: Makes each message's id, when the config gives one.
         self.id_template: IdTemplate | None = None
 
     async def receive(self) -> Envelope:
         incoming = await self._deliveries.receive()
-        headers, stable = to_headers(incoming, id_from_content=self.id_from_content)
+        headers, stable = to_headers(
+            incoming, id_from_content=self.id_from_content, namespace=self.namespace
+        )
         tag = incoming.delivery_tag
         assert tag is not None  # (no_ack=False: every delivery has one)
         self.note_delivered((tag,))

@@ -58,6 +58,7 @@ from attrs.validators import ge
 
 from ..._endpoint import Context, InvalidSetting, MessageRejected
 from ..._message import Envelope, Message
+from .._id_template import id_namespace
 from ._fs import (
     NAME_MAX,
     NO_LINKS,
@@ -132,6 +133,8 @@ class FileSource:
     def __init__(self, config: FileSourceConfig, context: Context) -> None:
         self.config = config
         self.path = context.path(config.path)
+        #: The namespace of this source's ids (its route): see :func:`id_namespace`.
+        self.namespace = id_namespace(context.route)
         self.done = self.path / config.done_dir
         self.position = (
             context.path(config.position_file)
@@ -224,7 +227,7 @@ class _DirectoryReceiver:
             mtime_ns = info.st_mtime_ns
             read = _identity(info)
             self._taken.add(name)
-            message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
+            message = Message(body, {"file-name": name}, f"{self.namespace}{name}@{mtime_ns}")
             return Envelope(
                 message,
                 ack=partial(self._ack, name, read),

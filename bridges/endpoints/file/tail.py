@@ -76,6 +76,8 @@ class Tailed(Protocol):
     def position(self) -> Path: ...
     @property
     def config(self) -> TailSettings: ...
+    @property
+    def namespace(self) -> str: ...
 
 
 class JsonlReceiver:
@@ -102,12 +104,12 @@ class JsonlReceiver:
         self._dirty = trio.Event()
         #: How many times the file was replaced or truncated: part of each line's id.
         self.generation = 0
-        self._id_prefix = f"{self._name}:"
+        self._id_prefix = f"{source.namespace}{self._name}:"
 
     def _started_over(self) -> None:
         """The file is read again from its start: its lines are new messages."""
         self.generation += 1
-        self._id_prefix = f"{self._name}#{self.generation}:"
+        self._id_prefix = f"{self._source.namespace}{self._name}#{self.generation}:"
 
     async def start(self) -> None:
         inode, offset, acked, generation = await trio.to_thread.run_sync(self._load_position)

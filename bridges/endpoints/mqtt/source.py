@@ -49,7 +49,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from bridges import Context, Envelope, InvalidSetting, Message
 from bridges._readfile import checked_cafile
 
-from .._id_template import IdTemplate, id_template_setting
+from .._id_template import IdTemplate, id_namespace, id_template_setting
 from ._connection import Broker, MqttConnection, MqttError, check_topic
 from ._driver import PahoDriver, open_paho
 
@@ -108,6 +108,7 @@ class MqttSource:
                 raise InvalidSetting(f"topics[{index}]", problem)
         self._config = config
         self._context = context
+        self._namespace = id_namespace(context.route)
         self._broker = Broker.from_config(config)
         checked_cafile("ca_file", config.ca_file, context)
         self._client_id = config.client_id or f"bridge-{context.route}"
@@ -287,7 +288,7 @@ class _MqttReceiver:
             digest = hashlib.blake2b(message.topic.encode(), digest_size=16)
             digest.update(b"\0")
             digest.update(message.payload)
-            message_id = "mqtt-" + digest.hexdigest()
+            message_id = f"{self._namespace}mqtt-{digest.hexdigest()}"
         converted = Message(bytes(message.payload), headers, message_id)
         return converted if self.id_template is None else self.id_template.apply(converted)
 
