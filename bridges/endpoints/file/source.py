@@ -227,7 +227,8 @@ class _DirectoryReceiver:
             mtime_ns = info.st_mtime_ns
             read = _identity(info)
             self._taken.add(name)
-            message = Message(body, {"file-name": name}, f"{self.namespace}{name}@{mtime_ns}")
+            message_id = f"{self._source.namespace}{name}@{mtime_ns}"  # ROUTE/NAME@MTIME_NS
+            message = Message(body, {"file-name": name}, message_id)
             return Envelope(
                 message,
                 ack=partial(self._ack, name, read),

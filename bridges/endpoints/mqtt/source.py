@@ -147,6 +147,7 @@ class MqttSource:
             self._broker.where, window, config.protocol == 5, id_from_payload=config.id_from_payload
         )
         receiver.id_template = self._id_template
+        receiver.namespace = self._namespace
         properties = None
         if config.protocol == 5:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho is untyped here
@@ -220,6 +221,8 @@ class _MqttReceiver:
         self._id_from_payload = id_from_payload
         #: Makes each message's id, when the config gives one.
         self.id_template: IdTemplate | None = None
+        #: The namespace of the ids this source makes (its route): :func:`id_namespace`.
+        self.namespace = ""
         #: (message, packet id, QoS): converted on arrival, so that paho's objects
         #: (properties, locks) do not live on while a message is in flight: with a
         #: window of them alive, the garbage collector's passes cost more than the
@@ -288,7 +291,7 @@ class _MqttReceiver:
             digest = hashlib.blake2b(message.topic.encode(), digest_size=16)
             digest.update(b"\0")
             digest.update(message.payload)
-            message_id = f"{self._namespace}mqtt-{digest.hexdigest()}"
+            message_id = f"{self.namespace}mqtt-{digest.hexdigest()}"
         converted = Message(bytes(message.payload), headers, message_id)
         return converted if self.id_template is None else self.id_template.apply(converted)
 

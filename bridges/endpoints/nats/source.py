@@ -55,8 +55,8 @@ from bridges import Context, Envelope, InvalidSetting
 
 from ..._message import ACKED, NACKED, OPEN, trusted_message
 from .._asyncio import AsyncioLoop, Batcher
-from .._id_template import id_namespace
 from .._asyncio_client import CLOSE_TIMEOUT
+from .._id_template import id_namespace
 from ._connection import (
     ID_HEADER,
     MSG_ID,

@@ -259,6 +259,7 @@ async def test_the_duplicate_window_is_off_unless_asked_for(tmp_path: Path) -> N
         with trio.fail_after(10):
             async with open_raw_client(port) as client:
                 await client.send("SEND", {**headers, "receipt": "1"}, b"first")
+                await client.receipt("1")
                 await client.send("SEND", {**headers, "receipt": "2"}, b"second (different)")
                 await client.receipt("2")
                 await client.subscribe("/queue/d")
