@@ -10,7 +10,8 @@ settled out of order. A nack (with an error, or a release at shutdown) is
 ``basic.nack(requeue=true)``: the broker delivers it again, flagged
 ``redelivered``. Closing the channel returns whatever is still unacked.
 
-The id: the ``bridge-id`` header, else the ``message_id`` property, both
+The id: the ``bridge-id`` header, else ``ROUTE/`` and the ``message_id``
+property (namespaced by the route's name: two publishers' ids never meet), both
 stable. A message with neither has no stable id: its id is empty (no sink
 de-duplicates it), unless ``id_from_content = true`` makes it a digest of
 its body and headers (then two identical messages are one to a

@@ -7,11 +7,12 @@ name and then renames it into place is never read half-written), and it has
 not been modified for ``settle`` seconds (for writers that write in place;
 ``settle = 0`` relies on renames alone). Files are taken oldest first (by
 modification time, then name). Each file is one message: its bytes are the
-body, its name the ``file-name`` header, ``NAME@MTIME_NS`` its id. Only after
+body, its name the ``file-name`` header, ``ROUTE/NAME@MTIME_NS`` its id (ROUTE:
+the route's name, :func:`~bridges.endpoints._id_template.id_namespace`). Only after
 the ack is it moved into ``done_dir`` (or deleted, ``after = "delete"``); a
 nacked file stays and is read again. A name already taken in ``done_dir``
 (an earlier file of the same name, or anything planted there) is never
-replaced: the later file is kept under its id, ``NAME@MTIME_NS`` (then
+replaced: the later file is kept as ``NAME@MTIME_NS`` (then
 ``-2``, ``-3``... should that be taken too), and a warning names both. A
 file that a writer replaced or rewrote after it was read is never the one
 moved or deleted: it stays, to be read in its turn. A file that cannot be
@@ -28,7 +29,7 @@ opened without following links, and a link in its place stops the move (the
 file stays, logged) rather than moving it elsewhere.
 
 JSON-lines mode (``mode = "jsonl"``): the file is tailed; each complete
-line (ending in a newline) is one message, its id ``NAME:OFFSET``. The
+line (ending in a newline) is one message, its id ``ROUTE/NAME:OFFSET``. The
 offset up to which every line was acked is persisted (written to a temporary
 file, fsynced, renamed) in ``position_file`` after acks, so a restart
 resumes after the last acked line. A line longer than ``max_line`` bytes is

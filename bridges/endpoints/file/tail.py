@@ -1,8 +1,8 @@
 """The ``file`` source's JSON-lines mode: tail one file, persist the acked offset.
 
 Each complete line (ending in a newline) is one message, its id
-``NAME:OFFSET``; once the file was replaced or truncated (read again from
-its start), ``NAME#GEN:OFFSET``, GEN counting those starts over (kept in the
+``ROUTE/NAME:OFFSET`` (ROUTE: the route's name); once the file was replaced
+or truncated (read again from its start), ``ROUTE/NAME#GEN:OFFSET``, GEN counting those starts over (kept in the
 position file): the new file's lines must not take the ids of the old one's,
 or a de-duplicating sink would skip them as repeats. Acks may come in any
 order; the offset below which every line is acked is persisted (temporary

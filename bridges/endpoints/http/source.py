@@ -2,9 +2,9 @@
 
 Each accepted request to ``path`` is one message: the body unchanged, the
 headers ``content-type``, ``http-method``, ``http-path``, ``http-query`` and
-``http-<name>`` for each name in ``keep_headers``; its id is the sender's
-``webhook-id`` (``id_header``), so a sender's retries carry the same id,
-else a fresh one.
+``http-<name>`` for each name in ``keep_headers``; its id is ``ROUTE/`` and
+the sender's ``webhook-id`` (``id_header``), so a sender's retries carry the
+same id and two senders' ids never meet, else ``ROUTE/`` and a fresh one.
 
 A push source fits the pull contract this way: the request handler (a task
 of the shared server) checks the request, builds an envelope whose ack and

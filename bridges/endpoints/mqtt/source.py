@@ -12,7 +12,7 @@ when the session resumes (with DUP set): at least once.
 The id: the ``bridge-id`` user property (MQTT 5, set by an ``mqtt`` sink),
 stable. MQTT's packet id is not (it is per session and reused), so a message
 without one has an empty id (no sink can de-duplicate it) unless
-``id_from_payload = true`` gives it ``mqtt-`` and a digest of its topic and
+``id_from_payload = true`` gives it ``ROUTE/mqtt-`` and a digest of its topic and
 payload: stable across redelivery, but two identical payloads on one topic
 are then one message to a de-duplicating sink, which is why it is a choice.
 ``id_template`` (``"{header:mqtt-topic}:{header:order-id}"``, ``{body_hash}``,

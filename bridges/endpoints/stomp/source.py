@@ -43,8 +43,8 @@ class StompSourceConfig(StompConnection):
         subscription's name).
       id_template: the message id made from its headers and body
         (``{header:NAME}``, ``{body_hash}``...) for messages without a
-        stable id; default: ``bridge-id``, else ``amqp-message-id``, else the
-        broker's ``message-id``.
+        stable id; default: ``bridge-id``, else ``ROUTE/`` and
+        ``amqp-message-id``, else ``ROUTE/`` and the broker's ``message-id``.
     """
 
     destination: str = ""
