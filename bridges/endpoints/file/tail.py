@@ -2,17 +2,17 @@
 
 Each complete line (ending in a newline) is one message, its id
 ``ROUTE/NAME:OFFSET`` (ROUTE: the route's name); once the file was replaced
-or truncated (read again from its start), ``ROUTE/NAME#GEN:OFFSET``, GEN counting those starts over (kept in the
-position file): the new file's lines must not take the ids of the old one's,
-or a de-duplicating sink would skip them as repeats. Acks may come in any
-order; the offset below which every line is acked is persisted (temporary
-file, fsync, rename) after each burst of acks, with the offsets of the
-lines acked beyond it (at most the
-in-flight window), so a restart resumes after the last acked line, skips
-those acked out of order, and repeats only what was in flight: an ack is
-final. A nacked line is handed out again before new ones. A file
-replaced (new inode) or truncated is read again from its start, once nothing
-of the old one is in flight.
+or truncated (read again from its start), ``ROUTE/NAME#GEN:OFFSET``, GEN
+counting those starts over (kept in the position file): the new file's lines
+must not take the ids of the old one's, or a de-duplicating sink would skip
+them as repeats. Acks may come in any order; the offset below which every
+line is acked is persisted (temporary file, fsync, rename) after each burst
+of acks, with the offsets of the lines acked beyond it (at most the in-
+flight window), so a restart resumes after the last acked line, skips those
+acked out of order, and repeats only what was in flight: an ack is final. A
+nacked line is handed out again before new ones. A file replaced (new inode)
+or truncated is read again from its start, once nothing of the old one is in
+flight.
 
 The file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular
 file (``path`` names the file itself, not a link to it); a link or a FIFO
