@@ -297,12 +297,13 @@ class Duplicates:
     def _count_drop(self, destination: str, bridge_id: str, age: float, now: float) -> None:
         self.dropped += 1
         named = self.dropped_by_destination
-        if destination not in named and len(named) >= _NAMED_DROPS:
-            destination = OTHER_DESTINATIONS
-        named[destination] = named.get(destination, 0) + 1
-        drops = self._drops.get(destination)
+        bucket = destination
+        if bucket not in named and len(named) >= _NAMED_DROPS:
+            bucket = OTHER_DESTINATIONS
+        named[bucket] = named.get(bucket, 0) + 1
+        drops = self._drops.get(bucket)
         if drops is None:
-            drops = self._drops[destination] = _Drops()
+            drops = self._drops[bucket] = _Drops()
         drops.count += 1
         drops.unlogged += 1
         if drops.logged_at is not None and now - drops.logged_at < self.log_every:

@@ -221,3 +221,13 @@ def test_drops_are_counted_per_destination_and_logged_sampled_and_escaped(
     assert all("\x1b" not in line and "\\x1b" in line for line in lines)
     assert "5 dropped to it since the last line, 6 in all" in lines[1]
     assert window.dropped_by_destination == {hostile: 6}
+
+
+def test_drops_past_a_thousand_destinations_are_counted_together() -> None:
+    window = Duplicates(10, 600.0, _Clock())
+    for n in range(1_001):
+        _offer(window, f"/queue/{n}", "x")
+        assert not _offer(window, f"/queue/{n}", "x")
+    assert len(window.dropped_by_destination) == 1_001
+    assert window.dropped_by_destination["(other destinations)"] == 1
+    assert window.dropped == 1_001
