@@ -117,7 +117,7 @@ class Limits:
         dir the ids of stored messages are kept in the store, written with
         the messages, so a broker killed and started again still drops their
         repeats; the ids of messages not stored (topics) are kept in memory.
-        Each drop is counted (:attr:`Broker.duplicates_dropped`, per
+        Each drop is counted (:attr:`trio_stomp.broker.Broker.duplicates_dropped`, per
         destination) and logged at INFO, sampled; see
         :mod:`trio_stomp.broker._dedup`.
       duplicate_window_seconds: how long an id is remembered (by the wall
