@@ -256,10 +256,10 @@ _LISTENING: Final = re.compile(r"broker listening on stomp://[^:\s]+:(\d+)")
 
 _FALLBACK_BROKER: Final = """
 import signal, sys, trio
-from trio_stomp.broker import open_broker
+from trio_stomp.broker import Limits, open_broker
 async def main():
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with open_broker("127.0.0.1", 0) as broker:
+        async with open_broker("127.0.0.1", 0, limits=Limits(duplicate_window=10_000)) as broker:
             print(f"trio-stomp: broker listening on {broker.url}", file=sys.stderr, flush=True)
             async for _ in signals:
                 break
@@ -279,11 +279,14 @@ def start_embedded_broker(
 
     Uses the ``trio-stomp broker`` console script next to this interpreter
     when there is one, else ``python -c`` with ``open_broker`` (volatile).
+    Its duplicate window is on (10,000 ids), as in a bridge's ``[broker]``,
+    which this broker stands in for (the library's default is off).
     Its log goes to a temporary file, so it never blocks on a full pipe.
     """
     script = Path(sys.executable).with_name("trio-stomp")
     if script.exists():
         command = [str(script), "broker", "--listen", f"{HOST}:0"]
+        command += ["--duplicate-window", "10000"]  # (as in bridges' [broker])
         if data_dir is not None:
             command += ["--data-dir", str(data_dir)]
         command += options

@@ -136,10 +136,13 @@ class BrokerSettings:
         (it lost messages since the broker last wrote it); the loss is
         logged. Needs ``data_dir``.
       duplicate_window: how many ``bridge-id`` values the embedded broker
-        remembers (10,000; 0: off): a SEND repeating an id it accepted for the
-        same destination gets its RECEIPT and is dropped, so the stomp sink
-        to it is effectively once; with ``data_dir`` the ids are kept in the
-        store, written with the messages (``trio_stomp.broker.Limits``).
+        remembers per destination (10,000; 0: off): a SEND repeating an id it
+        accepted for the same destination gets its RECEIPT and is dropped, so
+        the stomp sink to it is effectively once (the sources' ids are
+        namespaced by route, so two distinct messages never share one); with
+        ``data_dir`` the ids are kept in the store, written with the messages.
+        On here, off by default in ``trio_stomp.broker.Limits``. Drops are
+        counted (``bridges_duplicates_dropped_total``) and logged at INFO.
       duplicate_window_seconds: how long it remembers an id, s (600).
     """
 

@@ -194,8 +194,11 @@ async def kill_at_random_moments(
     return moments, at_kill
 
 
-async def drain(target: Target, queue: str, idle: float = 1.5) -> collections.Counter[str]:
-    """Every message in ``queue`` (acked), counted by ``bridge-id``."""
+async def drain(
+    target: Target, queue: str, idle: float = 1.5, route: str = ""
+) -> collections.Counter[str]:
+    """Every message in ``queue`` (acked), counted by ``bridge-id`` (less ``ROUTE/``: the
+    http source's id is the route's name and the ``webhook-id``)."""
     copies: collections.Counter[str] = collections.Counter()
     async with trio_stomp.connect(target.url) as client:
         window = {"prefetch-count": "1000", "activemq.prefetchSize": "1000"}
@@ -205,7 +208,7 @@ async def drain(target: Target, queue: str, idle: float = 1.5) -> collections.Co
                     message = await sub.__anext__()
                 if waited.cancelled_caught:
                     return copies
-                copies[message.headers.get("bridge-id", "?")] += 1
+                copies[message.headers.get("bridge-id", "?").removeprefix(route)] += 1
                 await message.ack()
 
 
@@ -250,7 +253,7 @@ async def inbound(target: Target, count: int, kills: int, rng: random.Random) ->
             )
             await wait_for(lambda: len(stored) == count, bridge, f"all {count} stored")
         status = await bridge.stop()
-        copies = await drain(target, queue)
+        copies = await drain(target, queue, route="in/")
         total = sum(copies.values())
         return {
             "direction": "http -> stomp",

@@ -7,12 +7,13 @@
 Each scenario is a pair whose source gives stable ids and whose sink makes a
 repeated id a no-op at the target (docs/explanation/exactly-once.md):
 
-    jsonl-to-files:  file events.jsonl (id NAME:OFFSET)  ->  file outbox/, a file per message
+    jsonl-to-files:  file events.jsonl (id ROUTE/NAME:OFFSET)  ->  file outbox/, a file per message
                      named by its id
     jsonl-to-jsonl:  file events.jsonl  ->  file outbox/, JSON lines (read back on open)
-    redis-to-nats:   a stream of ``count`` entries without bridge-id (id: the entry id)
+    redis-to-nats:   a stream of ``count`` entries without bridge-id (id: ROUTE/STREAM:ENTRY)
                      ->  nats (JetStream, Nats-Msg-Id, the stream's 2-minute window)
-    nats-to-redis:   a JetStream stream (id: STREAM#CREATED:SEQ)  ->  redis (the idempotent append)
+    nats-to-redis:   a JetStream stream (id: ROUTE/STREAM#CREATED:SEQ)  ->  redis (the
+                     idempotent append)
     file-to-broker-to-jsonl:
                      file events.jsonl  ->  stomp sink to the embedded broker (its duplicate
                      window on bridge-id, kept in its data dir)  ->  stomp source  ->  file

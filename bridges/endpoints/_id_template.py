@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from typing import Final
+from urllib.parse import quote
 
 import attrs
 
@@ -77,3 +78,22 @@ def id_template_setting(text: str | None) -> IdTemplate | None:
         return IdTemplate.parse(text)
     except TemplateError as exc:
         raise InvalidSetting("id_template", str(exc)) from None
+
+
+def id_namespace(route: str) -> str:
+    """The prefix of the ids a source makes itself: its route's name and ``/``.
+
+    Two routes are two namespaces, so two distinct messages never share an id
+    (two inboxes that both hold ``a.json`` with the same mtime, two streams
+    whose entry ids meet) even when they feed one queue. The route's name is
+    percent-encoded (``quote(route, safe="")``: a ``/`` in it becomes ``%2F``),
+    so the namespace ends at the first ``/``. It stays the same across
+    redelivery, restarts and replicas (they run the same config), and across
+    a directory moved or recreated, a server restarted or a stream recreated:
+    the route names what it reads, whatever its device or inode is today.
+    Ids a publisher set to say that two deliveries are one message
+    (``bridge-id``, written by a bridges sink at the origin, itself
+    namespaced there) and ``id_template`` ids (the config's own statement)
+    are taken as they are.
+    """
+    return quote(route, safe="") + "/"

@@ -31,6 +31,10 @@ Metrics (label ``route`` on each ``bridges_route_*``):
 - ``bridges_embedded_held{destination=...}``: what each destination of the
   embedded broker holds (queued + unacknowledged), read by a route or not:
   what a stop now would keep or lose (see :class:`~bridges.service.Stopped`).
+- ``bridges_duplicates_dropped_total{destination=...}``: SENDs the embedded
+  broker's duplicate window dropped as repeats of a ``bridge-id`` it had
+  accepted for that destination (``[broker] duplicate_window``); each drop is
+  also logged at INFO, sampled.
 - ``bridges_http_refused_total{route=...,reason=...}``: webhook requests an
   ``http`` source refused before queueing them, by reason (``max_pending``,
   ``max_per_peer``, ``evicted``, ``min_body_rate``, ``body_timeout``,
@@ -231,6 +235,15 @@ class RouteMetrics:
             for destination in self.broker.depths():
                 held.add_metric([destination.label], destination.held)
             yield held
+            dropped = CounterMetricFamily(
+                "bridges_duplicates_dropped",
+                "SENDs the embedded broker dropped as repeats of a bridge-id it accepted "
+                "for that destination within its duplicate window.",
+                labels=["destination"],
+            )
+            for name, count in sorted(self.broker.duplicates_dropped_by_destination.items()):
+                dropped.add_metric([name], count)
+            yield dropped
 
     async def metrics_app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /metrics``: the Prometheus text format."""

@@ -67,14 +67,18 @@ Policies:
   :func:`list_durable_subscriptions` and :func:`remove_durable_subscription`
   (``trio-stomp broker --list-subscriptions``, ``--remove-subscription``).
   See :mod:`trio_stomp.broker._durable`.
-- Duplicate detection: a SEND whose ``bridge-id`` header repeats one the
-  broker accepted for the same destination, within
-  :attr:`Limits.duplicate_window` ids (10,000; 0: off) and
-  :attr:`Limits.duplicate_window_seconds` (600), gets its RECEIPT (once the
+- Duplicate detection, **off by default**: with
+  :attr:`Limits.duplicate_window` set (ids per destination; 0, the default:
+  off), a SEND whose ``bridge-id`` header repeats one the broker accepted
+  for the same destination within that many ids and
+  :attr:`Limits.duplicate_window_seconds` (600) gets its RECEIPT (once the
   first is on disk) and is dropped, like ActiveMQ Artemis's duplicate-id
   cache; with ``data_dir`` the ids of stored messages are kept in the store,
-  written with the messages. :attr:`Broker.duplicates_dropped` counts them.
-  See :mod:`trio_stomp.broker._dedup`.
+  written with the messages. Bounded by :attr:`Limits.duplicate_window_bytes`
+  and :attr:`Limits.max_duplicate_id_length`. :attr:`Broker.duplicates_dropped`
+  counts the drops (per destination:
+  :attr:`Broker.duplicates_dropped_by_destination`), and they are logged at
+  INFO, sampled. See :mod:`trio_stomp.broker._dedup`.
 - Acknowledgement: ``auto`` (the default), ``client`` (an ACK or NACK covers
   that message and every earlier unacknowledged one of the subscription) and
   ``client-individual``. STOMP 1.2 ACK/NACK name the MESSAGE's ``ack`` header

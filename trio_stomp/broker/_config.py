@@ -104,19 +104,36 @@ class Limits:
         past it gets an ERROR naming the limit and is closed; the others carry
         on. Many slow peers each sending part of a large frame cannot exhaust
         memory.
-      duplicate_window: how many ``bridge-id`` values the broker remembers, to
-        drop a SEND that repeats one already accepted for the same
-        destination (it gets its RECEIPT, once the first is on disk, and is
-        dropped), like ActiveMQ Artemis's duplicate-id cache. 0 turns it off.
-        With a data dir the ids of stored messages are kept in the store,
-        written with the messages, so a broker killed and started again still
-        drops their repeats; the ids of messages not stored (topics) are kept
-        in memory. The default, 10,000, covers a sender with that many SENDs
-        in flight when it crashed; see :mod:`trio_stomp.broker._dedup`.
+      duplicate_window: how many ``bridge-id`` values the broker remembers
+        **per destination**, to drop a SEND that repeats one already accepted
+        for the same destination (it gets its RECEIPT, once the first is on
+        disk, and is dropped), like ActiveMQ Artemis's duplicate-id cache.
+        **0 (the default) turns it off**: an application that sends a
+        different message under a ``bridge-id`` it used before (a message
+        that passed through a bridge, sent again to retry it) would have it
+        dropped. ``bridges`` turns it on (10,000) for its embedded broker,
+        whose senders are its own sinks with the sources' namespaced ids.
+        Ids sent to one destination never push another's out. With a data
+        dir the ids of stored messages are kept in the store, written with
+        the messages, so a broker killed and started again still drops their
+        repeats; the ids of messages not stored (topics) are kept in memory.
+        Each drop is counted (:attr:`trio_stomp.broker.Broker.duplicates_dropped`, per
+        destination) and logged at INFO, sampled; see
+        :mod:`trio_stomp.broker._dedup`.
       duplicate_window_seconds: how long an id is remembered (by the wall
         clock, also while the broker is stopped), whichever of the two ends
         first; the default is 10 minutes. A repeat that comes later is
         accepted as a new message.
+      duplicate_window_bytes: the bound on the duplicate window's memory, all
+        destinations together, in bytes (default 64 MiB): each id counts its
+        own size plus 400 bytes, each destination its name plus 600. Past
+        it, the oldest ids of the destination holding the most go first, so
+        one destination flooded with ids flushes its own before another's.
+      max_duplicate_id_length: a ``bridge-id`` longer than this, in bytes of
+        UTF-8 (default 256, at least 128), is remembered as its BLAKE2b-256
+        digest (65 bytes): still exact for de-duplication, at a bounded cost
+        in memory and in the store. The message keeps its whole header; a
+        SEND is never refused for its id.
       connect_timeout: seconds a new connection has to send CONNECT (0: no
         limit).
       close_timeout: seconds the broker waits to flush a final frame (ERROR,
@@ -143,8 +160,10 @@ class Limits:
     min_heartbeat_ms: int = attrs.field(default=100, validator=_positive)
     max_preconnect_frame: int = attrs.field(default=64 * 1024, validator=_positive)
     max_buffered_bytes: int = attrs.field(default=256 * _MiB, validator=_positive)
-    duplicate_window: int = attrs.field(default=10_000, validator=attrs.validators.ge(0))
+    duplicate_window: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     duplicate_window_seconds: float = attrs.field(default=600.0, validator=_non_negative)
+    duplicate_window_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)
+    max_duplicate_id_length: int = attrs.field(default=256, validator=attrs.validators.ge(128))
     connect_timeout: float = attrs.field(default=30.0, validator=_non_negative)
     close_timeout: float = attrs.field(default=2.0, validator=_non_negative)
 

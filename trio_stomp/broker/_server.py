@@ -146,6 +146,18 @@ class Broker:
         return 0 if self._duplicates is None else self._duplicates.dropped
 
     @property
+    def duplicates_dropped_by_destination(self) -> dict[str, int]:
+        """:attr:`duplicates_dropped` per destination (a copy; at most 1,000 destinations
+        by name, the others together under ``"(other destinations)"``)."""
+        return {} if self._duplicates is None else dict(self._duplicates.dropped_by_destination)
+
+    @property
+    def duplicate_window_bytes(self) -> int:
+        """The duplicate window's accounted memory now, bytes (at most
+        ``Limits.duplicate_window_bytes``; 0 when the window is off)."""
+        return 0 if self._duplicates is None else self._duplicates.bytes
+
+    @property
     def connection_count(self) -> int:
         """How many client connections are open now."""
         return len(self._connections)
@@ -296,6 +308,11 @@ async def open_broker(
             async with trio_stomp.connect(broker.url) as client:
                 ...
 
+    Every SEND is delivered, also one that repeats the ``bridge-id`` header of
+    an earlier one: the duplicate window that drops such repeats is off unless
+    ``limits`` turns it on (``Limits(duplicate_window=10_000)``, as the
+    ``bridges`` embedded broker does); see :class:`Limits`.
+
     Besides plain STOMP, the broker can listen for STOMP over TLS, over
     WebSocket and over WebSocket in TLS; every listener serves the same
     destinations, and a client on one talks to clients on the others::
@@ -378,7 +395,12 @@ async def _open_broker(
 ) -> AsyncIterator[Broker]:
     duplicates = None
     if limits.duplicate_window and limits.duplicate_window_seconds:
-        duplicates = Duplicates(limits.duplicate_window, limits.duplicate_window_seconds)
+        duplicates = Duplicates(
+            limits.duplicate_window,
+            limits.duplicate_window_seconds,
+            max_bytes=limits.duplicate_window_bytes,
+            max_id_length=limits.max_duplicate_id_length,
+        )
         if store is not None:
             await store.attach(duplicates)
     listeners = await open_listeners(host, port, **listening)

@@ -111,10 +111,11 @@ def _add_broker(subcommands: Subparsers) -> None:
         "--duplicate-window",
         metavar="N",
         type=int,
-        default=10_000,
-        help="remember the last N bridge-id values (per destination): a SEND repeating "
-        "one is answered (RECEIPT) and dropped; kept in --data-dir with the messages "
-        "(default 10000; 0: off)",
+        default=0,
+        help="turn the duplicate window on: remember the last N bridge-id values per "
+        "destination, and answer (RECEIPT) and drop a SEND repeating one; kept in "
+        "--data-dir with the messages (default 0: off, every SEND is delivered; "
+        "bridges' own broker uses 10000)",
     )
     parser.add_argument(
         "--duplicate-window-seconds",

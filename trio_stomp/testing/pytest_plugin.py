@@ -21,6 +21,13 @@ broker object gives ``url``, ``host``, ``port``, ``queue_depth(destination)``
 and ``connection_count``. For other settings, write your own fixture the
 same way: ``async with open_broker(users=..., limits=...) as broker: yield
 broker``.
+
+The broker's duplicate window is **off** (the default ``Limits``): every
+SEND is delivered, also a second one that reuses a ``bridge-id`` header with
+another body (any message that passed through a ``bridges`` route carries
+one). To test a producer that relies on the broker dropping repeats, as the
+``bridges`` embedded broker does, write a fixture with
+``limits=Limits(duplicate_window=10_000)``.
 """
 
 from __future__ import annotations

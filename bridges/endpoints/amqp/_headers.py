@@ -61,13 +61,14 @@ DELIVERED: Final = tuple(
 
 
 def to_headers(
-    incoming: aiormq.abc.DeliveredMessage, *, id_from_content: bool = False
+    incoming: aiormq.abc.DeliveredMessage, *, id_from_content: bool = False, namespace: str = ""
 ) -> tuple[dict[str, str], str]:
     """The headers and the stable id of a delivered message.
 
-    The id: ``bridge-id`` from the headers table, else the ``message_id``
-    property; else, with ``id_from_content``, a digest of the body and the
-    headers (less ``amqp-redelivered``, which a redelivery adds), else empty.
+    The id: ``bridge-id`` from the headers table, else ``namespace`` and the
+    ``message_id`` property; else, with ``id_from_content``, ``namespace`` and
+    a digest of the body and the headers (less ``amqp-redelivered``, which a
+    redelivery adds), else empty.
     """
     properties = incoming.header.properties
     headers: dict[str, str] = {}
@@ -82,13 +83,17 @@ def to_headers(
         headers[PRIORITY] = str(properties.priority)
     headers["amqp-exchange"] = incoming.exchange or ""
     headers["amqp-routing-key"] = incoming.routing_key or ""
-    stable = headers.pop(ID_HEADER, "") or properties.message_id or ""
+    # A bridge-id was namespaced by the bridge that set it; a publisher's message_id or
+    # the digest are unique at this source only: under ``namespace`` (ROUTE/).
+    stable = headers.pop(ID_HEADER, "")
+    if not stable and properties.message_id:
+        stable = namespace + properties.message_id
     if not stable and id_from_content:
         # Nothing upstream named it: the content is what stays the same when it
         # is delivered again (so the digest is taken before amqp-redelivered).
         digest = hashlib.sha256(incoming.body)
         digest.update(repr(sorted(headers.items())).encode())
-        stable = "sha256:" + digest.hexdigest()[:32]
+        stable = namespace + "sha256:" + digest.hexdigest()[:32]
     if incoming.redelivered:
         headers["amqp-redelivered"] = "true"
     return headers, stable

@@ -10,7 +10,8 @@ settled out of order. A nack (with an error, or a release at shutdown) is
 ``basic.nack(requeue=true)``: the broker delivers it again, flagged
 ``redelivered``. Closing the channel returns whatever is still unacked.
 
-The id: the ``bridge-id`` header, else the ``message_id`` property, both
+The id: the ``bridge-id`` header, else ``ROUTE/`` and the ``message_id``
+property (namespaced by the route's name: two publishers' ids never meet), both
 stable. A message with neither has no stable id: its id is empty (no sink
 de-duplicates it), unless ``id_from_content = true`` makes it a digest of
 its body and headers (then two identical messages are one to a
@@ -36,7 +37,7 @@ from bridges import Context, Envelope, InvalidSetting, Message
 
 from .._asyncio import AsyncioLoop, AsyncioSender, Batcher
 from .._asyncio_client import CLOSE_TIMEOUT
-from .._id_template import IdTemplate, id_template_setting
+from .._id_template import IdTemplate, id_namespace, id_template_setting
 from ._connection import AmqpConnection, Connector
 from ._headers import SHORTSTR, to_headers
 
@@ -119,6 +120,7 @@ class AmqpSource:
             sender, deliveries = aio.channel(self._window + 1)
             receiver = _AmqpReceiver(aio, underlay, deliveries, f"amqp {name}")
             receiver.id_from_content = self._config.id_from_content
+            receiver.namespace = id_namespace(self._context.route)
             receiver.id_template = self._id_template
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.settler.run)
@@ -172,12 +174,16 @@ class _AmqpReceiver:
         self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self.send_settled)
         #: Without bridge-id or message_id: the id from body and headers (else empty).
         self.id_from_content = False
+        #: The namespace of the ids this source makes (its route): :func:`id_namespace`.
+        self.namespace = ""
         #: Makes each message's id, when the config gives one.
         self.id_template: IdTemplate | None = None
 
     async def receive(self) -> Envelope:
         incoming = await self._deliveries.receive()
-        headers, stable = to_headers(incoming, id_from_content=self.id_from_content)
+        headers, stable = to_headers(
+            incoming, id_from_content=self.id_from_content, namespace=self.namespace
+        )
         tag = incoming.delivery_tag
         assert tag is not None  # (no_ack=False: every delivery has one)
         self.note_delivered((tag,))

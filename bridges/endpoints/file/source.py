@@ -7,11 +7,12 @@ name and then renames it into place is never read half-written), and it has
 not been modified for ``settle`` seconds (for writers that write in place;
 ``settle = 0`` relies on renames alone). Files are taken oldest first (by
 modification time, then name). Each file is one message: its bytes are the
-body, its name the ``file-name`` header, ``NAME@MTIME_NS`` its id. Only after
+body, its name the ``file-name`` header, ``ROUTE/NAME@MTIME_NS`` its id (ROUTE:
+the route's name, :func:`~bridges.endpoints._id_template.id_namespace`). Only after
 the ack is it moved into ``done_dir`` (or deleted, ``after = "delete"``); a
 nacked file stays and is read again. A name already taken in ``done_dir``
 (an earlier file of the same name, or anything planted there) is never
-replaced: the later file is kept under its id, ``NAME@MTIME_NS`` (then
+replaced: the later file is kept as ``NAME@MTIME_NS`` (then
 ``-2``, ``-3``... should that be taken too), and a warning names both. A
 file that a writer replaced or rewrote after it was read is never the one
 moved or deleted: it stays, to be read in its turn. A file that cannot be
@@ -28,7 +29,7 @@ opened without following links, and a link in its place stops the move (the
 file stays, logged) rather than moving it elsewhere.
 
 JSON-lines mode (``mode = "jsonl"``): the file is tailed; each complete
-line (ending in a newline) is one message, its id ``NAME:OFFSET``. The
+line (ending in a newline) is one message, its id ``ROUTE/NAME:OFFSET``. The
 offset up to which every line was acked is persisted (written to a temporary
 file, fsynced, renamed) in ``position_file`` after acks, so a restart
 resumes after the last acked line. A line longer than ``max_line`` bytes is
@@ -74,6 +75,7 @@ from ..._fs import (
     unwritable_problem,
 )
 from ..._message import Envelope, Message
+from .._id_template import id_namespace
 from .tail import JsonlReceiver
 
 log = logging.getLogger("bridges.file")
@@ -134,6 +136,8 @@ class FileSource:
     def __init__(self, config: FileSourceConfig, context: Context) -> None:
         self.config = config
         self.path = context.path(config.path)
+        #: The namespace of this source's ids (its route): see :func:`id_namespace`.
+        self.namespace = id_namespace(context.route)
         self.done = self.path / config.done_dir
         self.position = (
             context.path(config.position_file)
@@ -234,7 +238,8 @@ class _DirectoryReceiver:
             mtime_ns = info.st_mtime_ns
             read = _identity(info)
             self._taken.add(name)
-            message = Message(body, {"file-name": name}, f"{name}@{mtime_ns}")
+            message_id = f"{self._source.namespace}{name}@{mtime_ns}"  # ROUTE/NAME@MTIME_NS
+            message = Message(body, {"file-name": name}, message_id)
             return Envelope(
                 message,
                 ack=partial(self._ack, name, read),

@@ -1,18 +1,18 @@
 """The ``file`` source's JSON-lines mode: tail one file, persist the acked offset.
 
 Each complete line (ending in a newline) is one message, its id
-``NAME:OFFSET``; once the file was replaced or truncated (read again from
-its start), ``NAME#GEN:OFFSET``, GEN counting those starts over (kept in the
-position file): the new file's lines must not take the ids of the old one's,
-or a de-duplicating sink would skip them as repeats. Acks may come in any
-order; the offset below which every line is acked is persisted (temporary
-file, fsync, rename) after each burst of acks, with the offsets of the
-lines acked beyond it (at most the in-flight window), by
-:class:`bridges.Positions`, so a restart resumes after the last acked line,
-skips those acked out of order, and repeats only what was in flight: an ack
-is final. A nacked line is handed out again before new ones. A file
-replaced (new inode) or truncated is read again from its start, once nothing
-of the old one is in flight.
+``ROUTE/NAME:OFFSET`` (ROUTE: the route's name); once the file was replaced
+or truncated (read again from its start), ``ROUTE/NAME#GEN:OFFSET``, GEN
+counting those starts over (kept in the position file): the new file's lines
+must not take the ids of the old one's, or a de-duplicating sink would skip
+them as repeats. Acks may come in any order; the offset below which every
+line is acked is persisted (temporary file, fsync, rename) after each burst
+of acks, with the offsets of the lines acked beyond it (at most the in-
+flight window), by :class:`bridges.Positions`, so a restart resumes after
+the last acked line, skips those acked out of order, and repeats only what
+was in flight: an ack is final. A nacked line is handed out again before new
+ones. A file replaced (new inode) or truncated is read again from its start,
+once nothing of the old one is in flight.
 
 The file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular
 file (``path`` names the file itself, not a link to it); a link or a FIFO
@@ -70,6 +70,8 @@ class Tailed(Protocol):
     def position(self) -> Path: ...
     @property
     def config(self) -> TailSettings: ...
+    @property
+    def namespace(self) -> str: ...
 
 
 class JsonlReceiver:
@@ -93,12 +95,12 @@ class JsonlReceiver:
         self.positions = Positions(source.position)
         #: How many times the file was replaced or truncated: part of each line's id.
         self.generation = 0
-        self._id_prefix = f"{self._name}:"
+        self._id_prefix = f"{source.namespace}{self._name}:"
 
     def _started_over(self) -> None:
         """The file is read again from its start: its lines are new messages."""
         self.generation += 1
-        self._id_prefix = f"{self._name}#{self.generation}:"
+        self._id_prefix = f"{self._source.namespace}{self._name}#{self.generation}:"
 
     async def start(self) -> None:
         positions = self.positions

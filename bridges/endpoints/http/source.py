@@ -2,9 +2,9 @@
 
 Each accepted request to ``path`` is one message: the body unchanged, the
 headers ``content-type``, ``http-method``, ``http-path``, ``http-query`` and
-``http-<name>`` for each name in ``keep_headers``; its id is the sender's
-``webhook-id`` (``id_header``), so a sender's retries carry the same id,
-else a fresh one.
+``http-<name>`` for each name in ``keep_headers``; its id is ``ROUTE/`` and
+the sender's ``webhook-id`` (``id_header``), so a sender's retries carry the
+same id and two senders' ids never meet, else ``ROUTE/`` and a fresh one.
 
 A push source fits the pull contract this way: the request handler (a task
 of the shared server) checks the request, builds an envelope whose ack and
@@ -51,7 +51,7 @@ from attrs.validators import ge, gt, le
 from bridges import Context, Envelope, InvalidSetting, Message
 from bridges._readfile import check_file
 
-from .._id_template import id_template_setting
+from .._id_template import id_namespace, id_template_setting
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
 from .signatures import (
@@ -216,6 +216,7 @@ class HttpSource:
         self._bearer = None if config.bearer_token is None else config.bearer_token.encode()
         self._keep = tuple(name.lower() for name in config.keep_headers)
         self._context = context
+        self._namespace = id_namespace(context.route)
         #: The server it is mounted on, while open (its ``url`` has the real port).
         self.listener: HttpListener | None = None
         #: Requests refused since it was created, by reason (``bridges_http_refused_total``).
@@ -289,10 +290,11 @@ class HttpSource:
             if value is not None:
                 out[name] = value
         given = headers.get(self.config.id_header.lower(), "")
+        # Under the route's name: two senders (two routes) may both number theirs from 1.
         if given and len(given) <= MAX_ID_LENGTH and given.isprintable():
-            message_id = given
+            message_id = self._namespace + given
         else:
-            message_id = uuid.uuid4().hex
+            message_id = self._namespace + uuid.uuid4().hex
         message = Message(body, out, message_id)
         if self._id_template is not None:
             message = self._id_template.apply(message)

@@ -12,7 +12,7 @@ when the session resumes (with DUP set): at least once.
 The id: the ``bridge-id`` user property (MQTT 5, set by an ``mqtt`` sink),
 stable. MQTT's packet id is not (it is per session and reused), so a message
 without one has an empty id (no sink can de-duplicate it) unless
-``id_from_payload = true`` gives it ``mqtt-`` and a digest of its topic and
+``id_from_payload = true`` gives it ``ROUTE/mqtt-`` and a digest of its topic and
 payload: stable across redelivery, but two identical payloads on one topic
 are then one message to a de-duplicating sink, which is why it is a choice.
 ``id_template`` (``"{header:mqtt-topic}:{header:order-id}"``, ``{body_hash}``,
@@ -49,7 +49,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from bridges import Context, Envelope, InvalidSetting, Message
 from bridges._readfile import checked_cafile
 
-from .._id_template import IdTemplate, id_template_setting
+from .._id_template import IdTemplate, id_namespace, id_template_setting
 from ._connection import Broker, MqttConnection, MqttError, check_topic
 from ._driver import PahoDriver, open_paho
 
@@ -108,6 +108,7 @@ class MqttSource:
                 raise InvalidSetting(f"topics[{index}]", problem)
         self._config = config
         self._context = context
+        self._namespace = id_namespace(context.route)
         self._broker = Broker.from_config(config)
         checked_cafile("ca_file", config.ca_file, context)
         self._client_id = config.client_id or f"bridge-{context.route}"
@@ -146,6 +147,7 @@ class MqttSource:
             self._broker.where, window, config.protocol == 5, id_from_payload=config.id_from_payload
         )
         receiver.id_template = self._id_template
+        receiver.namespace = self._namespace
         properties = None
         if config.protocol == 5:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho is untyped here
@@ -219,6 +221,8 @@ class _MqttReceiver:
         self._id_from_payload = id_from_payload
         #: Makes each message's id, when the config gives one.
         self.id_template: IdTemplate | None = None
+        #: The namespace of the ids this source makes (its route): :func:`id_namespace`.
+        self.namespace = ""
         #: (message, packet id, QoS): converted on arrival, so that paho's objects
         #: (properties, locks) do not live on while a message is in flight: with a
         #: window of them alive, the garbage collector's passes cost more than the
@@ -287,7 +291,7 @@ class _MqttReceiver:
             digest = hashlib.blake2b(message.topic.encode(), digest_size=16)
             digest.update(b"\0")
             digest.update(message.payload)
-            message_id = "mqtt-" + digest.hexdigest()
+            message_id = f"{self.namespace}mqtt-{digest.hexdigest()}"
         converted = Message(bytes(message.payload), headers, message_id)
         return converted if self.id_template is None else self.id_template.apply(converted)
 

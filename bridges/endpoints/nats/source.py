@@ -56,6 +56,7 @@ from bridges import Context, Envelope, InvalidSetting
 from ..._message import ACKED, NACKED, OPEN, trusted_message
 from .._asyncio import AsyncioLoop, Batcher
 from .._asyncio_client import CLOSE_TIMEOUT
+from .._id_template import id_namespace
 from ._connection import (
     ID_HEADER,
     MSG_ID,
@@ -161,12 +162,14 @@ class NatsSource:
         connector = self._connector
         async with connector.connect() as (aio, client, closed):
             receiver = _NatsReceiver(aio, client, config, self._window, self._fetch)
+            receiver.namespace = id_namespace(self._context.route)
             try:
                 js = await aio.call(client.jetstream)
                 if config.create_stream:
                     await aio.run(_ensure_stream, js, config.stream, config.subject)
                 await aio.run(_bind_consumer, js, config.stream, self.consumer_config())
-                receiver.id_prefix = await aio.run(stream_incarnation, js, config.stream)
+                incarnation = await aio.run(stream_incarnation, js, config.stream)
+                receiver.id_prefix = receiver.namespace + incarnation
                 await aio.run(client.subscribe, receiver.inbox, cb=receiver.on_message)
             except (nats.errors.Error, TimeoutError) as exc:
                 raise connector.error(
@@ -262,6 +265,8 @@ class _NatsReceiver:
         #: What a message's id starts with when it has no id of its own:
         #: ``STREAM#CREATED`` (:func:`stream_incarnation`), set on open.
         self.id_prefix = config.stream
+        #: The namespace of the ids this source makes (its route): :func:`id_namespace`.
+        self.namespace = ""
         #: Delivered and not yet handed out, oldest first (the window bounds it).
         self._ready: collections.deque[Any] = collections.deque()
         self._arrived = trio.lowlevel.ParkingLot()
@@ -380,8 +385,9 @@ async def _send_ops(ops: list[_Op]) -> None:
 class _NatsEnvelope(Envelope):
     """An envelope settled through the JetStream message it came in (no callables per message).
 
-    Its id: ``Nats-Msg-Id`` when the publisher gave one, else ``bridge-id``,
-    else ``STREAM#CREATED:SEQUENCE`` (the stream's creation time, see
+    Its id: ``bridge-id`` when there is one (a bridge set it), else
+    ``ROUTE/`` and ``Nats-Msg-Id`` when the publisher gave one, else
+    ``ROUTE/STREAM#CREATED:SEQUENCE`` (the stream's creation time, see
     :func:`stream_incarnation`, and the stream sequence: the same on each
     redelivery, never that of a message of an earlier stream of that name).
     """
@@ -390,9 +396,13 @@ class _NatsEnvelope(Envelope):
 
     def __init__(self, msg: Any, receiver: _NatsReceiver, prefix: str) -> None:
         headers = dict(msg.headers) if msg.headers else {}
-        stable = headers.pop(MSG_ID, "") or headers.pop(ID_HEADER, "")
+        stable = headers.pop(ID_HEADER, "")
+        given = headers.pop(MSG_ID, "")
         if not stable:
-            stable = f"{prefix}:{_stream_sequence(msg.reply)}"
+            if given:  # (a publisher's, unique in its stream only)
+                stable = receiver.namespace + given
+            else:
+                stable = f"{prefix}:{_stream_sequence(msg.reply)}"
         headers[SUBJECT_HEADER] = msg.subject
         self.message = trusted_message(msg.data, headers, stable)
         self.origin = receiver.origin

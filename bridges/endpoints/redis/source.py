@@ -38,6 +38,7 @@ from coredis.response.types import StreamEntry
 from bridges import Context, Envelope, InvalidSetting, Message
 from bridges._readfile import checked_cafile
 
+from .._id_template import id_namespace
 from ._connection import ID_FIELD, RedisConnection, Server, open_client, tls_context
 
 log = logging.getLogger("bridges.redis")
@@ -200,6 +201,8 @@ class _RedisReceiver:
         self._window = source._window  # noqa: SLF001
         self._count = source._count  # noqa: SLF001
         self._origin = f"redis {config.stream}"
+        # An entry id is unique in its stream only: ROUTE/STREAM:ENTRY-ID.
+        self._id_prefix = f"{id_namespace(source._context.route)}{config.stream}:"  # noqa: SLF001
         self._ready: collections.deque[Message] = collections.deque()
         #: Entry ids read and not yet acked: at most the window.
         self._held: set[str] = set()
@@ -320,7 +323,7 @@ class _RedisReceiver:
                     body = value
                 else:
                     headers[_text(name)] = _text(value)
-            message_id = headers.pop(ID_FIELD, "") or entry_id
+            message_id = headers.pop(ID_FIELD, "") or self._id_prefix + entry_id
             headers["redis-id"] = entry_id
             headers["redis-stream"] = self._stream
             self._held.add(entry_id)

@@ -22,7 +22,7 @@ import trio_stomp
 
 from ..._endpoint import Context, InvalidSetting
 from ..._message import ACKED, NACKED, OPEN, Envelope, trusted_message
-from .._id_template import IdTemplate, id_template_setting
+from .._id_template import IdTemplate, id_namespace, id_template_setting
 from ._connection import ID_HEADER, Connector, StompConnection
 
 #: The header RabbitMQ carries a publisher's AMQP ``message_id`` in: stable, where its
@@ -43,8 +43,8 @@ class StompSourceConfig(StompConnection):
         subscription's name).
       id_template: the message id made from its headers and body
         (``{header:NAME}``, ``{body_hash}``...) for messages without a
-        stable id; default: ``bridge-id``, else ``amqp-message-id``, else the
-        broker's ``message-id``.
+        stable id; default: ``bridge-id``, else ``ROUTE/`` and
+        ``amqp-message-id``, else ``ROUTE/`` and the broker's ``message-id``.
     """
 
     destination: str = ""
@@ -89,7 +89,9 @@ class StompSource:
                 config.destination, ack="client-individual", headers=headers
             )
             async with subscription:
-                receiver = _StompReceiver(subscription, f"stomp {config.destination}")
+                receiver = _StompReceiver(
+                    subscription, f"stomp {config.destination}", id_namespace(self._context.route)
+                )
                 receiver.id_template = self._id_template
                 yield receiver
 
@@ -100,10 +102,11 @@ class _StompReceiver:
     the route has room for. What it holds when the route closes is unacked:
     the broker takes it back."""
 
-    def __init__(self, subscription: trio_stomp.Subscription, origin: str) -> None:
+    def __init__(self, subscription: trio_stomp.Subscription, origin: str, namespace: str) -> None:
         self._next_batch = subscription.batches().__anext__
         self._pending: list[trio_stomp.Message] = []
         self._origin = origin
+        self._namespace = namespace
         #: Makes each message's id, when the config gives one.
         self.id_template: IdTemplate | None = None
 
@@ -123,8 +126,10 @@ class _StompReceiver:
         else:
             chunk = pending[:most]
             del pending[:most]
-        origin = self._origin
-        envelopes: list[Envelope] = [_StompEnvelope(received, origin) for received in chunk]
+        origin, namespace = self._origin, self._namespace
+        envelopes: list[Envelope] = [
+            _StompEnvelope(received, origin, namespace) for received in chunk
+        ]
         template = self.id_template
         if template is not None:
             for envelope in envelopes:
@@ -141,10 +146,10 @@ class _StompEnvelope(Envelope):
 
     __slots__ = ("received", "settle_key")
 
-    def __init__(self, received: trio_stomp.Message, origin: str) -> None:
+    def __init__(self, received: trio_stomp.Message, origin: str, namespace: str) -> None:
         # The message to hand on: the MESSAGE's body and headers, less those about
-        # its delivery; its id is ``bridge-id`` when there is one, else the publisher's
-        # ``amqp-message-id`` (RabbitMQ), else ``message-id`` (stable on the embedded
+        # its delivery; its id is ``bridge-id`` when there is one, else ROUTE/ and the
+        # publisher's ``amqp-message-id`` (RabbitMQ), else ``message-id`` (stable on the embedded
         # broker and ActiveMQ, new on each delivery on RabbitMQ: tests/.../test_stomp_ids.py).
         # (Here, not in a function of its own: this runs for every message.)
         headers = received.headers.as_dict()  # (a repeated header: the first one wins)
@@ -154,7 +159,12 @@ class _StompEnvelope(Envelope):
         pop("ack", None)
         pop("receipt", None)  # the sender's SEND receipt: RabbitMQ passes it on
         pop("content-length", None)
-        stable = pop(ID_HEADER, "") or headers.get(AMQP_MESSAGE_ID, "") or message_id
+        # (A bridge-id was namespaced by the bridge that set it; the others are the
+        # broker's or a publisher's, unique only on that broker: under the route's name.)
+        stable = pop(ID_HEADER, "")
+        if not stable:
+            upstream = headers.get(AMQP_MESSAGE_ID, "") or message_id
+            stable = namespace + upstream if upstream else ""
         self.message = trusted_message(received.body, headers, stable)
         self.origin = origin
         self.state = OPEN

@@ -11,10 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from family_kit import bridges_command
+from family_kit import bridges_command, free_port
 from notify_kit import drop, http_url, metric, running_bridge
 
 from bridges.testing import wait_until
+from trio_stomp.testing import open_raw_client
 
 SECRET = "s3cr3t-token-7f3a9c41d2"
 
@@ -245,3 +246,41 @@ sink = {{ type = "file", path = "outbox", format = "files" }}
     assert len(lines) == 2, lines
     assert "refused 1 request(s): 1 x 401 unauthorized (last: 127.0.0.1: " in lines[0]
     assert "refused 2 request(s): 2 x 401 unauthorized" in lines[1]
+
+
+@pytest.mark.deadline(30)
+async def test_what_the_duplicate_window_drops_is_counted_per_destination(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f"""
+[bridge]
+http = "127.0.0.1:0"
+
+[broker]
+embedded = true
+listen = "127.0.0.1:{port}"
+
+[routes.in]
+source = {{ type = "file", path = "inbox", settle = 0, poll_interval = 0.05 }}
+sink = {{ type = "stomp", url = "embedded", destination = "/queue/in" }}
+"""
+    )
+    (tmp_path / "inbox").mkdir()
+    async with running_bridge(config) as (process, notify, output), httpx.AsyncClient() as http:
+        await notify.wait_for(lambda f: f.get("READY") == "1")
+        url = await http_url(output)
+        async with open_raw_client(port) as client:
+            for n in range(3):  # one message, sent again twice: 2 dropped by the window
+                headers = {"destination": "/queue/x", "bridge-id": "order-1", "receipt": f"{n}"}
+                await client.send("SEND", headers, b"once")
+                await client.receipt(f"{n}")
+        text = (await http.get(f"{url}/metrics")).text
+        assert 'bridges_duplicates_dropped_total{destination="/queue/x"} 2.0' in text
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            await process.wait()
+    said = output.decode()
+    # Logged at INFO, sampled: the first drop to a destination, with its id.
+    assert said.count("duplicate window: dropped a SEND to '/queue/x'") == 1
+    assert "'order-1'" in said

@@ -38,7 +38,7 @@ async def still_moving(tmp_path: Path, name: str, url: str) -> None:
     """A file dropped now reaches the outbox, and /healthz answers 200."""
     (tmp_path / "inbox" / name).write_text(name)
     with trio.fail_after(5):
-        await wait_until(lambda: any((tmp_path / "outbox").glob(f"{name}@*")), 0.05)
+        await wait_until(lambda: any((tmp_path / "outbox").glob(f"*_{name}@*")), 0.05)
         async with httpx.AsyncClient() as http:
             assert (await http.get(f"{url}/healthz")).status_code == 200
 

@@ -18,6 +18,8 @@ from trio_stomp.frame import Headers
 from trio_stomp.testing import RawClient, open_raw_client
 
 TIMEOUT = 10.0
+#: The window on, as bridges' embedded broker has it (the library's default is off).
+ON = Limits(duplicate_window=10_000)
 
 
 class _Clock:
@@ -108,7 +110,7 @@ async def _send(client: RawClient, destination: str, bridge_id: str, receipt: st
 
 async def test_a_repeated_bridge_id_gets_its_receipt_and_is_dropped() -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_broker() as broker, open_raw_client(broker) as client:
+        async with open_broker(limits=ON) as broker, open_raw_client(broker) as client:
             await _send(client, "/queue/a", "x", "r1")
             await _send(client, "/queue/a", "x", "r2")
             await _send(client, "/queue/b", "x", "r3")
@@ -125,7 +127,7 @@ async def test_a_repeated_bridge_id_gets_its_receipt_and_is_dropped() -> None:
 
 async def test_a_repeat_in_a_transaction_is_dropped_at_commit() -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_broker() as broker, open_raw_client(broker) as client:
+        async with open_broker(limits=ON) as broker, open_raw_client(broker) as client:
             await client.send("BEGIN", {"transaction": "t"})
             for n in range(2):
                 headers = {"destination": "/queue/a", "bridge-id": "x", "transaction": "t"}
@@ -135,10 +137,10 @@ async def test_a_repeat_in_a_transaction_is_dropped_at_commit() -> None:
             assert broker.queue_depth("/queue/a") == 1
 
 
-async def test_the_window_can_be_turned_off() -> None:
+async def test_the_window_is_off_by_default() -> None:
+    assert Limits().duplicate_window == 0
     with trio.fail_after(TIMEOUT):
-        limits = Limits(duplicate_window=0)
-        async with open_broker(limits=limits) as broker, open_raw_client(broker) as client:
+        async with open_broker() as broker, open_raw_client(broker) as client:
             await _send(client, "/queue/a", "x", "r1")
             await _send(client, "/queue/a", "x", "r2")
             await client.receipt("r2")
@@ -168,7 +170,7 @@ async def test_the_receipt_of_a_repeat_waits_for_the_first_to_be_on_disk(
     gate: _Gate,  # noqa: F811
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_broker(data_dir=tmp_path) as broker:
+        async with open_broker(data_dir=tmp_path, limits=ON) as broker:
             async with open_raw_client(broker) as first, open_raw_client(broker) as second:
                 await _send(first, "/queue/a", "x", "r1")
                 await gate.wait_entered()

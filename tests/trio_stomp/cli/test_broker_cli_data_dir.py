@@ -218,8 +218,9 @@ async def test_listing_the_store_of_a_running_broker_is_a_clear_error(tmp_path: 
 
 @pytest.mark.deadline(40)
 async def test_the_duplicate_window_survives_sigkill(tmp_path: Path) -> None:
+    on = ("--duplicate-window", "10000")  # (off by default)
     first = {"destination": "/queue/d", "bridge-id": "order-7", "receipt": "1"}
-    async with _broker(tmp_path) as (process, port, _):
+    async with _broker(tmp_path, *on) as (process, port, _):
         with trio.fail_after(10):
             async with open_raw_client(port) as client:
                 await client.send("SEND", first, b"first")
@@ -234,7 +235,7 @@ async def test_the_duplicate_window_survives_sigkill(tmp_path: Path) -> None:
                 await client.receipt("2")
         process.send_signal(signal.SIGKILL)
         await process.wait()
-    async with _broker(tmp_path) as (process, port, _):
+    async with _broker(tmp_path, *on) as (process, port, _):
         with trio.fail_after(10):
             async with open_raw_client(port) as client:
                 await client.send("SEND", {**first, "receipt": "3"}, b"again")  # (a resend)
@@ -248,3 +249,19 @@ async def test_the_duplicate_window_survives_sigkill(tmp_path: Path) -> None:
 def test_a_negative_duplicate_window_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["broker", "--listen", "127.0.0.1:0", "--duplicate-window", "-1"]) == 2
     assert "duplicate_window" in capsys.readouterr().err
+
+
+@pytest.mark.deadline(40)
+async def test_the_duplicate_window_is_off_unless_asked_for(tmp_path: Path) -> None:
+    # A library user's own resend of a bridged message, with another body, is delivered.
+    headers = {"destination": "/queue/d", "bridge-id": "order-1"}
+    async with _broker(tmp_path) as (_, port, _):
+        with trio.fail_after(10):
+            async with open_raw_client(port) as client:
+                await client.send("SEND", {**headers, "receipt": "1"}, b"first")
+                await client.receipt("1")
+                await client.send("SEND", {**headers, "receipt": "2"}, b"second (different)")
+                await client.receipt("2")
+                await client.subscribe("/queue/d")
+                bodies = [(await client.expect("MESSAGE")).body for _ in range(2)]
+    assert bodies == [b"first", b"second (different)"]

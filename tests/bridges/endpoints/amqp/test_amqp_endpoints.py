@@ -111,7 +111,7 @@ async def test_the_source_maps_properties_and_an_ack_is_final() -> None:
                 "amqp-exchange": "",
                 "amqp-routing-key": name,
             }
-            assert two.message.id == "only-amqp-id"
+            assert two.message.id == "r/only-amqp-id"  # ROUTE/ and the publisher's id
             assert three.message.id  # (aiormq gives every publish a message-id)
             for envelope in (one, two, three):
                 await envelope.ack()
@@ -134,6 +134,25 @@ async def test_nack_requeues_flagged_redelivered_with_the_same_id() -> None:
             assert second.message.headers["amqp-redelivered"] == "true"
             assert second.message.id == first.message.id
             await second.ack()
+
+
+async def test_two_publishers_message_ids_read_by_two_routes_stay_two_ids() -> None:
+    # Two publishers both number their messages from 1 (message_id "1"); two routes read
+    # them (and may feed one queue): each id goes under its route's name.
+    url = require_amqp()
+    got = []
+    for route in ("a", "b"):
+        async with queue(url) as (name, aio, channel):
+            await publish(aio, channel, name, aio_pika.Message(b"x", message_id="1"))
+            source = AmqpSource(AmqpSourceConfig(url=url, queue=name), Context(route=route))
+            async with source.open() as receiver:
+                first = await receiver.receive()
+                await first.nack(RuntimeError("again"))
+                again = await receiver.receive()
+                assert again.message.id == first.message.id
+                await again.ack()
+                got.append(first.message.id)
+    assert got == ["a/1", "b/1"]
 
 
 async def test_basic_qos_holds_the_broker_to_the_window() -> None:

@@ -24,6 +24,9 @@ def test_bridge_id_then_message_id() -> None:
     with_both = delivered(b"x", message_id="m-1", headers={"bridge-id": "b-1"})
     assert to_headers(with_both)[1] == "b-1"
     assert to_headers(delivered(b"x", message_id="m-1"))[1] == "m-1"
+    # A bridge-id was namespaced where it was set; a message_id goes under the route's.
+    assert to_headers(with_both, namespace="r/")[1] == "b-1"
+    assert to_headers(delivered(b"x", message_id="m-1"), namespace="r/")[1] == "r/m-1"
 
 
 def test_without_either_the_id_is_empty_unless_chosen_from_the_content() -> None:

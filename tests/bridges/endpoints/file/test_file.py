@@ -55,7 +55,7 @@ async def test_directory_source_takes_complete_files_oldest_first(tmp_path: Path
         first, second = await take(receiver, 2)
         assert (first.message.body, second.message.body) == (b"first", b"second")
         assert first.message.headers == {"file-name": "a.txt"}
-        assert first.message.id == "a.txt@1000000000"
+        assert first.message.id == "f/a.txt@1000000000"  # ROUTE/NAME@MTIME_NS
         with trio.move_on_after(0.1) as scope:
             await receiver.receive()  # nothing else is complete
         assert scope.cancelled_caught
@@ -126,7 +126,7 @@ async def test_a_file_replaced_after_it_was_read_is_read_in_its_turn_not_done_wi
             await first.ack()
             assert (inbox / "status.json").read_bytes() == b"v2"  # not moved: never read
             second = await receiver.receive()
-            assert (second.message.body, second.message.id) == (b"v2", "status.json@2000000000")
+            assert (second.message.body, second.message.id) == (b"v2", "f/status.json@2000000000")
             (inbox / "status.json").write_bytes(b"v3")  # rewritten in place: same inode
             os.utime(inbox / "status.json", ns=(3_000_000_000, 3_000_000_000))
             await second.ack()
@@ -277,7 +277,7 @@ async def test_jsonl_source_persists_its_position_only_after_acks_in_order(tmp_p
     async with source.open() as receiver:
         one, two, three = await take(receiver, 3)
         assert [e.message.body for e in (one, two, three)] == [b"one", b"two", b"three"]
-        assert [e.message.id for e in (one, two)] == ["events.jsonl:0", "events.jsonl:4"]
+        assert [e.message.id for e in (one, two)] == ["f/events.jsonl:0", "f/events.jsonl:4"]
         await two.ack()
         await trio.sleep(0.05)
         assert json.loads(position.read_text())["offset"] == 0  # line one is not acked yet
@@ -315,7 +315,7 @@ async def test_jsonl_envelope_lines_read_what_the_sink_writes(
     assert broken.message.body == b"{broken"
     assert "not a record" in str(broken.error)
     assert second.message.body == b"\xff\x00"
-    assert second.message.id.startswith("in.jsonl:")
+    assert second.message.id.startswith("f/in.jsonl:")
     assert "not a record" in caplog.text
 
 

@@ -517,5 +517,5 @@ async def test_a_replaced_file_does_not_inherit_the_old_ones_unfinished_line(
         (tmp_path / "new.jsonl").rename(log_file)  # rotated: a new inode
         fresh = await receive_within(receiver)
         assert fresh.message.body == b"fresh"
-        assert fresh.message.id == "app.jsonl#1:0"  # not the old first line's id
-        assert one.message.id == "app.jsonl:0"
+        assert fresh.message.id == "hostile/app.jsonl#1:0"  # not the old first line's id
+        assert one.message.id == "hostile/app.jsonl:0"

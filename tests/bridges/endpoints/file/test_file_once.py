@@ -153,4 +153,4 @@ async def test_a_rotated_input_gives_new_ids_kept_across_a_restart(tmp_path: Pat
             await trio.sleep(0.2)  # the position is persisted
         async with FileSource(config, ctx(tmp_path)).open() as receiver:  # a restart
             ids.append((await receiver.receive()).message.id)
-    assert ids == ["app.jsonl:0", "app.jsonl#1:0", "app.jsonl#1:5"]
+    assert ids == ["f/app.jsonl:0", "f/app.jsonl#1:0", "f/app.jsonl#1:5"]

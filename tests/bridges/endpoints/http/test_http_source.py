@@ -85,7 +85,7 @@ async def test_a_signed_webhook_lands_in_the_queue_with_its_id_and_headers(
     assert len(got) == 1
     message = got[0]
     assert message.body == body
-    assert message.headers["bridge-id"] == "msg_abc"
+    assert message.headers["bridge-id"] == "h/msg_abc"  # ROUTE/webhook-id
     assert message.headers["content-type"] == "application/json"
     assert message.headers["http-method"] == "POST"
     assert message.headers["http-path"] == "/hooks"
@@ -302,7 +302,7 @@ async def test_github_signatures_and_bearer_tokens(client: httpx.AsyncClient) ->
             bad = await client.post(f"{url}/hooks", content=body, headers=headers)
             assert bad.status_code == 401
     written = [m for b in sink.batches for m in b]
-    assert [(m.id, m.body) for m in written] == [("d-1", body)]
+    assert [(m.id, m.body) for m in written] == [("h/d-1", body)]
 
 
 async def test_without_a_sender_id_each_message_gets_a_fresh_one(

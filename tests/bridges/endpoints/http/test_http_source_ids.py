@@ -54,3 +54,22 @@ def test_the_template_fields() -> None:
     assert IdTemplate.parse("{{body_hash}}").render(message) == "{body_hash}"
     with pytest.raises(ValueError, match="empty"):
         IdTemplate.parse("")
+
+
+async def test_two_senders_with_one_webhook_id_on_two_routes_are_two_ids() -> None:
+    # Two senders (two routes, here on their own paths) both number from 1: each id goes
+    # under its route's name; a sender's retry on one route keeps its id.
+    written: list[str] = []
+    for route in ("github", "stripe"):
+        sink = FakeSink()
+        context = Context(route=route)
+        async with running_source(sink, context=context, path=f"/{route}") as (url, _, _):
+            async with httpx.AsyncClient() as client:
+                for _ in range(2):  # (the sender's retry)
+                    answer = await client.post(
+                        f"{url}/{route}", content=b"event", headers={"webhook-id": "1"}
+                    )
+                    assert answer.status_code == 204
+            await wait_until(lambda: len(sink.written) == 2)  # noqa: B023 (awaited here)
+        written.extend(sink.written)
+    assert written == ["github/1", "github/1", "stripe/1", "stripe/1"]

@@ -88,7 +88,7 @@ async def test_a_batch_goes_through_binary_safe_with_headers_on_mqtt5(
         assert first.headers["note"] == "caf\u00e9"
         assert by_topic[f"{base}/none"].headers["content-type"] == "text/plain"
     else:  # 3.1.1 carries no headers: the id is derived from topic and payload
-        assert first.id.startswith("mqtt-")
+        assert first.id.startswith("m/mqtt-")  # ROUTE/mqtt-DIGEST
         assert first.id != by_topic[f"{base}/oslo"].id
         assert "note" not in first.headers
 
@@ -383,10 +383,35 @@ async def test_without_bridge_id_the_id_is_empty_unless_chosen_from_the_payload(
         got = await take(first, 2)
         assert [e.message.id for e in got] == ["", ""]  # 3.1.1 carries no bridge-id
         same = await take(second, 2)
-        assert same[0].message.id.startswith("mqtt-")
+        assert same[0].message.id.startswith("m/mqtt-")
         assert same[0].message.id == same[1].message.id  # identical payloads: one id
         for envelope in [*got, *same]:
             await envelope.ack()
+
+
+async def test_two_routes_digests_of_one_topic_and_payload_are_two_ids() -> None:
+    # Two brokers' (here: two routes') messages with the same topic and payload are two
+    # messages once they meet in one queue: the digest goes under the route's name.
+    url = require_mqtt()
+    base = topic()
+    sources = [
+        MqttSource(
+            source_config(url, [base], protocol=4, id_from_payload=True),
+            Context(route=route, in_flight=100),
+        )
+        for route in ("a", "b")
+    ]
+    sink = MqttSink(sink_config(url, base, protocol=4), CTX)
+    async with sources[0].open() as first, sources[1].open() as second:
+        async with sink.open() as writer:
+            await writer.write([Message(b"21.5", {}, "x")])
+        (one,) = await take(first, 1)
+        (two,) = await take(second, 1)
+        digest = one.message.id.removeprefix("a/")
+        assert digest.startswith("mqtt-")
+        assert two.message.id == f"b/{digest}"
+        await one.ack()
+        await two.ack()
 
 
 def _received(topic_name: str, payload: bytes) -> paho.MQTTMessage:

@@ -101,9 +101,9 @@ async def test_the_source_hands_out_ids_and_headers_and_an_ack_is_final() -> Non
             assert first.message.body == b"\x00plain"
             created = (await aio.run(js.stream_info, name)).created
             micros = (created - datetime.fromtimestamp(0, UTC)) // timedelta(microseconds=1)
-            assert first.message.id == f"{name}#{micros:x}:1"  # creation time, stream sequence
+            assert first.message.id == f"r/{name}#{micros:x}:1"  # ROUTE/, creation time, sequence
             assert first.message.headers == {"h": "v", "nats-subject": f"{name}.a"}
-            assert second.message.id == "stable-1"  # the publisher's de-duplication id wins
+            assert second.message.id == "r/stable-1"  # ROUTE/ and the publisher's id
             assert "Nats-Msg-Id" not in second.message.headers
             await first.ack()
             await second.ack()
@@ -111,6 +111,31 @@ async def test_the_source_hands_out_ids_and_headers_and_an_ack_is_final() -> Non
             with trio.move_on_after(0.5) as quiet:
                 await receiver.receive()
             assert quiet.cancelled_caught
+
+
+async def test_two_publishers_ids_read_by_two_routes_stay_two_ids() -> None:
+    # Nats-Msg-Id is unique in its stream only: both publishers used "1".
+    url = require_nats()
+    async with stream(url) as (one, aio, js):
+        two = f"{one}B"
+        await aio.run(js.add_stream, name=two, subjects=[f"{two}.>"])
+        try:
+            for name in (one, two):
+                await aio.run(js.publish, f"{name}.a", b"x", headers={"Nats-Msg-Id": "1"})
+            got = []
+            for route, name in (("a", one), ("b", two)):
+                context = Context(route=route, in_flight=20)
+                async with NatsSource(source_config(url, name), context).open() as receiver:
+                    first = await receiver.receive()
+                    await first.nack(None)  # (a release: back at once, with the same id)
+                    again = await receiver.receive()
+                    assert again.message.id == first.message.id
+                    await again.ack()
+                    got.append(first.message.id)
+            assert got == ["a/1", "b/1"]
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await aio.run(js.delete_stream, two)
 
 
 async def test_nack_redelivers_after_the_delay_and_release_at_once() -> None:

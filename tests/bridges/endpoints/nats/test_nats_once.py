@@ -99,7 +99,7 @@ async def test_a_stream_created_again_gives_new_ids_and_a_deduplicating_sink_kee
     assert [line["body"] for line in lines] == ["old0", "old1", "new0", "new1"]  # none dropped
     assert [line["id"] for line in lines] == [*old, *new]
     assert set(new).isdisjoint(old)
-    assert new[0].startswith(name + "#")
+    assert new[0].startswith(f"r/{name}#")  # ROUTE/STREAM#CREATED:SEQ
     assert new[0].endswith(":1")
 
 

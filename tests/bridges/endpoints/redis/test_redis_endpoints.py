@@ -104,7 +104,7 @@ async def test_the_source_hands_out_entries_and_acks_only_what_was_acked() -> No
     async with source.open() as receiver:
         got = [await receiver.receive() for _ in range(5)]
         assert [e.message.body for e in got] == [f"m{i}".encode() for i in range(5)]
-        assert [e.message.id for e in got] == ids  # no bridge-id: the entry id
+        assert [e.message.id for e in got] == [f"r/{stream}:{i}" for i in ids]  # ROUTE/STREAM:ID
         assert got[0].message.headers == {"k": "v", "redis-id": ids[0], "redis-stream": stream}
         for envelope in got[:3]:
             await envelope.ack()
@@ -112,7 +112,7 @@ async def test_the_source_hands_out_entries_and_acks_only_what_was_acked() -> No
     # Reopened: the entries still pending for this consumer come first, with their ids.
     async with source.open() as receiver:
         again = [await receiver.receive() for _ in range(2)]
-        assert [e.message.id for e in again] == ids[3:]
+        assert [e.message.id for e in again] == [f"r/{stream}:{i}" for i in ids[3:]]
         with trio.move_on_after(0.3):
             extra = await receiver.receive()
             pytest.fail(f"acked entry delivered again: {extra}")
@@ -394,9 +394,33 @@ def test_any_body_headers_and_id_survive_a_redis_round_trip(
             with trio.fail_after(10):
                 got = (await receiver.receive()).message
         assert got.body == body
-        assert got.id == (message_id or got.headers["redis-id"])  # empty: the entry id
+        # (empty: ROUTE/STREAM:ENTRY-ID)
+        assert got.id == (
+            message_id or f"r/{got.headers['redis-stream']}:{got.headers['redis-id']}"
+        )
         assert {k: v for k, v in got.headers.items() if not k.startswith("redis-")} == {
             k: v for k, v in kept.items() if not k.startswith("redis-")
         }
 
     trio.run(main)
+
+
+async def test_two_streams_entries_with_one_entry_id_get_two_ids() -> None:
+    # Entry ids are unique in their stream only ("5-1" in both): ROUTE/STREAM:ENTRY-ID
+    # keeps two distinct messages apart, and stays the same on redelivery.
+    url = require_redis()
+    streams = [unique(), unique()]
+    async with redis(url) as client:
+        for stream in streams:
+            await client.xadd(stream, {"body": b"same"}, identifier="5-1")
+    got = []
+    for route, stream in zip(("a", "b"), streams, strict=True):
+        config = RedisSourceConfig(url=url, stream=stream, start="0")
+        async with RedisSource(config, Context(route=route)).open() as receiver:
+            first = await receiver.receive()
+            await first.nack(RuntimeError("again"))
+            again = await receiver.receive()
+            assert again.message.id == first.message.id
+            await again.ack()
+            got.append(first.message.id)
+    assert got == [f"a/{streams[0]}:5-1", f"b/{streams[1]}:5-1"]

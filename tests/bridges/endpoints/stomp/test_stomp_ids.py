@@ -24,13 +24,17 @@ CTX = Context(route="ids", in_flight=10)
 
 
 async def delivered_twice(
-    url: str, destination: str, headers: dict[str, str], id_template: str | None = None
+    url: str,
+    destination: str,
+    headers: dict[str, str],
+    id_template: str | None = None,
+    context: Context = CTX,
 ) -> tuple[str, ...]:
     """The id of one message as handed out first, after a nack, and after a close."""
     async with trio_stomp.connect(url) as client:
         await client.send(destination, b"once", headers=headers, receipt=True)
     config = StompSourceConfig(url=url, destination=destination, id_template=id_template)
-    source = StompSource(config, CTX)
+    source = StompSource(config, context)
     ids = []
     for settle in ("nack", "close", "ack"):  # nacked; left unsettled at a close; acked
         with trio.fail_after(10):
@@ -66,7 +70,29 @@ async def test_a_publishers_amqp_message_id_is_stable_on_every_broker(
     target: Target, unique: Callable[[str], str]
 ) -> None:
     ids = await delivered_twice(target.url, unique("queue"), {"amqp-message-id": "a-1"})
-    assert ids == ("a-1", "a-1", "a-1")
+    assert ids == ("ids/a-1", "ids/a-1", "ids/a-1")  # ROUTE/ and the publisher's id
+
+
+async def test_two_routes_never_give_two_distinct_messages_one_id(
+    target: Target, unique: Callable[[str], str]
+) -> None:
+    # Two publishers (two queues, two routes feeding one queue downstream) both number
+    # their messages from 1: each route's ids are its own, and stay so on redelivery.
+    first, second = [
+        await delivered_twice(
+            target.url, unique("queue"), {"amqp-message-id": "1"}, context=Context(route=r)
+        )
+        for r in ("a", "b")
+    ]
+    assert (set(first), set(second)) == ({"a/1"}, {"b/1"})
+    if target.name != "rabbitmq":  # (its message-id is new on each delivery)
+        first, second = [
+            await delivered_twice(target.url, unique("queue"), {}, context=Context(route=r))
+            for r in ("a", "b")
+        ]
+        assert len(set(first)) == len(set(second)) == 1
+        assert first[0].startswith("a/")
+        assert second[0].startswith("b/")
 
 
 async def test_an_id_template_makes_a_stable_id_on_every_broker(
