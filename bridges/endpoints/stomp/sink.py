@@ -91,8 +91,12 @@ class StompSinkConfig(StompConnection):
         overrides it; one of the two is needed.
       confirm: ``"receipt"``: the last SEND of a batch asks for a RECEIPT;
         ``"transaction"``: BEGIN, the SENDs, COMMIT with a receipt.
-      persistent: true adds ``persistent:true`` to each SEND (RabbitMQ: the
-        message survives its restart).
+      persistent: true adds ``persistent:true`` to each SEND, so that RabbitMQ
+        and ActiveMQ write the message to disk before the RECEIPT and it
+        survives their restart. Default: true for every broker but the
+        embedded one (whose durability is its ``data_dir``, and which sends
+        nothing for the header). ``false`` makes the route at most once across
+        a restart of the broker: ``bridges check`` and the stop say so.
       headers: headers added to every SEND.
       max_message_bytes: a larger message (body and headers) is rejected on
         its own, before anything is sent; default: the embedded broker's frame
@@ -107,7 +111,7 @@ class StompSinkConfig(StompConnection):
 
     destination: str | None = None
     confirm: Literal["receipt", "transaction"] = "receipt"
-    persistent: bool = False
+    persistent: bool | None = None
     headers: dict[str, str] = attrs.field(factory=dict)
     max_message_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
@@ -135,10 +139,9 @@ class StompSink:
         for name, value in config.headers.items():
             if name in _NOT_SENT or not name or "\0" in name + value:
                 raise InvalidSetting(f"headers.{name}", "this header cannot be set here")
-        extra = dict(config.headers)
-        if config.persistent:
-            extra["persistent"] = "true"
-        self._extra = extra
+        self._extra = dict(config.headers)
+        if "persistent" in config.headers and config.persistent is not None:
+            raise InvalidSetting("headers.persistent", "set it with persistent = true/false")
 
     @classmethod
     def build(cls, config: StompSinkConfig, context: Context) -> StompSink:
@@ -193,6 +196,46 @@ class StompSink:
             return (broker.limits if broker is not None else Limits()).max_transaction_bytes
         return None
 
+    @property
+    def persistent(self) -> bool:
+        """Whether each SEND carries ``persistent:true``: the setting, else true
+        unless the sink reaches the embedded broker (known once it runs)."""
+        if self._config.persistent is not None:
+            return self._config.persistent
+        if "persistent" in self._config.headers:
+            return self._config.headers["persistent"] == "true"
+        return not self._connector.embedded
+
+    def send_headers(self) -> dict[str, str]:
+        """The headers this sink adds to every SEND (its ``headers``, ``persistent``)."""
+        extra = dict(self._extra)
+        if self._config.persistent is not None or not self._connector.embedded:
+            extra.setdefault("persistent", "true" if self.persistent else "false")
+        return extra
+
+    def weaker_guarantee(self) -> str | None:
+        """Why this sink is at most once across a restart of its broker, or None."""
+        if self._connector.embedded or self.persistent:
+            return None
+        return (
+            "persistent = false: the broker keeps the messages in memory only, so a "
+            "restart of it loses what it receipted (AT MOST ONCE across a broker restart)"
+        )
+
+    def check_warnings(self) -> list[str]:
+        """What ``bridges check`` says about this sink: non-persistent, a topic."""
+        warnings = []
+        if (reason := self.weaker_guarantee()) is not None:
+            warnings.append(f"stomp sink with {reason}")
+        destination = self._config.destination or ""
+        if destination.startswith(("/topic/", "/exchange/")):
+            warnings.append(
+                f"stomp sink to {destination}: a broker receipts a SEND to a topic that no "
+                "subscriber reads, and the message is gone (RabbitMQ: nothing bound to it); "
+                "send to a /queue/ (or /amq/queue/) for a message to be kept"
+            )
+        return warnings
+
     def describe(self) -> str:
         where = self._config.destination or "the message's destination"
         return f"stomp {where} on {self._connector.where}"
@@ -212,12 +255,16 @@ class StompSink:
             raise refused from exc
 
     def prepare(
-        self, message: Message, limits: SendLimits | None = None
+        self,
+        message: Message,
+        limits: SendLimits | None = None,
+        extra: dict[str, str] | None = None,
     ) -> tuple[str, dict[str, str]]:
         """The destination and SEND headers of ``message``, checked against the limits.
 
         Args:
           limits: what to check against (default: :meth:`send_limits`).
+          extra: the headers added to it (default: :meth:`send_headers`).
 
         Raises:
           ValueError: no destination, a header STOMP cannot carry (NUL, not
@@ -236,7 +283,7 @@ class StompSink:
             if not name or "\0" in name or "\0" in value:
                 raise ValueError(f"header {name!r} cannot be sent over STOMP (NUL or empty)")
             headers[name] = value
-        headers.update(self._extra)
+        headers.update(self.send_headers() if extra is None else extra)
         headers[ID_HEADER] = message.id
         if limits is None:
             limits = self.send_limits()
@@ -306,6 +353,7 @@ class _StompWriter:
         self._sink = sink
         self._transaction = sink.confirm == "transaction"
         self._limits = sink.send_limits()
+        self._extra = sink.send_headers()
         self._transaction_limit = sink.max_transaction_bytes
         #: Set when the broker refused a write (its ERROR ends the connection).
         self.refused: BatchRefused | None = None
@@ -321,7 +369,7 @@ class _StompWriter:
             raise self.refused from exc
 
     def _frame(self, message: Message) -> _Frame:
-        destination, headers = self._sink.prepare(message, self._limits)
+        destination, headers = self._sink.prepare(message, self._limits, self._extra)
         return destination, message.body, headers
 
     async def _send(self, frames: list[_Frame]) -> None:
