@@ -365,7 +365,7 @@ class _StompWriter:
         except trio_stomp.ServerError as exc:
             # The ERROR names no SEND (none carries a receipt but the last): the
             # engine finds the message by writing the batch again in halves.
-            self.refused = BatchRefused(f"the broker refused it: {_error_text(exc)}")
+            self.refused = BatchRefused(f"the broker refused it: {exc}")
             raise self.refused from exc
 
     def _frame(self, message: Message) -> _Frame:
@@ -391,13 +391,6 @@ class _StompWriter:
         except trio_stomp.LocalProtocolError as exc:
             # The client found what the checks did not (nothing of that frame was sent).
             raise MessageRejected.each({index: f"cannot be sent over STOMP: {exc}"}) from None
-
-
-def _error_text(exc: trio_stomp.ServerError) -> str:
-    """The broker's ERROR in one line: its message, and the first line of its body."""
-    body = getattr(exc.frame, "body", b"")
-    detail = bytes(body[:300]).decode("utf-8", "replace").strip().split("\n", 1)[0]
-    return f"{exc.message} ({detail})" if detail and detail != exc.message else exc.message
 
 
 _Frame = tuple[str, bytes, dict[str, str]]
