@@ -30,19 +30,25 @@ halves until the refused message is alone.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, Literal
 
 import attrs
+import trio
 
 import trio_stomp
 from trio_stomp.broker import Limits
 
 from ..._endpoint import BatchRefused, Context, InvalidSetting, MessageRejected, prepare_each
+from ..._guarantee import NOT_ASKED, PROBE_TIMEOUT, Guarantee, warn_if_weaker
 from ..._message import Message
 from ..._template import Template, TemplateError
 from ._connection import ID_HEADER, Connector, StompConnection
+from ._probe import judge
+
+log = logging.getLogger("bridges.stomp")
 
 #: The size limit for a broker other than the embedded one: 16 MiB, the
 #: embedded broker's frame limit and RabbitMQ 4's default ``max_message_size``
@@ -140,6 +146,7 @@ class StompSink:
             if name in _NOT_SENT or not name or "\0" in name + value:
                 raise InvalidSetting(f"headers.{name}", "this header cannot be set here")
         self._extra = dict(config.headers)
+        self._asked = False
         if "persistent" in config.headers and config.persistent is not None:
             raise InvalidSetting("headers.persistent", "set it with persistent = true/false")
 
@@ -218,15 +225,15 @@ class StompSink:
         if self._connector.embedded or self.persistent:
             return None
         return (
-            "persistent = false: the broker keeps the messages in memory only, so a "
-            "restart of it loses what it receipted (AT MOST ONCE across a broker restart)"
+            "persistent = false: the broker keeps the messages in memory only, and a "
+            "restart of it loses what it receipted"
         )
 
     def check_warnings(self) -> list[str]:
         """What ``bridges check`` says about this sink: non-persistent, a topic."""
         warnings = []
         if (reason := self.weaker_guarantee()) is not None:
-            warnings.append(f"stomp sink with {reason}")
+            warnings.append(f"stomp sink with {reason} (AT MOST ONCE across a broker restart)")
         destination = self._config.destination or ""
         if destination.startswith(("/topic/", "/exchange/")):
             warnings.append(
@@ -235,6 +242,21 @@ class StompSink:
                 "send to a /queue/ (or /amq/queue/) for a message to be kept"
             )
         return warnings
+
+    async def probe(self) -> Guarantee:
+        """Connect and judge what the broker keeps (``bridges check --probe``)."""
+        if self._connector.embedded:
+            return Guarantee(NOT_ASKED, "the embedded broker: durable with [broker] data_dir")
+        with trio.fail_after(PROBE_TIMEOUT + self._config.connect_timeout):
+            async with self._connector.connect() as client:
+                server = client.server
+        return judge(server, self._constant(), self.weaker_guarantee())
+
+    def _constant(self) -> str | None:
+        """The destination when it is the same for every message, else None."""
+        if self._destination is None or not self._destination.constant:
+            return None
+        return self._config.destination
 
     def describe(self) -> str:
         where = self._config.destination or "the message's destination"
@@ -245,6 +267,10 @@ class StompSink:
         writer: _StompWriter | None = None
         try:
             async with self._connector.connect() as client:
+                if not self._asked and not self._connector.embedded:
+                    self._asked = True  # (once: a retry opens again)
+                    guarantee = judge(client.server, self._constant(), self.weaker_guarantee())
+                    warn_if_weaker(log, f"stomp {self._connector.where}", guarantee)
                 writer = _StompWriter(client, self)
                 yield writer
         except trio_stomp.StompError as exc:

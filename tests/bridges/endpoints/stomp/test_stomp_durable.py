@@ -10,7 +10,7 @@ import trio
 
 import trio_stomp
 from bridges import Context, Route, open_shared
-from bridges._cli import main
+from bridges._cli import EXIT_FAILED, EXIT_OK, EXIT_WEAKER, main
 from bridges.endpoints.stomp import EMBEDDED_BROKER, StompSink, StompSinkConfig
 from bridges.service import Stopped
 from bridges.testing import FakeSource, messages
@@ -115,3 +115,38 @@ def test_check_and_the_last_line_name_a_non_persistent_route(
     stopped = Stopped(at_most_once=("r",))
     assert stopped.exit_status == 0
     assert "route(s) r wrote AT MOST ONCE across a restart of their target" in stopped.summary()
+
+
+def probe(tmp_path: Path, sink: str) -> int:
+    config = tmp_path / "b.toml"
+    config.write_text(
+        f'[routes.r]\nsource = {{ type = "file", path = "{tmp_path / "in"}" }}\nsink = {sink}\n'
+    )
+    return main(["check", "--probe", str(config)])
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "activemq"])
+def test_check_probe_gives_each_stomp_routes_real_guarantee(
+    broker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_real_broker(broker)
+    url = REAL_BROKERS[broker]
+    sink = f'{{ type = "stomp", url = "{url}", destination = "/queue/probe" }}'
+    assert probe(tmp_path, sink) == EXIT_OK
+    assert "r: durable (" in capsys.readouterr().err
+    off = sink.replace(" }", ", persistent = false }")
+    assert probe(tmp_path, off) == EXIT_WEAKER
+    assert "r: at most once across a target restart (its sink's target: persistent = false" in (
+        capsys.readouterr().err
+    )
+    topic = sink.replace("/queue/probe", "/topic/probe")
+    assert probe(tmp_path, topic) == EXIT_WEAKER
+    assert "no subscriber takes" in capsys.readouterr().err
+
+
+def test_check_probe_exits_1_when_a_target_cannot_be_reached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = '{ type = "stomp", url = "stomp://127.0.0.1:9", destination = "/queue/a" }'
+    assert probe(tmp_path, sink) == EXIT_FAILED
+    assert "r: sink not reached: ConnectFailed" in capsys.readouterr().err
