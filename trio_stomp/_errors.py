@@ -39,12 +39,13 @@ def _bounded(text: str) -> str:
 
 def explain(frame: object, message: str = "") -> str:
     """What an ERROR frame says, in one bounded line: its ``message`` header,
-    then the start of its body when that says more.
+    then the first line of its body when that says more.
 
     RabbitMQ puts a code in the header and the explanation in the body
     (``not_found: NOT_FOUND - no queue 'x' in vhost '/'``, ``Bad CONNECT:
     Access refused for user 'guest'``); ActiveMQ the exception's text in the
-    header and a stack trace in the body. Each part is cut to
+    header and a stack trace in the body (whose first line names the
+    exception). Each part is cut to
     :data:`MAX_EXPLANATION_CHARS` and its control characters are escaped.
 
     Args:
@@ -58,7 +59,8 @@ def explain(frame: object, message: str = "") -> str:
     head = _bounded(message)
     detail = ""
     if isinstance(body, bytes | bytearray | memoryview):
-        detail = _bounded(bytes(body[: MAX_EXPLANATION_CHARS * 4]).decode("utf-8", "replace"))
+        text = bytes(body[: MAX_EXPLANATION_CHARS * 4]).decode("utf-8", "replace").strip()
+        detail = _bounded(text.split("\n", 1)[0])
     if not detail or detail == head or (head and detail in head):
         return head or "ERROR frame without a message"
     if not head or detail.startswith(head.removesuffix("...")):
