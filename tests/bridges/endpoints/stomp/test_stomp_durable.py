@@ -150,3 +150,12 @@ def test_check_probe_exits_1_when_a_target_cannot_be_reached(
     sink = '{ type = "stomp", url = "stomp://127.0.0.1:9", destination = "/queue/a" }'
     assert probe(tmp_path, sink) == EXIT_FAILED
     assert "r: sink not reached: ConnectFailed" in capsys.readouterr().err
+
+
+def test_the_stop_names_the_routes_that_wrote_at_most_once() -> None:
+    from bridges.service._process import _Stopping
+
+    weak = StompSink(StompSinkConfig(destination="/queue/a", persistent=False), CTX)
+    strong = StompSink(StompSinkConfig(destination="/queue/a"), CTX)
+    routes = [Route("weak", FakeSource([]), weak), Route("strong", FakeSource([]), strong)]
+    assert _Stopping(routes=routes).result().at_most_once == ("weak",)
