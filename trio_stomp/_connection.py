@@ -114,7 +114,10 @@ class Connection:
             frames = [event for event in events if isinstance(event, Frame)]
         reply = frames[0]
         if reply.command == "ERROR":
-            raise ConnectFailed(f"the broker refused the connection: {explain(reply)}", reply)
+            said = explain(reply)
+            if passcode and len(passcode) >= 4:  # (a broker that echoes the CONNECT frame)
+                said = said.replace(passcode, "***")
+            raise ConnectFailed(f"the broker refused the connection: {said}", reply)
         if reply.command != "CONNECTED":
             raise ConnectFailed(f"expected CONNECTED, the broker sent {reply.command}", reply)
         version = reply.headers.get("version", "1.0")

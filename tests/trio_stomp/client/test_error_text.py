@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,7 @@ import trio_stomp
 from trio_stomp._errors import MAX_EXPLANATION_CHARS
 from trio_stomp.broker import open_broker
 from trio_stomp.frame import Frame
+from trio_stomp.testing import FakePeer
 
 from conftest import REAL_BROKERS, require_real_broker
 
@@ -69,3 +71,21 @@ async def test_the_embedded_brokers_error_shows_whole() -> None:
     # The header names the problem, the body's first line the selector.
     assert text.startswith("invalid selector: at position 4")
     assert text.endswith("found '>': a >>> 5")
+
+
+async def test_a_connect_error_that_echoes_the_passcode_does_not_show_it() -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(server_end)
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            connect = await peer.receive()
+            echoed = f"passcode:{connect.headers['passcode']}\n\nbad".encode()
+            await peer.send("ERROR", {"message": "Bad CONNECT"}, echoed)
+            await server_end.aclose()
+
+        nursery.start_soon(serve)
+        with pytest.raises(trio_stomp.ConnectFailed) as caught:
+            async with trio_stomp.wrap_stream(client_end, login="u", passcode="hunter22"):
+                pytest.fail("the block must not run")
+    assert str(caught.value) == "the broker refused the connection: Bad CONNECT: passcode:***"
