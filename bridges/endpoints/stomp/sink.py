@@ -45,7 +45,7 @@ from ..._endpoint import BatchRefused, Context, InvalidSetting, MessageRejected,
 from ..._guarantee import NOT_ASKED, PROBE_TIMEOUT, Guarantee, warn_if_weaker
 from ..._message import Message
 from ..._template import Template, TemplateError
-from ._connection import ID_HEADER, Connector, StompConnection
+from ._connection import EMBEDDED, ID_HEADER, Connector, StompConnection
 from ._probe import judge
 
 log = logging.getLogger("bridges.stomp")
@@ -147,6 +147,8 @@ class StompSink:
                 raise InvalidSetting(f"headers.{name}", "this header cannot be set here")
         self._extra = dict(config.headers)
         self._asked = False
+        #: Whether the last open reached the process's embedded broker (by its address).
+        self._reached_embedded = False
         if "persistent" in config.headers and config.persistent is not None:
             raise InvalidSetting("headers.persistent", "set it with persistent = true/false")
 
@@ -221,8 +223,15 @@ class StompSink:
         return extra
 
     def weaker_guarantee(self) -> str | None:
-        """Why this sink is at most once across a restart of its broker, or None."""
-        if self._connector.embedded or self.persistent:
+        """Why this sink is at most once across a restart of its broker, or None.
+
+        Asks no broker: also right after the process's embedded broker stopped
+        (the stop's last line asks it), from what the last open found.
+        """
+        config = self._config
+        if config.persistent is None and config.headers.get("persistent", "true") == "true":
+            return None  # (the default: persistent, or the embedded broker, durable by data_dir)
+        if config.persistent or config.url == EMBEDDED or self._reached_embedded:
             return None
         return (
             "persistent = false: the broker keeps the messages in memory only, and a "
@@ -266,6 +275,7 @@ class StompSink:
     async def open(self) -> AsyncIterator[_StompWriter]:
         writer: _StompWriter | None = None
         try:
+            self._reached_embedded = self._connector.embedded
             async with self._connector.connect() as client:
                 if not self._asked and not self._connector.embedded:
                     self._asked = True  # (once: a retry opens again)
