@@ -25,23 +25,28 @@ if TYPE_CHECKING:
 #: How long one endpoint's probe may take, connecting included, s.
 ENDPOINT_TIMEOUT: Final = PROBE_TIMEOUT + 10.0
 
-#: What an endpoint that cannot ask its target rests on (by ``describe()``'s first word).
+#: What an endpoint that cannot ask its target rests on, by role and ``describe()``'s first word.
 _NOT_ASKABLE: Final = {
-    "file": "files on this machine's disk (a sink fsyncs them)",
-    "http": "the receiver's 2xx: durable when it stores before answering",
-    "mqtt": "Mosquitto cannot be asked: with persistence true its autosave_interval decides "
-    "(1800 s by default: a SIGKILL loses what it PUBACKed since)",
-    "amqp": "RabbitMQ cannot be asked whether the queue is durable over AMQP "
+    ("sink", "file"): "files on this machine's disk, fsynced",
+    ("sink", "http"): "the receiver's 2xx: durable when it stores before answering",
+    ("sink", "mqtt"): "Mosquitto cannot be asked: with persistence true its autosave_interval "
+    "decides (1800 s by default: a SIGKILL loses what it PUBACKed since)",
+    ("sink", "amqp"): "RabbitMQ cannot be asked whether the queue is durable over AMQP "
     "(rabbitmqctl list_queues name durable says)",
+    ("source", "file"): "files on this machine's disk",
+    ("source", "http"): "the sender keeps what it sent until the 2xx",
+    ("source", "mqtt"): "Mosquitto keeps a persistent session's messages as its "
+    "persistence and autosave_interval say (not asked)",
+    ("source", "amqp"): "the queue keeps what its publishers sent persistent (not asked)",
 }
 
 
-async def _ask(endpoint: object) -> Guarantee:
+async def _ask(role: str, endpoint: object) -> Guarantee:
     """The endpoint's answer; a failure to reach it raises (the caller names it)."""
     probe = getattr(endpoint, "probe", None)
     if probe is None:
         family = endpoint.describe().split(" ", 1)[0] if hasattr(endpoint, "describe") else "?"
-        return Guarantee(NOT_ASKED, _NOT_ASKABLE.get(family, "nothing to ask"))
+        return Guarantee(NOT_ASKED, _NOT_ASKABLE.get((role, family), "nothing to ask"))
     with trio.fail_after(ENDPOINT_TIMEOUT):
         answer: Guarantee = await probe()
     return answer
@@ -87,7 +92,7 @@ async def probe_routes(
         answers: dict[str, Guarantee] = {}
         for role, endpoint in (("source", route.source), ("sink", route.sink)):
             try:
-                answers[role] = await _ask(endpoint)
+                answers[role] = await _ask(role, endpoint)
             except Exception as exc:  # (each family's own errors: named, never a traceback)
                 unreachable += 1
                 say(f"  {route.name}: {role} not reached: {one_line(exc)}")
