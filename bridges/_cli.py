@@ -51,7 +51,7 @@ EXIT_FAILED: Final = 1
 EXIT_CONFIG: Final = 2
 #: Exit status: ``check --probe``: every source and sink answered, and some route
 #: gives less than durable (at most once across a restart of a server it uses).
-#: A source or sink that could not be reached gives :data:`EXIT_FAILED`.
+#: A source or sink that could not be reached gives 1 (``EXIT_FAILED``).
 EXIT_WEAKER: Final = 5
 #: Exit status: interrupted by SIGINT (Ctrl-C) before ``run`` handles the signal itself.
 EXIT_INTERRUPTED: Final = 130

@@ -90,8 +90,9 @@ class ServerError(StompError):
     ends the session there: it is unusable afterwards, or, with a reconnect
     policy, it connects again. ``frame`` is the ERROR frame, ``message`` its
     ``message`` header (or the start of its body when the header is absent).
-    Its text (``str()``) is :func:`explain`'s: the header and the start of
-    the body, which is where RabbitMQ says what was wrong.
+    Its text (``str()``) is the header and the first line of the body, on
+    one line and bounded: the body is where RabbitMQ says what was wrong
+    (``not_found: NOT_FOUND - no queue 'x' in vhost '/'``).
     RabbitMQ's "Subscription not found" ERROR for a message that was in
     flight when the client unsubscribed is the one exception: it is ignored.
     """
