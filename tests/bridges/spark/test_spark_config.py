@@ -143,28 +143,3 @@ def test_stomp_options_are_checked_when_the_query_is_defined() -> None:
     no_destination = StompOptions.from_options({"url": "stomp://h"}, role="sink")
     with pytest.raises(ValueError, match="destination option or a destination column"):
         StompStreamWriter(no_destination, StructType([StructField("body", StringType())]))
-
-
-def test_the_spark_stomp_sink_sends_persistent_unless_told_not_to() -> None:
-    from pyspark.sql import Row
-    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType
-
-    from bridges.spark._options import StompOptions
-    from bridges.spark._sink import StompStreamWriter
-
-    schema = StructType(
-        [
-            StructField("body", BinaryType()),
-            StructField("headers", MapType(StringType(), StringType())),
-        ]
-    )
-    row = Row(body=b"x", headers={"a": "1"})
-    sink = StompOptions.from_options({"url": "stomp://h", "destination": "/q"}, role="sink")
-    assert sink.persistent
-    _, _, headers = StompStreamWriter(sink, schema)._frame(0, row, "p:")
-    assert headers["persistent"] == "true"
-    off = StompOptions.from_options(
-        {"url": "stomp://h", "destination": "/q", "persistent": "false"}, role="sink"
-    )
-    _, _, headers = StompStreamWriter(off, schema)._frame(0, row, "p:")
-    assert "persistent" not in headers
