@@ -1,6 +1,9 @@
 """The ``bridges`` command line.
 
     bridges check CONFIG     validate the config (no connection, nothing created)
+    bridges check --probe CONFIG
+                             also connect to each route's source and sink and print the
+                             guarantee each route will give (see ``EXIT_WEAKER``)
     bridges run CONFIG       run until SIGTERM/SIGINT (--engine spark: as Spark queries)
     bridges plugins          list the source, sink and transform types
     bridges unit             print the systemd unit bridges@.service for this install
@@ -47,6 +50,10 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 #: Exit status: the config cannot be used (each problem printed: file, route, key).
 EXIT_CONFIG: Final = 2
+#: Exit status: ``check --probe``: every source and sink answered, and some route
+#: gives less than durable (at most once across a restart of a server it uses).
+#: A source or sink that could not be reached gives 1 (``EXIT_FAILED``).
+EXIT_WEAKER: Final = 5
 #: Exit status: interrupted by SIGINT (Ctrl-C) before ``run`` handles the signal itself.
 EXIT_INTERRUPTED: Final = 130
 
@@ -86,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     check = commands.add_parser("check", help="validate a config without connecting")
     check.add_argument("config", metavar="CONFIG", help="the TOML config file")
+    check.add_argument(
+        "--probe",
+        action="store_true",
+        help="connect to each route's source and sink and print the guarantee each route "
+        "gives (exit 1: one could not be reached; 5: a route is weaker than durable)",
+    )
     run = commands.add_parser("run", help="run the routes of a config")
     run.add_argument("config", metavar="CONFIG", help="the TOML config file")
     for command in (check, run):
@@ -165,6 +178,17 @@ def _check(path: str, routes: Sequence[Route], config: Config) -> None:
     if config.bridge.engine == "spark":
         spark = config.spark
         _say(f"  engine spark: master {spark.master}, checkpoint {spark.checkpoint}")
+
+
+def _probe(routes: Sequence[Route], config: Config) -> int:
+    """``check --probe``: ask every source and sink; the exit status says what was found."""
+    from .service._preflight import probe_routes
+
+    _say("probing each route's source and sink (this connects):")
+    unreachable, weaker = trio.run(probe_routes, routes, config.broker, _say)
+    if unreachable:
+        return EXIT_FAILED
+    return EXIT_WEAKER if weaker else EXIT_OK
 
 
 def _redacting(config: Config, say: Callable[[str], None]) -> AbstractContextManager[object]:
@@ -258,8 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, registry, engine=args.engine)
         secrets.enter_context(_redacting(config, say))
         if args.command == "check":
-            _check(args.config, build_routes(config, registry, checking=True), config)
-            return EXIT_OK
+            routes = build_routes(config, registry, checking=True)
+            _check(args.config, routes, config)
+            return _probe(routes, config) if args.probe else EXIT_OK
         if not args.verbose:
             logging.getLogger().setLevel(config.bridge.log_level.upper())
         if config.bridge.engine == "spark":

@@ -19,6 +19,7 @@ from ._errors import (
     ConnectionLost,
     RemoteProtocolError,
     StompError,
+    explain,
 )
 from ._outbox import Outbox
 from .frame import VERSIONS, Event, Frame, FrameParser, encode
@@ -113,8 +114,10 @@ class Connection:
             frames = [event for event in events if isinstance(event, Frame)]
         reply = frames[0]
         if reply.command == "ERROR":
-            message = reply.headers.get("message") or reply.body.decode("utf-8", "replace")
-            raise ConnectFailed(f"the broker refused the connection: {message.strip()}", reply)
+            said = explain(reply)
+            if passcode and len(passcode) >= 4:  # (a broker that echoes the CONNECT frame)
+                said = said.replace(passcode, "***")
+            raise ConnectFailed(f"the broker refused the connection: {said}", reply)
         if reply.command != "CONNECTED":
             raise ConnectFailed(f"expected CONNECTED, the broker sent {reply.command}", reply)
         version = reply.headers.get("version", "1.0")

@@ -113,12 +113,17 @@ class Stopped:
         messages: on disk in :attr:`data_dir`, delivered at the next start.
       data_dir: the embedded broker's data dir, None when it is volatile
         (or there is none).
+      at_most_once: the routes whose sink, as configured, gives at most once
+        across a restart of its target (a ``stomp`` sink with ``persistent =
+        false``): what they wrote is counted as written, and the last line
+        names them. It does not change the exit status.
     """
 
     handed_back: int = 0
     lost: Held = ()
     kept: Held = ()
     data_dir: str | None = None
+    at_most_once: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -153,6 +158,12 @@ class Stopped:
                 else "topic messages are never stored"
             )
             parts.append(f"{count} message(s) lost in {_named(self.lost)} ({fix})")
+        if self.at_most_once:
+            names = ", ".join(self.at_most_once)
+            parts.append(
+                f"route(s) {names} wrote AT MOST ONCE across a restart of their target "
+                "(a stomp sink with persistent = false: `bridges check` says why)"
+            )
         return "; ".join(parts)
 
 
@@ -201,7 +212,14 @@ class _Stopping:
 
     def result(self) -> Stopped:
         lost, kept = self.held if self.held is not None else self.count_broker()
-        return Stopped(self.handed_back or 0, lost, kept, self.data_dir)
+        weaker = tuple(route.name for route in self.routes if _weaker(route.sink) is not None)
+        return Stopped(self.handed_back or 0, lost, kept, self.data_dir, weaker)
+
+
+def _weaker(sink: object) -> str | None:
+    """Why ``sink`` is at most once across its target's restart (its ``weaker_guarantee``)."""
+    weaker = getattr(sink, "weaker_guarantee", None)
+    return weaker() if callable(weaker) else None
 
 
 #: The youngest generation's collection threshold while routes run (CPython's default: 700).

@@ -50,6 +50,7 @@ _KNOWN: Final = frozenset(
         "numpartitions",
         "rowsperpartition",
         "transactional",
+        "persistent",
         "connecttimeout",
         "path",  # Spark passes load(path) / start(path) as "path"
         HEADERS_OPTION,
@@ -128,6 +129,9 @@ class StompOptions:
       partitions: at most this many partitions per batch.
       rows_per_partition: a batch gets one partition per this many rows.
       transactional: the sink sends each task's rows in one transaction.
+      persistent: the sink sends each row ``persistent:true`` (RabbitMQ and
+        ActiveMQ keep it on disk before the RECEIPT); false: at most once
+        across a restart of the broker. A row's own ``persistent`` header wins.
       connect_timeout: bound on connecting, s.
       subscribe_headers: extra SUBSCRIBE headers (the ``headers`` option's JSON
         object, names as written, then ``header.NAME`` options, names lowercased
@@ -146,6 +150,7 @@ class StompOptions:
     partitions: int = 2
     rows_per_partition: int = DEFAULT_ROWS_PER_PARTITION
     transactional: bool = True
+    persistent: bool = True
     connect_timeout: float = 10.0
     subscribe_headers: tuple[tuple[str, str], ...] = ()
 
@@ -208,6 +213,7 @@ class StompOptions:
             rows_per_partition=_int(lowered, "rowsPerPartition", DEFAULT_ROWS_PER_PARTITION, 1)
             or DEFAULT_ROWS_PER_PARTITION,
             transactional=_bool(lowered, "transactional", True),
+            persistent=_bool(lowered, "persistent", True),
             connect_timeout=float(timeout or 10),
             subscribe_headers=headers,
         )

@@ -120,6 +120,8 @@ class StompStreamWriter(DataSourceStreamWriter):
         body, headers = _prepared(row, self._fields)
         stable = row["id"] if "id" in self._fields else None
         headers[ID_HEADER] = str(stable) if stable else f"{prefix}{index}"
+        if self._options.persistent:
+            headers.setdefault("persistent", "true")
         destination = (row["destination"] if "destination" in self._fields else None) or (
             self._options.destination
         )

@@ -43,9 +43,11 @@ from attrs.validators import ge, gt, optional
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 
+from ..._guarantee import AT_MOST_ONCE, NOT_ASKED, Guarantee, warn_if_weaker
 from .._asyncio import AsyncioLoop
 from .._header_id import header_id
 from ._connection import MSG_ID, SUBJECT_HEADER, Connector, NatsConnection, check_subject, one_line
+from ._probe import ask_storage
 
 #: What a NATS header name may hold (nats-py's own check, before anything is sent).
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -124,6 +126,7 @@ class NatsSink:
         #: The duplicate window, s, of the stream storing the constant subject, as read on
         #: the last open (with ``duplicate_window`` set); None: not read.
         self.stream_window: float | None = None
+        self._asked = False
         #: Publishes JetStream dropped as duplicates (same Nats-Msg-Id within its window).
         self.duplicates = 0
 
@@ -145,6 +148,15 @@ class NatsSink:
             "most once (a subscriber that is not connected misses the message)"
         ]
 
+    async def probe(self) -> Guarantee:
+        """Connect and ask the storage of the stream behind the subject (``check --probe``)."""
+        if not self._config.jetstream:
+            return Guarantee(AT_MOST_ONCE, "jetstream = false: core NATS stores nothing")
+        if self._subject is None or not self._subject.constant:
+            return Guarantee(NOT_ASKED, "the subject is per message: each stream decides")
+        async with self._connector.connect() as (aio, client, _closed):
+            return await ask_storage(aio, client, subject=self._config.subject)
+
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_NatsWriter]:
         async with self._connector.connect() as (aio, client, closed):
@@ -154,6 +166,10 @@ class NatsSink:
                 await aio.run(client.subscribe, acks.prefix + ".>", cb=acks.on_reply)
                 if self._config.duplicate_window is not None:
                     await self._check_window(aio, client)
+                if not self._asked and self._subject is not None and self._subject.constant:
+                    self._asked = True  # (once: a retry opens again)
+                    storage = await ask_storage(aio, client, subject=self._config.subject)
+                    warn_if_weaker(log, f"nats {self._connector.where}", storage)
             yield _NatsWriter(aio, client, acks, closed, self, self._config.confirm_timeout)
 
     async def _check_window(self, aio: Any, client: Any) -> None:

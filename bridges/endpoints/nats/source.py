@@ -53,6 +53,7 @@ from attrs.validators import ge, optional
 
 from bridges import Context, Envelope, InvalidSetting
 
+from ..._guarantee import Guarantee
 from ..._message import ACKED, NACKED, OPEN, trusted_message
 from .._asyncio import AsyncioLoop, Batcher
 from .._asyncio_client import CLOSE_TIMEOUT
@@ -65,6 +66,7 @@ from ._connection import (
     NatsConnection,
     check_subject,
 )
+from ._probe import ask_storage
 
 #: Most messages one fetch asks for.
 MAX_FETCH: Final = 256
@@ -144,6 +146,11 @@ class NatsSource:
     def describe(self) -> str:
         config = self._config
         return f"nats stream {config.stream} consumer {config.durable} on {self._connector.where}"
+
+    async def probe(self) -> Guarantee:
+        """Connect and ask the stream's storage (``bridges check --probe``)."""
+        async with self._connector.connect() as (aio, client, _closed):
+            return await ask_storage(aio, client, stream=self._config.stream)
 
     def consumer_config(self) -> nats.js.api.ConsumerConfig:
         """The durable consumer this source creates when it does not exist yet."""

@@ -46,6 +46,7 @@ added.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -66,6 +67,7 @@ from bridges import (
     TemplateError,
     prepare_each,
 )
+from bridges._guarantee import Guarantee, warn_if_weaker
 from bridges._readfile import checked_cafile
 
 from ._connection import (
@@ -77,6 +79,9 @@ from ._connection import (
     open_client,
     tls_context,
 )
+from ._probe import ask_persistence
+
+log = logging.getLogger("bridges.redis")
 
 #: Redis's own bound on one bulk string (proto-max-bulk-len's default): 512 MiB.
 DEFAULT_MAX_BYTES: Final = 512 * 1024 * 1024
@@ -175,6 +180,7 @@ class RedisSink:
         self._server = Server.from_config(config)
         checked_cafile("ca_file", config.ca_file, context)
         self._body_field = config.body_field.encode()
+        self._asked = False
 
     @classmethod
     def build(cls, config: RedisSinkConfig, context: Context) -> RedisSink:
@@ -190,10 +196,19 @@ class RedisSink:
         """Connect (PING answered); leaving the block disconnects."""
         ssl_context = await tls_context(self._config, self._server, self._context)
         async with open_client(self._config, self._server, ssl_context) as client:
+            if not self._asked:  # (once: a retry opens again)
+                self._asked = True
+                warn_if_weaker(log, f"redis {self._server.where}", await ask_persistence(client))
             writer = _RedisWriter(self, client)
             if self._config.dedup_window:
                 writer.script = _text(await client.script_load(DEDUP_SCRIPT))
             yield writer
+
+    async def probe(self) -> Guarantee:
+        """Connect and ask the server what it keeps (``bridges check --probe``)."""
+        ssl_context = await tls_context(self._config, self._server, self._context)
+        async with open_client(self._config, self._server, ssl_context) as client:
+            return await ask_persistence(client)
 
     def entry(self, message: Message) -> tuple[str, dict[bytes, bytes]]:
         """The stream and the fields of ``message``'s entry.

@@ -36,10 +36,12 @@ from attrs.validators import ge
 from coredis.response.types import StreamEntry
 
 from bridges import Context, Envelope, InvalidSetting, Message
+from bridges._guarantee import Guarantee
 from bridges._readfile import checked_cafile
 
 from .._id_template import id_namespace
 from ._connection import ID_FIELD, RedisConnection, Server, open_client, tls_context
+from ._probe import ask_persistence
 
 log = logging.getLogger("bridges.redis")
 
@@ -112,6 +114,12 @@ class RedisSource:
     def describe(self) -> str:
         """``redis STREAM (group G) on URL``."""
         return f"redis {self._config.stream} (group {self._config.group}) on {self._server.where}"
+
+    async def probe(self) -> Guarantee:
+        """Connect and ask the server whether it keeps its streams (``bridges check --probe``)."""
+        ssl_context = await tls_context(self._config, self._server, self._context)
+        async with open_client(self._config, self._server, ssl_context) as client:
+            return await ask_persistence(client)
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_RedisReceiver]:

@@ -30,19 +30,25 @@ halves until the refused message is alone.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, Literal
 
 import attrs
+import trio
 
 import trio_stomp
 from trio_stomp.broker import Limits
 
 from ..._endpoint import BatchRefused, Context, InvalidSetting, MessageRejected, prepare_each
+from ..._guarantee import NOT_ASKED, PROBE_TIMEOUT, Guarantee, warn_if_weaker
 from ..._message import Message
 from ..._template import Template, TemplateError
-from ._connection import ID_HEADER, Connector, StompConnection
+from ._connection import EMBEDDED, ID_HEADER, Connector, StompConnection
+from ._probe import judge
+
+log = logging.getLogger("bridges.stomp")
 
 #: The size limit for a broker other than the embedded one: 16 MiB, the
 #: embedded broker's frame limit and RabbitMQ 4's default ``max_message_size``
@@ -91,8 +97,12 @@ class StompSinkConfig(StompConnection):
         overrides it; one of the two is needed.
       confirm: ``"receipt"``: the last SEND of a batch asks for a RECEIPT;
         ``"transaction"``: BEGIN, the SENDs, COMMIT with a receipt.
-      persistent: true adds ``persistent:true`` to each SEND (RabbitMQ: the
-        message survives its restart).
+      persistent: true adds ``persistent:true`` to each SEND, so that RabbitMQ
+        and ActiveMQ write the message to disk before the RECEIPT and it
+        survives their restart. Default: true for every broker but the
+        embedded one (whose durability is its ``data_dir``, and which sends
+        nothing for the header). ``false`` makes the route at most once across
+        a restart of the broker: ``bridges check`` and the stop say so.
       headers: headers added to every SEND.
       max_message_bytes: a larger message (body and headers) is rejected on
         its own, before anything is sent; default: the embedded broker's frame
@@ -107,7 +117,7 @@ class StompSinkConfig(StompConnection):
 
     destination: str | None = None
     confirm: Literal["receipt", "transaction"] = "receipt"
-    persistent: bool = False
+    persistent: bool | None = None
     headers: dict[str, str] = attrs.field(factory=dict)
     max_message_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
@@ -135,10 +145,12 @@ class StompSink:
         for name, value in config.headers.items():
             if name in _NOT_SENT or not name or "\0" in name + value:
                 raise InvalidSetting(f"headers.{name}", "this header cannot be set here")
-        extra = dict(config.headers)
-        if config.persistent:
-            extra["persistent"] = "true"
-        self._extra = extra
+        self._extra = dict(config.headers)
+        self._asked = False
+        #: Whether the last open reached the process's embedded broker (by its address).
+        self._reached_embedded = False
+        if "persistent" in config.headers and config.persistent is not None:
+            raise InvalidSetting("headers.persistent", "set it with persistent = true/false")
 
     @classmethod
     def build(cls, config: StompSinkConfig, context: Context) -> StompSink:
@@ -193,6 +205,68 @@ class StompSink:
             return (broker.limits if broker is not None else Limits()).max_transaction_bytes
         return None
 
+    @property
+    def persistent(self) -> bool:
+        """Whether each SEND carries ``persistent:true``: the setting, else true
+        unless the sink reaches the embedded broker (known once it runs)."""
+        if self._config.persistent is not None:
+            return self._config.persistent
+        if "persistent" in self._config.headers:
+            return self._config.headers["persistent"] == "true"
+        return not self._connector.embedded
+
+    def send_headers(self) -> dict[str, str]:
+        """The headers this sink adds to every SEND (its ``headers``, ``persistent``)."""
+        extra = dict(self._extra)
+        if self._config.persistent is not None or not self._connector.embedded:
+            extra.setdefault("persistent", "true" if self.persistent else "false")
+        return extra
+
+    def weaker_guarantee(self) -> str | None:
+        """Why this sink is at most once across a restart of its broker, or None.
+
+        Asks no broker: also right after the process's embedded broker stopped
+        (the stop's last line asks it), from what the last open found.
+        """
+        config = self._config
+        if config.persistent is None and config.headers.get("persistent", "true") == "true":
+            return None  # (the default: persistent, or the embedded broker, durable by data_dir)
+        if config.persistent or config.url == EMBEDDED or self._reached_embedded:
+            return None
+        return (
+            "persistent = false: the broker keeps the messages in memory only, and a "
+            "restart of it loses what it receipted"
+        )
+
+    def check_warnings(self) -> list[str]:
+        """What ``bridges check`` says about this sink: non-persistent, a topic."""
+        warnings = []
+        if (reason := self.weaker_guarantee()) is not None:
+            warnings.append(f"stomp sink with {reason} (AT MOST ONCE across a broker restart)")
+        destination = self._config.destination or ""
+        if destination.startswith(("/topic/", "/exchange/")):
+            warnings.append(
+                f"stomp sink to {destination}: a broker receipts a SEND to a topic that no "
+                "subscriber reads, and the message is gone (RabbitMQ: nothing bound to it); "
+                "send to a /queue/ (or /amq/queue/) for a message to be kept"
+            )
+        return warnings
+
+    async def probe(self) -> Guarantee:
+        """Connect and judge what the broker keeps (``bridges check --probe``)."""
+        if self._connector.embedded:
+            return Guarantee(NOT_ASKED, "the embedded broker: durable with [broker] data_dir")
+        with trio.fail_after(PROBE_TIMEOUT + self._config.connect_timeout):
+            async with self._connector.connect() as client:
+                server = client.server
+        return judge(server, self._constant(), self.weaker_guarantee())
+
+    def _constant(self) -> str | None:
+        """The destination when it is the same for every message, else None."""
+        if self._destination is None or not self._destination.constant:
+            return None
+        return self._config.destination
+
     def describe(self) -> str:
         where = self._config.destination or "the message's destination"
         return f"stomp {where} on {self._connector.where}"
@@ -201,7 +275,12 @@ class StompSink:
     async def open(self) -> AsyncIterator[_StompWriter]:
         writer: _StompWriter | None = None
         try:
+            self._reached_embedded = self._connector.embedded
             async with self._connector.connect() as client:
+                if not self._asked and not self._connector.embedded:
+                    self._asked = True  # (once: a retry opens again)
+                    guarantee = judge(client.server, self._constant(), self.weaker_guarantee())
+                    warn_if_weaker(log, f"stomp {self._connector.where}", guarantee)
                 writer = _StompWriter(client, self)
                 yield writer
         except trio_stomp.StompError as exc:
@@ -212,12 +291,16 @@ class StompSink:
             raise refused from exc
 
     def prepare(
-        self, message: Message, limits: SendLimits | None = None
+        self,
+        message: Message,
+        limits: SendLimits | None = None,
+        extra: dict[str, str] | None = None,
     ) -> tuple[str, dict[str, str]]:
         """The destination and SEND headers of ``message``, checked against the limits.
 
         Args:
           limits: what to check against (default: :meth:`send_limits`).
+          extra: the headers added to it (default: :meth:`send_headers`).
 
         Raises:
           ValueError: no destination, a header STOMP cannot carry (NUL, not
@@ -236,7 +319,7 @@ class StompSink:
             if not name or "\0" in name or "\0" in value:
                 raise ValueError(f"header {name!r} cannot be sent over STOMP (NUL or empty)")
             headers[name] = value
-        headers.update(self._extra)
+        headers.update(self.send_headers() if extra is None else extra)
         headers[ID_HEADER] = message.id
         if limits is None:
             limits = self.send_limits()
@@ -306,6 +389,7 @@ class _StompWriter:
         self._sink = sink
         self._transaction = sink.confirm == "transaction"
         self._limits = sink.send_limits()
+        self._extra = sink.send_headers()
         self._transaction_limit = sink.max_transaction_bytes
         #: Set when the broker refused a write (its ERROR ends the connection).
         self.refused: BatchRefused | None = None
@@ -317,11 +401,11 @@ class _StompWriter:
         except trio_stomp.ServerError as exc:
             # The ERROR names no SEND (none carries a receipt but the last): the
             # engine finds the message by writing the batch again in halves.
-            self.refused = BatchRefused(f"the broker refused it: {_error_text(exc)}")
+            self.refused = BatchRefused(f"the broker refused it: {exc}")
             raise self.refused from exc
 
     def _frame(self, message: Message) -> _Frame:
-        destination, headers = self._sink.prepare(message, self._limits)
+        destination, headers = self._sink.prepare(message, self._limits, self._extra)
         return destination, message.body, headers
 
     async def _send(self, frames: list[_Frame]) -> None:
@@ -343,13 +427,6 @@ class _StompWriter:
         except trio_stomp.LocalProtocolError as exc:
             # The client found what the checks did not (nothing of that frame was sent).
             raise MessageRejected.each({index: f"cannot be sent over STOMP: {exc}"}) from None
-
-
-def _error_text(exc: trio_stomp.ServerError) -> str:
-    """The broker's ERROR in one line: its message, and the first line of its body."""
-    body = getattr(exc.frame, "body", b"")
-    detail = bytes(body[:300]).decode("utf-8", "replace").strip().split("\n", 1)[0]
-    return f"{exc.message} ({detail})" if detail and detail != exc.message else exc.message
 
 
 _Frame = tuple[str, bytes, dict[str, str]]

@@ -16,11 +16,13 @@ from contextlib import asynccontextmanager
 from typing import Final
 
 import attrs
+import trio
 from attrs.validators import ge, optional
 
 import trio_stomp
 
 from ..._endpoint import Context, InvalidSetting
+from ..._guarantee import NOT_ASKED, PROBE_TIMEOUT, Guarantee
 from ..._message import ACKED, NACKED, OPEN, Envelope, trusted_message
 from .._id_template import IdTemplate, id_namespace, id_template_setting
 from ._connection import ID_HEADER, Connector, StompConnection
@@ -70,6 +72,17 @@ class StompSource:
 
     def describe(self) -> str:
         return f"stomp {self._config.destination} on {self._connector.where}"
+
+    async def probe(self) -> Guarantee:
+        """Connect (``bridges check --probe``): what the broker keeps is the producers' choice."""
+        if self._connector.embedded:
+            return Guarantee(NOT_ASKED, "the embedded broker: durable with [broker] data_dir")
+        with trio.fail_after(PROBE_TIMEOUT + self._config.connect_timeout):
+            async with self._connector.connect() as client:
+                server = client.server or "the broker"
+        return Guarantee(
+            NOT_ASKED, f"{server} answered; it keeps what its producers sent persistent:true"
+        )
 
     def volatile_backlog(self) -> int | None:
         """Messages waiting for us in the embedded broker (lost if it stops), else None."""

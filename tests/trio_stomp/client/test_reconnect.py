@@ -248,7 +248,8 @@ async def test_error_frame_leads_to_the_same_reconnect_path(
             await c.send(dest, b"after the error", receipt=True)
             assert (await anext(aiter(sub))).body == b"after the error"
     assert [e.kind for e in events] == ["lost", "restored"]
-    assert events[0].error == "unknown transaction"  # the ERROR frame's message
+    # The ERROR frame's message, and the first line of its body.
+    assert events[0].error == "unknown transaction: COMMIT of 'never-begun', which is not open"
 
 
 async def test_fragmented_and_delayed_streams_work(

@@ -320,7 +320,8 @@ async def test_client_sees_the_same_end_over_tcp_and_websocket(stop: Stop, schem
     assert stopped[0] < 1.0
     [exc] = failure
     assert isinstance(exc, trio_stomp.ServerError), exc
-    assert str(exc) == "broker shutting down"
+    assert exc.message == "broker shutting down"
+    assert str(exc) == "broker shutting down: the broker is stopping"
 
 
 async def _raw_ws_client(broker: Broker, receive_buffer: int | None = None) -> WebSocketStream:
