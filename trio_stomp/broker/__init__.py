@@ -142,6 +142,7 @@ from ._server import open_broker as open_broker
 from ._server import serve_broker as serve_broker
 from ._store_database import StoreDamaged as StoreDamaged
 from ._store_database import StoreError as StoreError
+from ._store_database import StoreInUse as StoreInUse
 
 __all__ = [
     "Broker",
@@ -150,6 +151,7 @@ __all__ = [
     "Limits",
     "StoreDamaged",
     "StoreError",
+    "StoreInUse",
     "UsersFileError",
     "list_durable_subscriptions",
     "load_users",
