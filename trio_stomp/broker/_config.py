@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._selector_work import DISPATCH_WORK, EVALUATION_WORK, LONGEST_STRING
+
 __all__ = ["Limits", "UsersFileError", "load_users", "parse_users"]
 
 _MiB = 1024 * 1024
@@ -156,9 +158,9 @@ class Limits:
     max_selector_length: int = attrs.field(default=4096, validator=_positive)
     max_selector_depth: int = attrs.field(default=40, validator=_positive)
     selector_scan: int = attrs.field(default=10_000, validator=_positive)
-    max_selector_work: int = attrs.field(default=1_000_000, validator=_positive)
-    max_selector_dispatch_work: int = attrs.field(default=4_000_000, validator=_positive)
-    max_selector_string: int = attrs.field(default=65_536, validator=_positive)
+    max_selector_work: int = attrs.field(default=EVALUATION_WORK, validator=_positive)
+    max_selector_dispatch_work: int = attrs.field(default=DISPATCH_WORK, validator=_positive)
+    max_selector_string: int = attrs.field(default=LONGEST_STRING, validator=_positive)
     max_durable_subscriptions: int = attrs.field(default=1000, validator=_positive)
     max_durable_messages: int = attrs.field(default=100_000, validator=_positive)
     max_durable_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)

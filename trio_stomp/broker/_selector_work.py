@@ -35,7 +35,7 @@ fails.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ._message import Message
@@ -45,10 +45,11 @@ __all__ = ["SelectorMeter"]
 
 log = logging.getLogger("trio_stomp.broker")
 
-#: The defaults, as :class:`~trio_stomp.broker.Limits` has them.
-EVALUATION_WORK = 1_000_000
-DISPATCH_WORK = 4_000_000
-LONGEST_STRING = 65_536
+#: The defaults of :class:`~trio_stomp.broker.Limits`: ``max_selector_work``,
+#: ``max_selector_dispatch_work``, ``max_selector_string``.
+EVALUATION_WORK: Final = 1_000_000
+DISPATCH_WORK: Final = 4_000_000
+LONGEST_STRING: Final = 65_536
 
 
 class SelectorMeter:
