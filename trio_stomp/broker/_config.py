@@ -84,7 +84,7 @@ class Limits:
         for each piece of the pattern), and each token of the selector 200
         (an operation of the evaluator). An evaluation that runs out is a
         non-match for that message: counted
-        (:attr:`Broker.selector_work_exhausted`) and logged once per
+        (:attr:`trio_stomp.broker.Broker.selector_work_exhausted`) and logged once per
         subscription, never an ERROR (what it costs depends on the message,
         which any producer chooses). The default, 1,000,000, is about a
         millisecond of the broker's time, and lets a LIKE read 64 KiB
