@@ -26,6 +26,9 @@ class Client:
       heartbeat: the negotiated ``(send_every, expect_every)`` in seconds (0: off).
       url: the broker the session is connected to now.
       reconnects: how many times the connection was restored.
+      replies_unmatched: replies to :meth:`request` that matched no waiting
+        request (late, repeated, forged, or without a ``correlation-id``)
+        and were dropped, since the client started.
     """
 
     def __init__(self, core: Core) -> None:
@@ -55,6 +58,11 @@ class Client:
     @property
     def reconnects(self) -> int:
         return self._core.reconnects
+
+    @property
+    def replies_unmatched(self) -> int:
+        replies = self._replies
+        return 0 if replies is None else replies.dropped
 
     def __repr__(self) -> str:
         return self._core.describe()
@@ -100,7 +108,8 @@ class Client:
         """Send a request to ``destination`` and return its one reply.
 
         The SEND carries ``reply-to`` (a temp queue of this client's) and a
-        ``correlation-id`` of its own; a responder answers by sending to the
+        ``correlation-id`` of its own (random, 128 bits: nobody who saw one
+        request can answer another); a responder answers by sending to the
         ``reply-to`` of the MESSAGE it got, with the same ``correlation-id``.
         The first reply with that id is returned; any later one is dropped.
         ``body``, ``headers`` and ``content_type`` are as for :meth:`send`.
@@ -126,7 +135,9 @@ class Client:
 
         Raises:
           RequestTimeout: no reply came within ``timeout`` (also a
-            :class:`trio.TooSlowError`).
+            :class:`trio.TooSlowError`); its message says how many replies
+            came meanwhile without a matching ``correlation-id`` (counted in
+            :attr:`replies_unmatched`).
           ConnectionLost: the connection dropped while the request was in
             flight (its reply queue went with it; the request is not sent
             again on the next connection).

@@ -24,8 +24,15 @@ use, so that replies look the same either way) unless CONNECTED's
 What a hostile or slow responder can do: a reply that never comes ends in
 :class:`~trio_stomp.RequestTimeout`; a reply to a request that timed out or
 was cancelled, a second reply, or one with an unknown ``correlation-id`` is
-dropped by the reader as it arrives (counted in :attr:`Replies.dropped`), so
-a flood of replies holds no memory and never waits on the caller. A request
+dropped by the reader as it arrives (counted in :attr:`Replies.dropped`, the
+client's ``replies_unmatched``), so a flood of replies holds no memory and
+never waits on the caller. Correlation ids are random (128 bits, from
+:mod:`secrets`): a responder, or anyone who can send to the reply queue,
+that has seen one request cannot answer another's (with ids counted up from
+a prefix, one that had seen a request forged the replies to 6-8 of another
+client's 200). A :class:`~trio_stomp.RequestTimeout` says how many replies
+came without a matching ``correlation-id`` while it waited: a responder that
+forgets to copy it fails loudly, not silently. A request
 in flight when its connection drops raises
 :class:`~trio_stomp.ConnectionLost`: the brokers delete a temp queue with its
 connection, so its reply cannot come (its SEND is not sent again after a
@@ -75,13 +82,12 @@ class Replies:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        self._prefix = f"{secrets.token_hex(6)}-"
-        self._count = 0
         self._waiters: dict[str, _Waiter] = {}
         #: The connection generation the reply subscription was made on; -1: none.
         self._subscribed = -1
         self._delivery = Delivery(_no_ack, _no_ack_batch, REPLY_TO)
-        #: Replies that matched no waiting request (late, repeated or unknown).
+        #: Replies that matched no waiting request (late, repeated, unknown or
+        #: without a ``correlation-id``).
         self.dropped = 0
 
     @property
@@ -106,8 +112,8 @@ class Replies:
         extra = user_headers(headers, REQUEST_RESERVED_HEADERS)
         if content_type is not None and any(name == "content-type" for name, _ in extra):
             raise LocalProtocolError("content-type given both as header and argument")
-        self._count += 1
-        correlation_id = f"{self._prefix}{self._count}"
+        # Unguessable: whoever saw one request's id learns nothing of the next.
+        correlation_id = secrets.token_urlsafe(16)
         pairs = [
             ("destination", destination),
             ("reply-to", REPLY_TO),
@@ -117,6 +123,7 @@ class Replies:
             pairs.append(("content-type", content_type))
         pairs.extend(extra)
         waiter = _Waiter()
+        dropped = self.dropped
         with trio.move_on_after(timeout) as scope:
             await core.wait_connected()
             # From here to the SEND's queueing nothing awaits: the waiter, the
@@ -135,9 +142,12 @@ class Replies:
         if waiter.error is not None:
             raise waiter.error
         assert scope.cancelled_caught
+        unmatched = self.dropped - dropped
         raise RequestTimeout(
             f"no reply to the request to {destination!r} within {timeout} s "
-            f"(correlation-id {correlation_id})"
+            f"(correlation-id {correlation_id}); {unmatched} "
+            f"{'reply' if unmatched == 1 else 'replies'} came meanwhile without a matching "
+            "correlation-id (a responder must copy the request's onto its reply)"
         )
 
     def _subscribe(self) -> None:

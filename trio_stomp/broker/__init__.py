@@ -50,8 +50,14 @@ Policies:
   nested deeper than :attr:`Limits.max_selector_depth` (40), or whose
   LIKE patterns hold more than 64 characters of ``%...%`` pieces with
   ``_`` (each costs its length times the value's), is an ERROR naming the
-  position. LIKE never backtracks. A durable subscription (below) takes no
-  selector yet: its SUBSCRIBE with one gets an ERROR.
+  position. LIKE never backtracks. The work of evaluating one is bounded
+  too: :attr:`Limits.max_selector_work` per evaluation,
+  :attr:`Limits.max_selector_string` per string it builds, and
+  :attr:`Limits.max_selector_dispatch_work` per message across the
+  subscriptions (a fair share each); one that runs out is a non-match,
+  counted in :attr:`Broker.selector_work_exhausted` and logged once per
+  subscription (see :mod:`._selector_work`). A durable subscription (below)
+  takes no selector yet: its SUBSCRIBE with one gets an ERROR.
 - Durable topic subscriptions, named as ActiveMQ names them: a SUBSCRIBE to
   a ``/topic/`` with ``activemq.subscriptionName``, from a connection whose
   CONNECT carried ``client-id``, keeps what is sent to the topic while its
@@ -59,7 +65,8 @@ Policies:
   broker runs), until consumed. A plain UNSUBSCRIBE keeps it; one with
   ``activemq.subscriptionName`` removes it. A client-id is held by one
   connection at a time (a second CONNECT with it: ERROR, "client-id in
-  use"). Bounded by :attr:`Limits.max_durable_subscriptions`, per
+  use"), and free again at DISCONNECT (after its RECEIPT), as on ActiveMQ.
+  Bounded by :attr:`Limits.max_durable_subscriptions`, per
   subscription by :attr:`Limits.max_durable_messages` and
   :attr:`Limits.max_durable_bytes`, and together by
   :attr:`Limits.max_durable_total_bytes` (a message past them is not kept
@@ -146,6 +153,7 @@ from ._server import open_broker as open_broker
 from ._server import serve_broker as serve_broker
 from ._store_database import StoreDamaged as StoreDamaged
 from ._store_database import StoreError as StoreError
+from ._store_database import StoreInUse as StoreInUse
 
 __all__ = [
     "Broker",
@@ -154,6 +162,7 @@ __all__ = [
     "Limits",
     "StoreDamaged",
     "StoreError",
+    "StoreInUse",
     "UsersFileError",
     "list_durable_subscriptions",
     "load_users",

@@ -43,7 +43,8 @@ async def list_durable_subscriptions(
 
     Raises:
       StoreDamaged: the store is damaged and ``accept_damage`` is False.
-      StoreError: it cannot be opened (a broker is running on it, say).
+      StoreInUse: a broker is running on it (it holds the store's lock).
+      StoreError: it cannot be opened.
     """
     async with open_store(data_dir, accept_damage=accept_damage) as store:
         found = [
@@ -70,7 +71,8 @@ async def remove_durable_subscription(
     Raises:
       LookupError: there is no such subscription.
       StoreDamaged: the store is damaged and ``accept_damage`` is False.
-      StoreError: it cannot be opened or written (a broker is running on it, say).
+      StoreInUse: a broker is running on it (it holds the store's lock).
+      StoreError: it cannot be opened or written.
     """
     async with open_store(data_dir, accept_damage=accept_damage) as store:
         for durable in store.restored_durables:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._selector_work import DISPATCH_WORK, EVALUATION_WORK, LONGEST_STRING
+
 __all__ = ["Limits", "UsersFileError", "load_users", "parse_users"]
 
 _MiB = 1024 * 1024
@@ -76,6 +78,28 @@ class Limits:
         looked at on its own (one evaluation per consumer with room). A
         message waiting behind more unselected ones than that is reached
         once they are consumed (ActiveMQ looks only at its page of 200).
+      max_selector_work: the most work one evaluation of a selector may
+        spend, in units of about one character: each string it builds,
+        compares, converts or searches costs its length (a LIKE, its length
+        for each piece of the pattern), and each token of the selector 200
+        (an operation of the evaluator). An evaluation that runs out is a
+        non-match for that message: counted
+        (:attr:`trio_stomp.broker.Broker.selector_work_exhausted`) and logged once per
+        subscription, never an ERROR (what it costs depends on the message,
+        which any producer chooses). The default, 1,000,000, is about a
+        millisecond of the broker's time, and lets a LIKE read 64 KiB
+        headers many times over.
+      max_selector_dispatch_work: the most selector work one dispatch may
+        spend across the subscriptions it evaluates (a topic's fan-out of
+        one message, the offer of one message on a queue, a queue's look
+        through its backlog); each evaluation gets at most a fair share of
+        what is left, so one subscription's selector cannot spend another's.
+        Bounds how long one message holds the broker (the default,
+        4,000,000, a few milliseconds), whatever the subscribers select.
+      max_selector_string: the longest string a selector's evaluation may
+        build (``+`` concatenates), in characters; one longer stops the
+        evaluation as a non-match, before it is built. The default, 65,536,
+        is a header line as long as ``max_header_length``.
       max_durable_subscriptions: the most durable topic subscriptions
         (``client-id`` + ``activemq.subscriptionName``) the broker keeps, from
         every client together: a SUBSCRIBE that would make one more gets an
@@ -151,6 +175,9 @@ class Limits:
     max_selector_length: int = attrs.field(default=4096, validator=_positive)
     max_selector_depth: int = attrs.field(default=40, validator=_positive)
     selector_scan: int = attrs.field(default=10_000, validator=_positive)
+    max_selector_work: int = attrs.field(default=EVALUATION_WORK, validator=_positive)
+    max_selector_dispatch_work: int = attrs.field(default=DISPATCH_WORK, validator=_positive)
+    max_selector_string: int = attrs.field(default=LONGEST_STRING, validator=_positive)
     max_durable_subscriptions: int = attrs.field(default=1000, validator=_positive)
     max_durable_messages: int = attrs.field(default=100_000, validator=_positive)
     max_durable_bytes: int = attrs.field(default=64 * _MiB, validator=_positive)

@@ -30,6 +30,11 @@ Policies:
   ``selector_scan`` evaluations found no taker: what an event costs is
   bounded, and a queue whose consumers select none of its messages does no
   work until something changes.
+- What evaluating selectors costs is bounded per evaluation and per
+  dispatch (see :mod:`._selector_work`): an evaluation that runs out is a
+  non-match, counted on its subscription and logged once for it. A queue's
+  dispatch whose budget ran out stops there; what it did not look at waits
+  for the next event.
 - Queues keep what is sent to them without a bound: a queue nobody consumes
   grows with what producers send. An empty queue with no subscriptions is
   forgotten.
@@ -57,6 +62,7 @@ import attrs
 
 from ..frame import PREFETCH_HEADERS, RESERVED_HEADERS, AckMode, Headers
 from ._message import DestinationDepth, Message, Pending, new_message
+from ._selector_work import SelectorMeter
 from ._wire import kept_headers, subscription_line
 
 if TYPE_CHECKING:
@@ -154,6 +160,8 @@ class Subscription:
       queue: where its messages come from (shared, or private for a topic).
       unacked: delivered and not yet acknowledged, by message id, oldest first.
       line: the ``subscription`` line of its MESSAGE frames (see :mod:`._wire`).
+      exhausted: evaluations of its selector that ran out of work (see
+        :mod:`._selector_work`), each a message it did not get.
     """
 
     session: Consumer
@@ -165,6 +173,7 @@ class Subscription:
     queue: Queue = attrs.field(init=False)
     unacked: OrderedDict[str, Pending] = attrs.field(factory=OrderedDict)
     line: bytes = attrs.field(init=False)
+    exhausted: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.line = subscription_line(self.id)
@@ -174,12 +183,19 @@ class Subscription:
         window = self.window
         return self.session.can_receive() and (window is None or len(self.unacked) < window)
 
-    def selects(self, message: Message) -> bool:
-        """True when ``message`` passes the subscription's selector (if any)."""
+    def selects(self, message: Message, meter: SelectorMeter, share: int = 1) -> bool:
+        """True when ``message`` passes the subscription's selector (if any),
+        evaluated on ``meter``'s budget (``share``: see :meth:`SelectorMeter.evaluate`)."""
         selector = self.selector
-        return selector is None or selector.matches(
-            message.headers, message_id=message.message_id, redelivered=message.redelivered
-        )
+        if selector is None:
+            return True
+        verdict = meter.evaluate(selector, message, share)
+        if verdict is None:
+            self.exhausted += 1
+            if self.exhausted == 1:
+                meter.report(selector, self.id, self.destination)
+            return False
+        return verdict
 
 
 class Queue:
@@ -194,13 +210,20 @@ class Queue:
         "_settled",
         "consumers",
         "messages",
+        "meter",
         "name",
         "owner",
         "scan",
         "selecting",
     )
 
-    def __init__(self, name: str, owner: Consumer | None = None, scan: int = SELECTOR_SCAN) -> None:
+    def __init__(
+        self,
+        name: str,
+        owner: Consumer | None = None,
+        scan: int = SELECTOR_SCAN,
+        meter: SelectorMeter | None = None,
+    ) -> None:
         self.name = name
         self.owner = owner
         self.messages: deque[Message] = deque()
@@ -212,6 +235,8 @@ class Queue:
         self.scan = scan
         #: True while no waiting message is selected by a ready consumer.
         self._settled = False
+        #: What evaluating selectors may cost (the broker's, for a shared queue).
+        self.meter = meter if meter is not None else SelectorMeter()
 
     def put(self, message: Message) -> None:
         """Add ``message`` at the back and deliver what can be delivered."""
@@ -224,8 +249,11 @@ class Queue:
             # Nothing waiting is selected by a consumer with room: only the
             # new message needs a look, one evaluation per ready consumer.
             ready = self._ready()
+            self.meter.start()
             if not (ready and self._offer(message, ready)):
                 self.messages.append(message)
+                # (An evaluation cut short by the dispatch's budget: look again.)
+                self._settled = not self.meter.short
             return
         self.messages.append(message)
         self.dispatch()
@@ -286,7 +314,9 @@ class Queue:
         kept: list[Message] = []
         budget = self.scan
         self._settled = False
-        while messages and budget > 0:
+        meter = self.meter
+        meter.start()
+        while messages and budget > 0 and meter.left > 0:
             ready = self._ready()
             if not ready:
                 break
@@ -297,7 +327,7 @@ class Queue:
         else:
             # Every waiting message was looked at: until a consumer gets room
             # (which dispatches again), a new one is all there is to look at.
-            self._settled = not messages
+            self._settled = not messages and not meter.short
         if kept:
             messages.extendleft(reversed(kept))
 
@@ -315,11 +345,14 @@ class Queue:
 
     def _offer(self, message: Message, ready: list[tuple[int, Subscription]]) -> bool:
         """Deliver ``message`` to the first of ``ready`` that selects it; False if none."""
+        meter = self.meter
+        share = len(ready)
         for index, sub in ready:
-            if sub.selects(message):
+            if sub.selects(message, meter, share):
                 self._next = (index + 1) % len(self.consumers)
                 sub.session.deliver(sub, message)
                 return True
+            share -= 1
         return False
 
     def add(self, sub: Subscription) -> None:
@@ -360,6 +393,8 @@ class Router(Generic[D]):
         selecting consumers takes (see :class:`Queue`).
       durables: the broker's durable topic subscriptions (see
         :mod:`._durable`); None for none.
+      meter: what evaluating selectors may cost (see :mod:`._selector_work`);
+        the defaults of :class:`~trio_stomp.broker.Limits` when None.
     """
 
     @overload
@@ -369,6 +404,7 @@ class Router(Generic[D]):
         store: MessageLog | None = None,
         selector_scan: int = SELECTOR_SCAN,
         durables: None = None,
+        meter: SelectorMeter | None = None,
     ) -> None: ...
     @overload
     def __init__(
@@ -378,6 +414,7 @@ class Router(Generic[D]):
         selector_scan: int = SELECTOR_SCAN,
         *,
         durables: D,
+        meter: SelectorMeter | None = None,
     ) -> None: ...
     def __init__(
         self,
@@ -385,7 +422,9 @@ class Router(Generic[D]):
         store: MessageLog | None = None,
         selector_scan: int = SELECTOR_SCAN,
         durables: D | None = None,
+        meter: SelectorMeter | None = None,
     ) -> None:
+        self.meter = meter if meter is not None else SelectorMeter()
         self._prefix = f"{secrets.token_hex(4) if id_prefix is None else id_prefix}-"
         self._scan = selector_scan
         self._ids = itertools.count(1)
@@ -415,9 +454,18 @@ class Router(Generic[D]):
             return 0
         if destination.startswith(TOPIC_PREFIX):
             message = new_message(message_id, destination, kept, body)
-            for sub in tuple(self.topics.get(destination, ())):
-                if sub.selects(message):
-                    sub.queue.put(message)
+            subs = self.topics.get(destination)
+            if subs:
+                meter = self.meter
+                meter.start()
+                share = sum(sub.selector is not None for sub in subs)
+                for sub in tuple(subs):
+                    if sub.selector is None:
+                        sub.queue.put(message)
+                        continue
+                    if sub.selects(message, meter, share):
+                        sub.queue.put(message)
+                    share -= 1
             durables = self.durables
             return durables.publish(message) if durables is not None else 0
         store = self.store
@@ -441,7 +489,7 @@ class Router(Generic[D]):
     def _queue(self, destination: str) -> Queue:
         queue = self.queues.get(destination)
         if queue is None:
-            queue = self.queues[destination] = Queue(destination, scan=self._scan)
+            queue = self.queues[destination] = Queue(destination, scan=self._scan, meter=self.meter)
         return queue
 
     def open_temporary(self, name: str, owner: Consumer) -> Queue:

@@ -52,11 +52,15 @@ from ._selector_eval import (
     LIKE_SEARCH_BUDGET,
     LONG_MAX,
     MESSAGE_ID,
+    OPERATION_WORK,
     REDELIVERED,
+    UNBOUNDED,
     Eval,
     EvalError,
+    Found,
     Headers,
     JavaLong,
+    OutOfWork,
     Value,
     all_of,
     any_of,
@@ -301,12 +305,18 @@ class _Parser:
                 position,
             )
         run = left.run
+        # Each piece is a pass over the value; a '_' piece in between, its
+        # length times, and each of those steps is a regular expression's.
+        weight = pattern.count("%") + 1 + 4 * cost
 
         def like(h: Headers) -> Value:
             value = run(h)
             if value is None:
                 return None
-            return (isinstance(value, str) and match(value)) != negate
+            if not isinstance(value, str):
+                return negate
+            h.spend(len(value) * weight)
+            return match(value) != negate
 
         return self.node(like, left, boolean=True)
 
@@ -323,7 +333,10 @@ class _Parser:
             value = run(h)
             if value is None:
                 return None
-            return (isinstance(value, str) and value in choices) != negate
+            if not isinstance(value, str):
+                return negate
+            h.spend(len(value))  # (hashed once)
+            return (value in choices) != negate
 
         return self.node(in_, left, boolean=True)
 
@@ -445,11 +458,14 @@ class Selector:
     Attributes:
       text: what the client sent.
       names: the header names it reads (JMS names mapped to their headers).
+      work: what its operations cost each evaluation, in work units (see
+        :meth:`measure`).
     """
 
     text: str
     names: frozenset[str]
     _run: Eval
+    work: int = 0
 
     def matches(
         self, headers: Iterable[tuple[str, str]], *, message_id: str = "", redelivered: bool = False
@@ -458,9 +474,45 @@ class Selector:
 
         A header that repeats counts with its first value. NULL, FALSE, or
         an evaluation ActiveMQ fails (arithmetic on a string) do not match.
+        Nothing bounds the work here (see :meth:`measure`).
         """
+        verdict, _ = self.measure(
+            headers, message_id=message_id, redelivered=redelivered, allowance=UNBOUNDED
+        )
+        return verdict is True
+
+    def measure(
+        self,
+        headers: Iterable[tuple[str, str]],
+        *,
+        message_id: str = "",
+        redelivered: bool = False,
+        allowance: int,
+        longest: int = UNBOUNDED,
+    ) -> tuple[bool | None, int]:
+        """Evaluate within a work budget: :meth:`matches`, and what it cost.
+
+        The work is counted in units of one character: each operation costs
+        :data:`~._selector_eval.OPERATION_WORK` (paid up front, for every
+        token of the selector), and each string built, compared, converted
+        or searched costs its length (a LIKE, its length for each piece of
+        the pattern), paid before the work is done.
+
+        Args:
+          allowance: the most work units the evaluation may spend.
+          longest: the longest string it may build (a concatenation), in
+            characters.
+
+        Returns:
+          True or False (matches or not), or None when the evaluation ran
+          out of ``allowance`` or would have built a string longer than
+          ``longest`` (it stopped there); and the work it spent (at most
+          ``allowance``).
+        """
+        if allowance < self.work:
+            return None, 0
         names = self.names
-        found: Headers = {}
+        found = Found(allowance - self.work, longest)
         for name, value in headers:
             if name in names and name not in found:
                 found[name] = value
@@ -469,9 +521,12 @@ class Selector:
         if redelivered:
             found[REDELIVERED] = "true"
         try:
-            return self._run(found) is True
+            verdict: bool | None = self._run(found) is True
         except EvalError:
-            return False
+            verdict = False
+        except OutOfWork:
+            verdict = None
+        return verdict, min(allowance, allowance - found.left)
 
 
 def compile_selector(text: str, *, max_length: int = 4096, max_depth: int = 40) -> Selector:
@@ -495,7 +550,7 @@ def compile_selector(text: str, *, max_length: int = 4096, max_depth: int = 40) 
     parser = _Parser(text, max_depth)
     node = parser.parse()
     names = frozenset(JMS_HEADERS.get(name, name) for name in parser.names)
-    return Selector(text, names, node.run)
+    return Selector(text, names, node.run, len(parser.tokens) * OPERATION_WORK)
 
 
 def subscription_selector(text: str | None, *, max_length: int, max_depth: int) -> Selector | None:

@@ -32,6 +32,7 @@ from ._listeners import (
     open_listeners,
 )
 from ._message import DestinationDepth
+from ._selector_work import SelectorMeter
 from ._session import Session
 from ._store import Store, open_data_dir
 
@@ -67,6 +68,11 @@ class Broker:
             store=store,
             selector_scan=self._limits.selector_scan,
             durables=DurableSubscriptions(limits, store),
+            meter=SelectorMeter(
+                limits.max_selector_work,
+                limits.max_selector_dispatch_work,
+                limits.max_selector_string,
+            ),
         )
         self._budget = Budget(limits.max_buffered_bytes)
         self._duplicates = duplicates
@@ -156,6 +162,13 @@ class Broker:
         """The duplicate window's accounted memory now, bytes (at most
         ``Limits.duplicate_window_bytes``; 0 when the window is off)."""
         return 0 if self._duplicates is None else self._duplicates.bytes
+
+    @property
+    def selector_work_exhausted(self) -> int:
+        """Selector evaluations that ran out of work since the broker started
+        (``Limits.max_selector_work``, ``max_selector_dispatch_work``,
+        ``max_selector_string``): each one a message not selected."""
+        return self._router.meter.exhausted
 
     @property
     def connection_count(self) -> int:

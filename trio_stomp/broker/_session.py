@@ -19,7 +19,6 @@ from typing import Final, Protocol
 
 from .._version import version as package_version
 from ..frame import (
-    ACK_MODES,
     HEARTBEAT,
     Frame,
     FrameParser,
@@ -31,7 +30,7 @@ from ..frame import (
 from ._budget import Budget
 from ._config import Limits
 from ._dedup import Duplicates
-from ._destinations import Router, Subscription, prefetch_window
+from ._destinations import Router, Subscription
 from ._durable import CLIENT_ID_HEADER, NAME_HEADER, DurableSubscriptions, durable_name
 from ._message import Message
 from ._negotiation import (
@@ -41,7 +40,7 @@ from ._negotiation import (
     choose_version,
     encode_message,
 )
-from ._selector import subscription_selector
+from ._subscribe import subscribe_options
 from ._temporary import TemporaryQueues
 from ._transactions import ClientError, Transactions
 from ._unacked import Unacked
@@ -155,6 +154,8 @@ class Session:
         if not isinstance(data, bytes):
             data = bytes(data)
         self._receive(data)
+        if self._detached:
+            return  # (a DISCONNECT gave everything back, the budget's share too)
         if not self.budget.hold(self, self.parser.buffered) and not self.closing:
             self._error("too much buffered", self.budget.exceeded)
 
@@ -223,7 +224,7 @@ class Session:
             return
         self._emit_frame(Frame("RECEIPT", {"receipt-id": receipt}))
         if disconnect:
-            self._close("the client disconnected")
+            self._disconnected()
 
     def durable(self, batch: int) -> bool:
         """The store's commits up to ``batch`` are on disk: send the RECEIPTs they held.
@@ -236,7 +237,7 @@ class Session:
             _, receipt, disconnect = held.popleft()
             self._emit_frame(Frame("RECEIPT", {"receipt-id": receipt}))
             if disconnect:
-                self._close("the client disconnected")
+                self._disconnected()
         return bool(held) and not self.closing
 
     # -- frames ----------------------------------------------------------------
@@ -299,31 +300,9 @@ class Session:
         destination = headers.get("destination")
         if not destination:
             raise ClientError("SUBSCRIBE without destination")
-        sub_id = headers.get("id")
-        if sub_id is None:
-            if self.version != "1.0":
-                raise ClientError("SUBSCRIBE without id")
-            sub_id = destination
-        if sub_id in self.subscriptions:
-            raise ClientError(
-                "duplicate subscription id", f"subscription {sub_id!r} already exists"
-            )
-        if len(self.subscriptions) >= self.limits.max_subscriptions:
-            raise ClientError(
-                "too many subscriptions", f"the limit is {self.limits.max_subscriptions}"
-            )
-        ack_mode = headers.get("ack", "auto")
-        if ack_mode not in ACK_MODES:
-            raise ClientError("invalid ack mode", "ack must be auto, client or client-individual")
-        try:
-            window = prefetch_window(headers, ack_mode, self.limits.default_prefetch)
-            selector = subscription_selector(
-                headers.get("selector"),
-                max_length=self.limits.max_selector_length,
-                max_depth=self.limits.max_selector_depth,
-            )
-        except ValueError as exc:
-            raise ClientError(*exc.args) from None
+        sub_id, ack_mode, window, selector = subscribe_options(
+            headers, destination, self.version or "1.2", self.subscriptions, self.limits
+        )
         temporary = self.temporary.to_subscribe(destination)
         durable = durable_name(headers, destination)
         sub = Subscription(self, sub_id, destination, ack_mode, window, selector)
@@ -397,7 +376,7 @@ class Session:
 
     def _on_disconnect(self, frame: Frame, committing: bool) -> None:
         if "receipt" not in frame.headers:
-            self._close("the client disconnected")
+            self._disconnected()
         # else handle_frame sends the RECEIPT first, then closes.
 
     # -- output ----------------------------------------------------------------
@@ -494,6 +473,17 @@ class Session:
         call more than once.
         """
         self._close("the connection closed")
+        self._give_back()
+        self._out = []
+
+    def _disconnected(self) -> None:
+        """DISCONNECT (its RECEIPT sent, if it asked for one): end the session and
+        give back what it held now, its client-id too, as ActiveMQ does, so that
+        the client can connect again at once; the socket closes once flushed."""
+        self._close("the client disconnected")
+        self._give_back()
+
+    def _give_back(self) -> None:
         if self._detached:
             return
         self._detached = True
@@ -510,7 +500,6 @@ class Session:
         self.temporary.release()
         if self.client_id is not None and self.router.durables is not None:
             self.router.durables.release(self.client_id, self)
-        self._out = []
 
     # -- internals -------------------------------------------------------------
 

@@ -40,7 +40,14 @@ import trio
 
 from ._destinations import Watcher
 from ._message import Message
-from ._store_database import STORE_FILE, Companion, Database, StoreDamaged, StoreError
+from ._store_database import (
+    STORE_FILE,
+    Companion,
+    Database,
+    StoreDamaged,
+    StoreError,
+    StoreInUse,
+)
 from ._store_durable import DurableChanges, DurableKey, Restored, stored_key
 
 __all__ = ["STORE_FILE", "Store", "StoreDamaged", "StoreError", "open_data_dir", "open_store"]
@@ -54,7 +61,10 @@ GATHER_DELAY: Final = 0.0005
 def _store_error(path: Path, doing: str, exc: BaseException) -> StoreError:
     reason = str(exc) or type(exc).__name__
     if isinstance(exc, sqlite3.OperationalError) and "locked" in reason:
-        reason += " (is another broker using this data dir?)"
+        return StoreInUse(
+            f"broker store {os.fspath(path)!r}: cannot {doing}: {reason} "
+            "(is another broker using this data dir?)"
+        )
     return StoreError(f"broker store {os.fspath(path)!r}: cannot {doing}: {reason}")
 
 

@@ -45,7 +45,7 @@ from ._store_durable import (
 )
 from ._store_mark import MARK_FILE, Damage, MarkFile, Tally, assess, row_checksum
 
-__all__ = ["STORE_FILE", "Database", "StoreDamaged", "StoreError"]
+__all__ = ["STORE_FILE", "Database", "StoreDamaged", "StoreError", "StoreInUse"]
 
 log = logging.getLogger("trio_stomp.broker")
 
@@ -56,6 +56,10 @@ _SCHEMA_VERSION: Final = 3
 
 class StoreError(Exception):
     """The broker's data dir cannot be opened or written; the message names the file."""
+
+
+class StoreInUse(StoreError):
+    """The store is locked: a broker (or a command working on it) is running on the data dir."""
 
 
 class StoreDamaged(StoreError):

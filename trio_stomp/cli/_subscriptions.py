@@ -2,7 +2,8 @@
 
 They work on a stopped broker's store (see
 :func:`trio_stomp.broker.list_durable_subscriptions`): a broker running on the
-data dir holds its lock, and they fail with one line saying so.
+data dir holds its lock, and they fail with one line saying so and what to
+do instead.
 """
 
 from __future__ import annotations
@@ -44,15 +45,35 @@ def run_subscriptions(args: argparse.Namespace) -> int | None:
     flag = "--list-subscriptions" if args.list_subscriptions else "--remove-subscription"
     if args.data_dir is None:
         raise UsageError(f"{flag} needs --data-dir")
-    from ..broker import StoreError
+    from ..broker import StoreError, StoreInUse
 
     try:
         if args.list_subscriptions:
             return trio.run(_list, args.data_dir, args.accept_damage)
         client_id, name = args.remove_subscription
         return trio.run(_remove, args.data_dir, client_id, name, args.accept_damage)
+    except StoreInUse:
+        raise UsageError(_in_use(args, flag), status=EXIT_FAILED) from None
     except StoreError as exc:
         raise UsageError(str(exc), status=EXIT_FAILED) from None
+
+
+def _in_use(args: argparse.Namespace, flag: str) -> str:
+    """What to say when a broker runs on the data dir, and what to do instead."""
+    said = (
+        f"a broker is running on the data dir {args.data_dir!r} (it holds the store's "
+        f"lock): stop it, then run {flag} again"
+    )
+    if args.remove_subscription is None:
+        return (
+            f"{said}; while it runs, Broker.depths() in the program that runs it "
+            "lists each durable subscription"
+        )
+    client_id, name = args.remove_subscription
+    return (
+        f"{said}, or remove it through the running broker: CONNECT with client-id "
+        f"{client_id!r} and send UNSUBSCRIBE with activemq.subscriptionName {name!r}"
+    )
 
 
 def _field(text: str) -> str:

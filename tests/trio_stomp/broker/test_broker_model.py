@@ -68,6 +68,7 @@ def test_public_surface() -> None:
         "Limits",
         "StoreDamaged",
         "StoreError",
+        "StoreInUse",
         "UsersFileError",
         "list_durable_subscriptions",
         "load_users",

@@ -118,10 +118,10 @@ def test_a_queue_nobody_selects_does_one_evaluation_per_message(
     calls = 0
     original = Subscription.selects
 
-    def counting(self: Subscription, message: object) -> bool:
+    def counting(self: Subscription, message: object, *more: object) -> bool:
         nonlocal calls
         calls += 1
-        return original(self, message)  # type: ignore[arg-type]
+        return original(self, message, *more)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Subscription, "selects", counting)
     router = Router()
@@ -146,10 +146,10 @@ def test_an_event_costs_at_most_selector_scan_evaluations_however_many_consumers
     calls = 0
     original = Subscription.selects
 
-    def counting(self: Subscription, message: object) -> bool:
+    def counting(self: Subscription, message: object, *more: object) -> bool:
         nonlocal calls
         calls += 1
-        return original(self, message)  # type: ignore[arg-type]
+        return original(self, message, *more)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Subscription, "selects", counting)
     router = Router(selector_scan=1000)

@@ -205,15 +205,32 @@ def test_subscription_commands_need_a_data_dir(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.deadline(30)
-async def test_listing_the_store_of_a_running_broker_is_a_clear_error(tmp_path: Path) -> None:
+async def test_the_admin_commands_on_a_running_brokers_store_say_so_and_what_to_do(
+    tmp_path: Path,
+) -> None:
+    """Issue 32: they said "database is locked"; now one line says a broker runs there."""
+    admin = [*_command(), "broker", "--data-dir", str(tmp_path)]
     async with _broker(tmp_path):
-        command = [*_command(), "broker", "--data-dir", str(tmp_path), "--list-subscriptions"]
-        with trio.fail_after(15):
-            refused = await trio.run_process(command, capture_stderr=True, check=False)
-    err = refused.stderr.decode()
-    assert refused.returncode == 1, err
-    assert "is another broker using this data dir?" in err
-    assert "Traceback" not in err
+        with trio.fail_after(20):
+            listed = await trio.run_process(
+                [*admin, "--list-subscriptions"], capture_stderr=True, check=False
+            )
+            removed = await trio.run_process(
+                [*admin, "--remove-subscription", "app", "daily"], capture_stderr=True, check=False
+            )
+    for refused, flag in ((listed, "--list-subscriptions"), (removed, "--remove-subscription")):
+        err = refused.stderr.decode()
+        assert refused.returncode == 1, err
+        assert err.count("\n") == 1, err  # one line
+        assert f"a broker is running on the data dir {str(tmp_path)!r}" in err, err
+        assert f"stop it, then run {flag} again" in err
+        assert "database is locked" not in err
+        assert "Traceback" not in err
+    assert "Broker.depths()" in listed.stderr.decode()
+    assert (
+        "CONNECT with client-id 'app' and send UNSUBSCRIBE with activemq.subscriptionName 'daily'"
+        in removed.stderr.decode()
+    )
 
 
 @pytest.mark.deadline(40)

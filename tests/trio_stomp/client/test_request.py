@@ -340,3 +340,83 @@ async def test_a_request_cancelled_at_any_point_leaves_the_client_consistent(
             [queue] = reply_queues(broker)
             assert queue.consumers == 1
         nursery.cancel_scope.cancel()
+
+
+async def forger(url: str, destination: str, task_status: trio.TaskStatus[None]) -> None:
+    """Answer the first request on ``destination``, then spray replies to its
+    ``reply-to`` with the correlation-ids a counter would give next."""
+    async with (
+        trio_stomp.connect(url) as client,
+        client.subscribe(destination, receipt=True) as sub,
+    ):
+        task_status.started()
+        message = await sub.__anext__()
+        reply_to, seen = message.headers["reply-to"], message.headers["correlation-id"]
+        await client.send(reply_to, b"re: look", headers={"correlation-id": seen})
+        prefix = seen.rsplit("-", 1)[0]
+        while True:
+            for n in range(2, 60):
+                await client.send(reply_to, b"forged", headers={"correlation-id": f"{prefix}-{n}"})
+            await trio.sleep(0.001)
+
+
+async def test_a_responder_that_saw_one_request_cannot_forge_the_replies_to_another(
+    unique: Callable[[str], str],
+) -> None:
+    """Issue 32: with ids counted up from a prefix, a responder that had seen one
+    request answered 6-8 of another client's 200 with forged replies."""
+    evil, good = unique("queue"), unique("queue")
+    async with trio_stomp.broker.open_broker() as broker, trio.open_nursery() as nursery:
+        await nursery.start(forger, broker.url, evil)
+        await nursery.start(partial(respond, broker.url, good, delay=0.01))
+        async with trio_stomp.connect(broker.url) as victim:
+            assert (await victim.request(evil, "look", timeout=10)).text == "re: look"
+            replies = [(await victim.request(good, f"q{n}", timeout=10)).text for n in range(50)]
+            assert replies == [f"re: q{n}" for n in range(50)]
+            assert victim.replies_unmatched > 0  # the forgeries came, and were counted
+        nursery.cancel_scope.cancel()
+
+
+async def test_ids_are_random_and_long(unique: Callable[[str], str]) -> None:
+    seen: list[str] = []
+    async with (
+        trio_stomp.broker.open_broker() as broker,
+        trio_stomp.connect(broker.url) as watcher,
+        watcher.subscribe(unique("queue"), receipt=True) as sub,
+        trio_stomp.connect(broker.url) as client,
+    ):
+        for _ in range(3):
+            with pytest.raises(trio_stomp.RequestTimeout):
+                await client.request(sub.destination, "x", timeout=0.05)
+            message = await sub.__anext__()
+            seen.append(message.headers["correlation-id"])
+    assert len(set(seen)) == 3
+    # At least 96 bits: 16 random bytes in URL-safe base64 are 22 characters.
+    assert all(len(correlation_id) >= 22 for correlation_id in seen)
+    assert not any(seen[0][:8] == other[:8] for other in seen[1:])  # no shared prefix
+
+
+async def test_a_timeout_says_how_many_replies_came_without_a_matching_correlation_id(
+    unique: Callable[[str], str],
+) -> None:
+    """A responder that forgets to copy the correlation-id: the caller is told."""
+    service = unique("queue")
+
+    async def careless(task_status: trio.TaskStatus[None]) -> None:
+        async with (
+            trio_stomp.connect(broker.url) as client,
+            client.subscribe(service, receipt=True) as sub,
+        ):
+            task_status.started()
+            async for message in sub:
+                for _ in range(3):
+                    await client.send(message.headers["reply-to"], b"answer")
+
+    async with trio_stomp.broker.open_broker() as broker, trio.open_nursery() as nursery:
+        await nursery.start(careless)
+        async with trio_stomp.connect(broker.url) as client:
+            with pytest.raises(trio_stomp.RequestTimeout) as info:
+                await client.request(service, "question", timeout=0.5)
+            assert "3 replies came meanwhile without a matching correlation-id" in str(info.value)
+            assert client.replies_unmatched == 3
+        nursery.cancel_scope.cancel()
