@@ -125,15 +125,21 @@ class KafkaSource:
             "enable.auto.offset.store": False,
             "auto.offset.reset": self._config.auto_offset_reset,
             "isolation.level": "read_committed",
+            "allow.auto.create.topics": True,
             "socket.timeout.ms": timeout_ms,
             "logger": log,
         }
 
-    async def topic_id(self) -> str:
+    async def topic_id(self, consumer: confluent_kafka.Consumer) -> str:
         """The topic's id (Kafka's UUID of it), asked once per open.
 
+        A topic that does not exist yet is waited for (asked again every
+        second, with one log line): the broker creates it when it allows
+        auto-creation (``auto.create.topics.enable``), else a sink or an
+        operator may.
+
         Raises:
-          KafkaEndpointError: the topic does not exist, or no broker answered.
+          KafkaEndpointError: no broker answered, or the client may not see it.
         """
         settings: dict[str, Any] = {
             "bootstrap.servers": self._servers,
@@ -142,24 +148,37 @@ class KafkaSource:
         }
         admin = AdminClient(settings)
         topics = confluent_kafka.TopicCollection([self._config.topic])
-        future = admin.describe_topics(topics, request_timeout=self._config.timeout)
-        try:
-            description = await in_thread(future[self._config.topic].result)
-        except confluent_kafka.KafkaException as exc:
-            raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
-        return str(description.topic_id)
+        said = False
+        while True:
+            future = admin.describe_topics(topics, request_timeout=self._config.timeout)
+            try:
+                description = await in_thread(future[self._config.topic].result)
+            except confluent_kafka.KafkaException as exc:
+                unknown = confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+                if exc.args and exc.args[0].code() == unknown:
+                    if not said:
+                        log.info("%s: waiting for the topic to exist", self.describe())
+                        said = True
+                    # A metadata request for the topic: the consumer's asks the broker to
+                    # create it (allow.auto.create.topics), as Kafka's own consumer does.
+                    await in_thread(consumer.list_topics, self._config.topic, 1.0)
+                    await trio.sleep(1.0)
+                    continue
+                raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
+            return str(description.topic_id)
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_KafkaReceiver]:
         """Join the group and read in the receiver's own task; leaving commits and leaves."""
-        topic_id = await self.topic_id()
-        receiver = _KafkaReceiver(self, topic_id)
+        receiver = _KafkaReceiver(self)
         consumer = confluent_kafka.Consumer(self.settings())
         receiver.consumer = consumer
         try:
+            # (subscribing first: where the broker allows it, that creates a missing topic)
             consumer.subscribe(
                 [self._config.topic], on_assign=receiver.assigned, on_revoke=receiver.revoked
             )
+            receiver.set_topic_id(await self.topic_id(consumer))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.read)
                 try:
@@ -209,12 +228,12 @@ class _KafkaEnvelope(Envelope):
 class _KafkaReceiver:
     """Records read ahead by :meth:`read`, handed out by :meth:`receive_some`."""
 
-    def __init__(self, source: KafkaSource, topic_id: str) -> None:
+    def __init__(self, source: KafkaSource) -> None:
         config = source._config  # noqa: SLF001 (the receiver is part of its source)
         self.consumer: confluent_kafka.Consumer | None = None
         self.origin = f"kafka {config.topic}"
         self._topic = config.topic
-        self._prefix = f"{config.topic}#{topic_id}"
+        self._prefix = config.topic
         self._window = source._window  # noqa: SLF001
         self._revoke_timeout = config.revoke_timeout
         self._describe = source.describe()
@@ -227,6 +246,10 @@ class _KafkaReceiver:
         self._closing = False
         #: Set by the commit callback; read by close().
         self._commit_error: str | None = None
+
+    def set_topic_id(self, topic_id: str) -> None:
+        """The topic's id, before anything is read: ids are ``TOPIC#TOPIC_ID:PARTITION:OFFSET``."""
+        self._prefix = f"{self._topic}#{topic_id}"
 
     # -- the engine's side ------------------------------------------------------
 
