@@ -32,7 +32,8 @@ import trio_stomp
 
 from conftest import require_real_broker
 
-sys.path[:0] = [str(ROOT / "tests/bridges/endpoints" / name) for name in ("mqtt", "redis", "nats", "kafka")]
+FAMILIES = ("mqtt", "redis", "nats", "kafka")
+sys.path[:0] = [str(ROOT / "tests/bridges/endpoints" / name) for name in FAMILIES]
 sys.path[:0] = [str(ROOT / "tests/bridges/endpoints/amqp")]
 from amqp_servers import rabbit, require_amqp  # noqa: E402
 from kafka_servers import require_kafka  # noqa: E402

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from family_kit import require_server
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
@@ -93,7 +93,11 @@ async def read_topic(servers: str, topic: str) -> list[tuple[bytes, dict[str, by
                     if record.error():
                         continue
                     headers = dict(record.headers() or ())
-                    found.append((record.value() or b"", {k: v or b"" for k, v in headers.items()}))
+                    fields = {
+                        k: v if isinstance(v, bytes) else (v or "").encode()
+                        for k, v in headers.items()
+                    }
+                    found.append((record.value() or b"", fields))
                     position = consumer.position([tp])[0].offset
                     if position >= high or (record.offset() or 0) + 1 >= high:
                         break
