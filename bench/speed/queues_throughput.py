@@ -1,7 +1,7 @@
 """The queue families' endpoints against their libraries used bare, in one run, round by round.
 
     .venv/bin/python bench/speed/queues_throughput.py [--count 20000] [--size 100] [--batch 100]
-        [--window 1000] [--rounds 5] [--only nats,amqp,mqtt,redis]
+        [--window 1000] [--rounds 5] [--only nats,amqp,mqtt,redis,kafka]
         [--directions consume,publish] [--json PATH]
 
 Every bridge row runs at the shipped defaults: the endpoint's config with only
@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+import kafka_throughput as kafka
 import mqtt_throughput as mqtt
 import nats
 import redis_throughput as redis
@@ -82,7 +83,7 @@ from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig, AmqpSource, AmqpSou
 from bridges.endpoints.nats import NatsSink, NatsSinkConfig, NatsSource, NatsSourceConfig
 
 AMQP_URL = os.environ.get("TRIO_STOMP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
-FAMILIES = ("nats", "amqp", "mqtt", "redis")
+FAMILIES = ("nats", "amqp", "mqtt", "redis", "kafka")
 #: What a bridge is named in the table, per direction.
 ENDPOINT = {"consume": "source", "publish": "sink"}
 
@@ -318,6 +319,16 @@ def redis_cases(url: str, args: argparse.Namespace) -> list[Case]:
     ]
 
 
+def kafka_cases(args: argparse.Namespace) -> list[Case]:
+    by_name = {(c.direction, c.name): c for c in kafka.cases(kafka.SERVERS, args)}
+    return [
+        Case("consume", "bare", by_name[kafka.CONSUME, kafka.BARE].once),
+        Case("consume", "bridge", by_name[kafka.CONSUME, kafka.SOURCE].once),
+        Case("publish", "bare", by_name[kafka.PUBLISH, kafka.BARE].once),
+        Case("publish", "bridge", by_name[kafka.PUBLISH, kafka.SINK].once),
+    ]
+
+
 # -- output ---------------------------------------------------------------------------------
 
 
@@ -386,6 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cases = nats_cases(f"nats://{HOST}:{port}", args)
             elif family == "amqp":
                 cases = amqp_cases(args)
+            elif family == "kafka":
+                cases = kafka_cases(args)  # (the project's Kafka: starting one takes ~20 s)
             elif family == "mqtt":
                 port = stack.enter_context(private_server(mqtt.mosquitto_command, "mosquitto"))
                 cases = mqtt_cases(port, args)

@@ -205,12 +205,21 @@ _Record = tuple[Message, Partition, int, int]
 class _KafkaEnvelope(Envelope):
     """An envelope settled through its receiver (no closures per message)."""
 
-    __slots__ = ("_number", "_offset", "_partition", "_receiver")
+    __slots__ = ("_number", "_offset", "_partition", "_receiver", "settle_key")
 
     def __init__(self, message: Message, receiver: _KafkaReceiver, record: _Record) -> None:
         super().__init__(message, ack=_unused_ack, nack=_unused_nack, origin=receiver.origin)
         self._receiver = receiver
         _, self._partition, self._number, self._offset = record
+        # Acks of one receiver: the engine hands a run of them to ack_all in one call.
+        self.settle_key = receiver
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        acked = self._receiver.acked
+        for envelope in envelopes:
+            if envelope.state == "open" and isinstance(envelope, _KafkaEnvelope):
+                envelope.state = "acked"
+                acked(envelope._partition, envelope._number, envelope._offset)  # noqa: SLF001
 
     async def ack(self) -> None:
         if self.state == "open":
