@@ -29,6 +29,7 @@ topic's records never take ids a sink's de-duplication window still holds.
 
 from __future__ import annotations
 
+import base64
 import collections
 import logging
 import time
@@ -165,7 +166,7 @@ class KafkaSource:
                     await trio.sleep(1.0)
                     continue
                 raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
-            return str(description.topic_id)
+            return _topic_id_text(description.topic_id)
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_KafkaReceiver]:
@@ -188,6 +189,18 @@ class KafkaSource:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
                 await receiver.close()
+
+
+def _topic_id_text(topic_id: Any) -> str:
+    """A topic id as Kafka's own tools print it: URL-safe base64 of its 16 bytes, unpadded.
+
+    (librdkafka's own text form is standard base64, whose ``/`` and ``+``
+    would not survive an id used as a file name or a STOMP header as well.)
+    """
+    high = topic_id.get_most_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
+    low = topic_id.get_least_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
+    raw = high.to_bytes(8, "big") + low.to_bytes(8, "big")
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 async def _unused_ack() -> None:
