@@ -1,0 +1,20 @@
+"""Kill -9 loses nothing through the kafka endpoints, either way (small bench/crash/kafka_crash.py).
+
+``bridges run`` is killed with SIGKILL once at a random moment and started
+again, for file -> kafka (at least once: a batch written again after the
+kill is in the topic twice, within the in-flight bound) and for kafka ->
+file (a consumer group; the JSON-lines sink reads its own tail back, so no
+duplicates). Every message arrives, the last run stops cleanly (the
+assertions: ``family_kit.crash_run``).
+"""
+
+from __future__ import annotations
+
+from family_kit import crash_run
+from kafka_servers import require_kafka
+
+
+def test_sigkill_loses_nothing_through_kafka_in_either_direction() -> None:
+    require_kafka()
+    results = crash_run("kafka_crash.py", ["kafka-sink", "kafka-source"], count=600, seed=3)
+    assert results[1]["duplicates"] == 0  # the jsonl sink's own tail
