@@ -55,6 +55,7 @@ from ._connection import (
     in_thread,
     one_line,
 )
+from ._tail import WrittenIds, read_tail
 
 log = logging.getLogger("bridges.kafka")
 
@@ -97,6 +98,13 @@ class KafkaSinkConfig(KafkaConnection):
         keep it at or below the topic's ``max.message.bytes``.
       linger: how long librdkafka waits to fill a request, s (a batch's
         write sends at once: this only groups what arrives meanwhile).
+      transactional: each batch in one Kafka transaction, and the ids in the
+        topic's committed tail skipped (effectively once with a source whose
+        ids are stable); needs a topic without template fields.
+      transactional_id: the producer's ``transactional.id``; default:
+        ``bridge-ROUTE``. A second instance with the same id fences the first.
+      dedup_window: transactional: how many of the last records of each
+        partition are read back on open to skip ids already written (0: none).
     """
 
     key: str | None = None
@@ -109,6 +117,9 @@ class KafkaSinkConfig(KafkaConnection):
     )
     max_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=[ge(1000), le(1_000_000_000)])
     linger: float = attrs.field(default=0.005, validator=[ge(0.0), le(5.0)])
+    transactional: bool = False
+    transactional_id: str | None = None
+    dedup_window: int = attrs.field(default=10_000, validator=ge(0))
 
 
 #: What one message becomes: topic, partition (-1: the partitioner's), key, value, headers.
@@ -135,6 +146,12 @@ class KafkaSink:
         self._partition = _template("partition", config.partition)
         if config.idempotent and config.acks != "all":
             raise InvalidSetting("idempotent", 'needs acks = "all" (or set idempotent = false)')
+        if config.transactional and not config.idempotent:
+            raise InvalidSetting("transactional", "needs idempotent = true")
+        if config.transactional and ("{" in config.topic or self._partition is not None):
+            # (the read-back on open reads one topic's tail)
+            raise InvalidSetting("transactional", "needs a fixed topic and no partition template")
+        self._transactional_id = config.transactional_id or f"bridge-{context.route}"
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
         self._client_id = config.client_id or f"bridge-{context.route}"
@@ -163,17 +180,38 @@ class KafkaSink:
             "message.timeout.ms": timeout_ms,
             "socket.timeout.ms": timeout_ms,
             "logger": log,
-        }
+        } | (
+            {"transactional.id": self._transactional_id, "transaction.timeout.ms": 60_000}
+            if config.transactional
+            else {}
+        )
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_KafkaWriter]:
-        """A producer; leaving the block drops what is still queued (the engine writes it again)."""
+        """A producer; leaving the block drops what is still queued (the engine writes it again).
+
+        Transactional: ``init_transactions`` first (it fences an older producer
+        with the same id and aborts its open transaction), then the topic's
+        committed tail is read back (:mod:`._tail`).
+        """
+        config = self._config
         producer = confluent_kafka.Producer(self.settings())
         writer = _KafkaWriter(self, producer)
         try:
+            if config.transactional:
+                try:
+                    await in_thread(producer.init_transactions, config.timeout)
+                except confluent_kafka.KafkaException as exc:
+                    raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
+                if config.dedup_window:
+                    writer.written = await in_thread(
+                        read_tail, self._servers, config.topic, config.dedup_window, config.timeout
+                    )
             yield writer
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
+                if writer.in_transaction:
+                    await writer.abort()
                 producer.purge()
                 await in_thread(producer.flush, 0)
 
@@ -228,13 +266,55 @@ class _KafkaWriter:
         self._sink = sink
         self._producer = producer
         self._describe = sink.describe()
+        self._transactional = sink._config.transactional  # noqa: SLF001 (part of its sink)
+        self._timeout = sink._config.timeout  # noqa: SLF001
+        #: Transactional: the ids in the topic's committed tail, and those written since.
+        self.written = WrittenIds(max(1, sink._config.dedup_window))  # noqa: SLF001
+        self.in_transaction = False
+        #: Messages the last write found already written (their ids in the tail).
+        self.skipped = 0
+
+    async def abort(self) -> None:
+        """Abort the open transaction (in a worker thread, under the sink's timeout)."""
+        self.in_transaction = False
+        try:
+            await in_thread(self._producer.abort_transaction, self._timeout)
+        except confluent_kafka.KafkaException as exc:
+            log.warning("%s: aborting the transaction failed: %s", self._describe, one_line(exc))
 
     async def write(self, batch: Sequence[Message]) -> None:
         records = prepare_each(batch, self._sink.record)  # (TemplateError is a ValueError)
+        if not self._transactional:
+            await self._write(records)
+            return
+        fresh = [i for i, message in enumerate(batch) if message.id not in self.written]
+        self.skipped = len(batch) - len(fresh)
+        if not fresh:
+            return
+        self._producer.begin_transaction()
+        self.in_transaction = True
+        try:
+            await self._write([records[i] for i in fresh], fresh)
+            await in_thread(self._producer.commit_transaction, self._timeout)
+        except BaseException as exc:
+            if self.in_transaction and not isinstance(exc, trio.Cancelled):
+                with trio.CancelScope(shield=True):
+                    await self.abort()
+            if isinstance(exc, confluent_kafka.KafkaException):
+                raise KafkaEndpointError(f"{self._describe}: {one_line(exc)}") from None
+            raise
+        self.in_transaction = False
+        for index in fresh:
+            self.written.add(batch[index].id)
+
+    async def _write(self, records: Sequence[_Record], positions: Sequence[int] = ()) -> None:
+        """Produce ``records`` and wait until each is acknowledged; ``positions``: their
+        indices in the batch (default: the same as in ``records``)."""
         results: dict[int, confluent_kafka.KafkaError | None] = {}
         refused: dict[int, str] = {}
         producer = self._producer
-        for index, (topic, partition, key, value, headers) in enumerate(records):
+        where = list(positions) or list(range(len(records)))
+        for index, (topic, partition, key, value, headers) in zip(where, records, strict=True):
 
             def report(error: Any, _record: Any, index: int = index) -> None:
                 results[index] = error
@@ -255,7 +335,7 @@ class _KafkaWriter:
             if error is None:
                 continue
             if error.code() in _REFUSALS:
-                refused[index] = f"kafka {records[index][0]!r}: {one_line(error)}"
+                refused[index] = f"kafka {records[where.index(index)][0]!r}: {one_line(error)}"
             else:
                 raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
         if refused:

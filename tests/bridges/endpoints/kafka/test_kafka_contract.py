@@ -61,3 +61,24 @@ async def test_the_kafka_sink_keeps_the_sink_contract() -> None:
 @given(mix=POISON_MIXES)
 def test_the_kafka_sink_sets_each_poison_message_aside_alone(mix: list[int | None]) -> None:
     poison_run(topic_sink, mix)
+
+
+@asynccontextmanager
+async def transactional_sink() -> AsyncIterator[SinkCase]:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    config = KafkaSinkConfig(
+        bootstrap_servers=servers, topic=topic, max_bytes=SMALL, transactional=True
+    )
+    sink = KafkaSink(config, Context(route=f"c-{topic}", role="sink"))
+
+    async def read_back() -> list[Message]:
+        return [Message(body) for body, _headers in await read_topic(servers, topic)]
+
+    poison = [Message(b"x" * (SMALL + 1), {}, "too-big")]
+    yield SinkCase(sink, read_back, poison=poison)
+
+
+@pytest.mark.deadline(180)
+async def test_the_transactional_kafka_sink_keeps_the_sink_contract() -> None:
+    await check_sink(transactional_sink)
