@@ -22,7 +22,9 @@ publish (``count`` records):
 - *confluent-kafka bare*: ``--batch`` records produced, then ``flush`` until
   every one is acknowledged, in a loop (acks=all, idempotent: the sink's
   defaults, and its rule that a batch is done once each record is acked);
-- *bridge kafka sink*: a route from an in-memory source to the ``kafka`` sink.
+- *bridge kafka sink*: a route from an in-memory source to the ``kafka`` sink;
+- *bridge kafka sink, transactional*: the same with ``transactional = true``
+  (a transaction per batch, the tail read back on open).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ PUBLISH = "(publish) -> kafka"
 BARE = "confluent-kafka bare"
 SOURCE = "bridge kafka source"
 SINK = "bridge kafka sink"
+SINK_ONCE = "bridge kafka sink, transactional"
 #: The producer settings the sink ships with, for the bare producer.
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
 
@@ -119,8 +122,9 @@ def consume_bridge(servers: str, topic: str, count: int) -> None:
     trio.run(run_to_count, KafkaSource(config, Context()), count, 300)
 
 
-def publish_bridge(servers: str, topic: str, count: int, size: int) -> None:
-    sink = KafkaSink(KafkaSinkConfig(bootstrap_servers=servers, topic=topic), Context())
+def publish_bridge(servers: str, topic: str, count: int, size: int, once: bool = False) -> None:
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=once)
+    sink = KafkaSink(config, Context(route=topic))
     trio.run(run_from_memory, sink, count, size, 300)
 
 
@@ -146,6 +150,11 @@ def cases(servers: str, args: Any) -> list[Case]:
             on_topic(False, lambda t: publish_bare(servers, t, count, size, args.batch)),
         ),
         Case(PUBLISH, SINK, on_topic(False, lambda t: publish_bridge(servers, t, count, size))),
+        Case(
+            PUBLISH,
+            SINK_ONCE,
+            on_topic(False, lambda t: publish_bridge(servers, t, count, size, once=True)),
+        ),
     ]
 
 

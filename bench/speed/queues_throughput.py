@@ -326,6 +326,7 @@ def kafka_cases(args: argparse.Namespace) -> list[Case]:
         Case("consume", "bridge", by_name[kafka.CONSUME, kafka.SOURCE].once),
         Case("publish", "bare", by_name[kafka.PUBLISH, kafka.BARE].once),
         Case("publish", "bridge", by_name[kafka.PUBLISH, kafka.SINK].once),
+        Case("publish", "bridge, transactional", by_name[kafka.PUBLISH, kafka.SINK_ONCE].once),
     ]
 
 
@@ -336,8 +337,8 @@ def report_rows(family: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]
     """``rows`` of :func:`in_rounds` for ``family`` as write_report rows."""
     return [
         {
-            "series": "bridge" if row["name"] == "bridge" else "bare library",
-            "label": f"{family} {ENDPOINT[row['direction']]}",
+            "series": "bare library" if row["name"] == "bare" else "bridge",
+            "label": f"{family} {ENDPOINT[row['direction']]}{row['name'].removeprefix('bridge')}",
             "value": round(row["rate"]),
             "ratio": round(row["ratio"], 3),
             "ratios": [round(ratio, 3) for ratio in row["ratios"]],
@@ -359,7 +360,8 @@ def print_table(results: list[dict[str, Any]], args: argparse.Namespace) -> None
     for row in results:
         by_label.setdefault(row["label"], {})[row["series"]] = row
     for label, pair in by_label.items():
-        bare, bridge = pair["bare library"], pair["bridge"]
+        # ("kafka sink, transactional" is judged by the bare row of "kafka sink")
+        bare, bridge = by_label[label.split(",")[0]]["bare library"], pair["bridge"]
         rounds = " ".join(f"{ratio:.2f}" for ratio in bridge["ratios"])
         print(
             f"| {label} | {bare['value']:,} | {bridge['value']:,} | {bare['cpu_us']} | "
