@@ -333,12 +333,17 @@ def kafka_cases(args: argparse.Namespace) -> list[Case]:
 # -- output ---------------------------------------------------------------------------------
 
 
+def _variant(name: str) -> str:
+    """``, transactional`` of the case ``bridge, transactional``; else nothing."""
+    return name.removeprefix("bridge") if name.startswith("bridge") else ""
+
+
 def report_rows(family: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` of :func:`in_rounds` for ``family`` as write_report rows."""
     return [
         {
             "series": "bare library" if row["name"] == "bare" else "bridge",
-            "label": f"{family} {ENDPOINT[row['direction']]}{row['name'].removeprefix('bridge')}",
+            "label": f"{family} {ENDPOINT[row['direction']]}{_variant(row['name'])}",
             "value": round(row["rate"]),
             "ratio": round(row["ratio"], 3),
             "ratios": [round(ratio, 3) for ratio in row["ratios"]],
