@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -57,15 +58,24 @@ def create_topic() -> str:
 
 
 def stored(topic: str) -> int:
-    """Records in the topic now (its partition's high watermark)."""
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": SERVERS, "group.id": "crash-watch"})
-    try:
-        _low, high = consumer.get_watermark_offsets(
-            confluent_kafka.TopicPartition(topic, 0), timeout=10
+    """Records in the topic now (its partition's high watermark); retried while Kafka
+    restarts (--restart)."""
+    for attempt in range(60):
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": SERVERS, "group.id": "crash-watch"}
         )
-        return int(high)
-    finally:
-        consumer.close()
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, 0), timeout=10
+            )
+            return int(high)
+        except confluent_kafka.KafkaException:
+            if attempt == 59:
+                raise
+            time.sleep(1)
+        finally:
+            consumer.close()
+    raise AssertionError("unreachable")
 
 
 def bodies(topic: str) -> Counter[str]:
