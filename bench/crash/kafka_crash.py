@@ -14,9 +14,10 @@ Kafka is the one of ``scripts/brokers up kafka`` (``TRIO_STOMP_KAFKA_SERVERS``),
 with a fresh topic per run. ``bridges run`` is started and killed with SIGKILL
 once the far side holds a random share of the messages (plus 0-50 ms),
 ``--kills`` times, then runs until everything arrived and is stopped with
-SIGTERM (a clean exit is required). With ``--restart`` Kafka is also
-restarted once mid-run (``scripts/brokers restart kafka``: it disturbs
-everything else using that Kafka; not in CI).
+SIGTERM (a clean exit is required). With ``--restart`` Kafka itself is also
+killed with SIGKILL once mid-run and started again on its data
+(``scripts/brokers kill kafka``, then ``start kafka``: it disturbs everything
+else using that Kafka; not in CI).
 
 Figures: arrived (must be all), duplicates and the most copies of one id,
 against the bound at-least-once promises (``kills * in_flight``): the sink is
@@ -135,7 +136,11 @@ def outbox_bodies(outbox: Path) -> Counter[str]:
 
 
 def restart_kafka() -> None:
-    subprocess.run([str(ROOT / "scripts" / "brokers"), "restart", "kafka"], check=True)
+    """SIGKILL Kafka, then start it again on its data (what it acknowledged must be there)."""
+    brokers = str(ROOT / "scripts" / "brokers")
+    subprocess.run([brokers, "kill", "kafka"], check=True)
+    time.sleep(1)
+    subprocess.run([brokers, "start", "kafka"], check=True)
 
 
 def kafka_sink(work: Path, ids: list[str]) -> Scenario:
