@@ -40,6 +40,7 @@ FAMILIES: Final[dict[str, tuple[str, str | None]]] = {
     "redis": ("bridges.endpoints.redis", "redis"),
     "nats": ("bridges.endpoints.nats", "nats"),
     "amqp": ("bridges.endpoints.amqp", "amqp"),
+    "kafka": ("bridges.endpoints.kafka", "kafka"),
     # The data-lake sink of engine = "spark" (Spark writes it; see bridges.spark).
     "spark": ("bridges.spark.lake", "spark"),
 }

@@ -1,7 +1,7 @@
 """The queue families' endpoints against their libraries used bare, in one run, round by round.
 
     .venv/bin/python bench/speed/queues_throughput.py [--count 20000] [--size 100] [--batch 100]
-        [--window 1000] [--rounds 5] [--only nats,amqp,mqtt,redis]
+        [--window 1000] [--rounds 5] [--only nats,amqp,mqtt,redis,kafka]
         [--directions consume,publish] [--json PATH]
 
 Every bridge row runs at the shipped defaults: the endpoint's config with only
@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+import kafka_throughput as kafka
 import mqtt_throughput as mqtt
 import nats
 import redis_throughput as redis
@@ -82,7 +83,7 @@ from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig, AmqpSource, AmqpSou
 from bridges.endpoints.nats import NatsSink, NatsSinkConfig, NatsSource, NatsSourceConfig
 
 AMQP_URL = os.environ.get("TRIO_STOMP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
-FAMILIES = ("nats", "amqp", "mqtt", "redis")
+FAMILIES = ("nats", "amqp", "mqtt", "redis", "kafka")
 #: What a bridge is named in the table, per direction.
 ENDPOINT = {"consume": "source", "publish": "sink"}
 
@@ -318,15 +319,31 @@ def redis_cases(url: str, args: argparse.Namespace) -> list[Case]:
     ]
 
 
+def kafka_cases(args: argparse.Namespace) -> list[Case]:
+    by_name = {(c.direction, c.name): c for c in kafka.cases(kafka.SERVERS, args)}
+    return [
+        Case("consume", "bare", by_name[kafka.CONSUME, kafka.BARE].once),
+        Case("consume", "bridge", by_name[kafka.CONSUME, kafka.SOURCE].once),
+        Case("publish", "bare", by_name[kafka.PUBLISH, kafka.BARE].once),
+        Case("publish", "bridge", by_name[kafka.PUBLISH, kafka.SINK].once),
+        Case("publish", "bridge, transactional", by_name[kafka.PUBLISH, kafka.SINK_ONCE].once),
+    ]
+
+
 # -- output ---------------------------------------------------------------------------------
+
+
+def _variant(name: str) -> str:
+    """``, transactional`` of the case ``bridge, transactional``; else nothing."""
+    return name.removeprefix("bridge") if name.startswith("bridge") else ""
 
 
 def report_rows(family: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` of :func:`in_rounds` for ``family`` as write_report rows."""
     return [
         {
-            "series": "bridge" if row["name"] == "bridge" else "bare library",
-            "label": f"{family} {ENDPOINT[row['direction']]}",
+            "series": "bare library" if row["name"] == "bare" else "bridge",
+            "label": f"{family} {ENDPOINT[row['direction']]}{_variant(row['name'])}",
             "value": round(row["rate"]),
             "ratio": round(row["ratio"], 3),
             "ratios": [round(ratio, 3) for ratio in row["ratios"]],
@@ -348,7 +365,8 @@ def print_table(results: list[dict[str, Any]], args: argparse.Namespace) -> None
     for row in results:
         by_label.setdefault(row["label"], {})[row["series"]] = row
     for label, pair in by_label.items():
-        bare, bridge = pair["bare library"], pair["bridge"]
+        # ("kafka sink, transactional" is judged by the bare row of "kafka sink")
+        bare, bridge = by_label[label.split(",")[0]]["bare library"], pair["bridge"]
         rounds = " ".join(f"{ratio:.2f}" for ratio in bridge["ratios"])
         print(
             f"| {label} | {bare['value']:,} | {bridge['value']:,} | {bare['cpu_us']} | "
@@ -386,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cases = nats_cases(f"nats://{HOST}:{port}", args)
             elif family == "amqp":
                 cases = amqp_cases(args)
+            elif family == "kafka":
+                cases = kafka_cases(args)  # (the project's Kafka: starting one takes ~20 s)
             elif family == "mqtt":
                 port = stack.enter_context(private_server(mqtt.mosquitto_command, "mosquitto"))
                 cases = mqtt_cases(port, args)

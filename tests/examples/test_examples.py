@@ -32,9 +32,11 @@ import trio_stomp
 
 from conftest import require_real_broker
 
-sys.path[:0] = [str(ROOT / "tests/bridges/endpoints" / name) for name in ("mqtt", "redis", "nats")]
+FAMILIES = ("mqtt", "redis", "nats", "kafka")
+sys.path[:0] = [str(ROOT / "tests/bridges/endpoints" / name) for name in FAMILIES]
 sys.path[:0] = [str(ROOT / "tests/bridges/endpoints/amqp")]
 from amqp_servers import rabbit, require_amqp  # noqa: E402
+from kafka_servers import require_kafka  # noqa: E402
 from mqtt_servers import require_mqtt  # noqa: E402
 from nats_servers import require_nats  # noqa: E402
 from redis_servers import require_redis  # noqa: E402
@@ -107,6 +109,7 @@ KEPT = {
     "mqtt-stomp.toml": Kept(require_mqtt),
     "redis-stomp.toml": Kept(require_redis),
     "nats-stomp.toml": Kept(require_nats),
+    "kafka-stomp.toml": Kept(require_kafka),
     "amqp-stomp.toml": Kept(require_amqp),
     "webhook-to-stomp.toml": Kept(lambda: None, webhook_in),
 }

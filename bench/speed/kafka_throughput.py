@@ -1,0 +1,183 @@
+"""Kafka endpoints against confluent-kafka used bare, on the project's Kafka, in one run.
+
+    .venv/bin/python bench/speed/kafka_throughput.py [--count 20000] [--size 100]
+        [--batch 100] [--window 1000] [--rounds 5]
+
+Uses the Kafka ``scripts/brokers up kafka`` runs (``TRIO_STOMP_KAFKA_SERVERS``,
+default 127.0.0.1:9092), a new topic per measurement, and prints one table:
+messages/s (median of ``--rounds``), CPU time per message (this process), and
+the median per-round ratio to the bare library in the same direction.
+``bench/speed/queues_throughput.py --only kafka`` runs the same cases.
+
+consume (``count`` records waiting in a one-partition topic):
+
+- *confluent-kafka bare*: ``consume(window, 1 s)`` in a loop, and an
+  asynchronous commit of what it read after each call (a group, no auto
+  commit: the same work as the source, whose commits follow the acks);
+- *bridge kafka source*: a route from the ``kafka`` source to a sink that
+  only counts.
+
+publish (``count`` records):
+
+- *confluent-kafka bare*: ``--batch`` records produced, then ``flush`` until
+  every one is acknowledged, in a loop (acks=all, idempotent: the sink's
+  defaults, and its rule that a batch is done once each record is acked);
+- *bridge kafka sink*: a route from an in-memory source to the ``kafka`` sink;
+- *bridge kafka sink, transactional*: the same with ``transactional = true``
+  (a transaction per batch, the tail read back on open).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import confluent_kafka
+import trio
+from _common import environment_line
+from _endpoints import Case, in_rounds, run_from_memory, run_to_count, timed
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from bridges import Context
+from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
+
+SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
+CONSUME = "kafka -> (consume)"
+PUBLISH = "(publish) -> kafka"
+BARE = "confluent-kafka bare"
+SOURCE = "bridge kafka source"
+SINK = "bridge kafka sink"
+SINK_ONCE = "bridge kafka sink, transactional"
+#: The producer settings the sink ships with, for the bare producer.
+PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
+
+
+def create_topic(servers: str) -> str:
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": servers})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    return name
+
+
+def fill(servers: str, topic: str, count: int, size: int) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": servers, **PRODUCER})
+    body = b"x" * size
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, body, headers=[("bridge-id", f"b{i}".encode())])
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(60):
+        raise RuntimeError("fill: records not acknowledged")
+
+
+def consume_bare(servers: str, topic: str, count: int, window: int) -> None:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"bare-{topic}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    got = 0
+    while got < count:
+        records = consumer.consume(window, 1.0)
+        got += len(records)
+        if records:
+            last = records[-1]
+            offsets = [confluent_kafka.TopicPartition(topic, last.partition(), last.offset() + 1)]  # type: ignore[operator,arg-type]
+            consumer.commit(offsets=offsets, asynchronous=True)
+    consumer.close()
+
+
+def publish_bare(servers: str, topic: str, count: int, size: int, batch: int) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": servers, **PRODUCER})
+    body = b"x" * size
+    for start in range(0, count, batch):
+        acked = 0
+
+        def report(error: Any, _record: Any) -> None:
+            nonlocal acked
+            if error is not None:
+                raise RuntimeError(str(error))
+            acked += 1
+
+        end = min(start + batch, count)
+        for i in range(start, end):
+            producer.produce(topic, body, on_delivery=report, headers=[("bridge-id", b"b%d" % i)])
+        while acked < end - start:
+            producer.flush(0.1)
+
+
+def consume_bridge(servers: str, topic: str, count: int) -> None:
+    config = KafkaSourceConfig(bootstrap_servers=servers, topic=topic, group=f"bridge-{topic}")
+    trio.run(run_to_count, KafkaSource(config, Context()), count, 300)
+
+
+def publish_bridge(servers: str, topic: str, count: int, size: int, once: bool = False) -> None:
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=once)
+    sink = KafkaSink(config, Context(route=topic))
+    trio.run(run_from_memory, sink, count, size, 300)
+
+
+def cases(servers: str, args: Any) -> list[Case]:
+    """What this bench measures (the bare client first in each direction)."""
+    count, size = args.count, args.size
+
+    def on_topic(filled: bool, runner: Callable[[str], None]) -> Callable[[], tuple[float, float]]:
+        def once() -> tuple[float, float]:
+            topic = create_topic(servers)
+            if filled:
+                fill(servers, topic, count, size)
+            return timed(lambda: runner(topic), count)
+
+        return once
+
+    return [
+        Case(CONSUME, BARE, on_topic(True, lambda t: consume_bare(servers, t, count, args.window))),
+        Case(CONSUME, SOURCE, on_topic(True, lambda t: consume_bridge(servers, t, count))),
+        Case(
+            PUBLISH,
+            BARE,
+            on_topic(False, lambda t: publish_bare(servers, t, count, size, args.batch)),
+        ),
+        Case(PUBLISH, SINK, on_topic(False, lambda t: publish_bridge(servers, t, count, size))),
+        Case(
+            PUBLISH,
+            SINK_ONCE,
+            on_topic(False, lambda t: publish_bridge(servers, t, count, size, once=True)),
+        ),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(environment_line(), flush=True)
+    print(f"{args.count} x {args.size} B, {args.rounds} rounds, medians")
+    print("| direction | client | msg/s | CPU µs/msg | ratio | ratio per round |")
+    print("|---|---|---:|---:|---:|---|")
+    for row in in_rounds(cases(SERVERS, args), args.rounds):
+        rounds = " ".join(f"{ratio:.2f}" for ratio in row["ratios"])
+        print(
+            f"| {row['direction']} | {row['name']} | {row['rate']:,.0f} | "
+            f"{row['cpu_us']:.1f} | **{row['ratio']:.2f}** | {rounds} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""The ``kafka`` sink: each message one record; a batch is durable once Kafka acked every record.
+
+The producer is librdkafka's, with ``acks=all`` and idempotence on by
+default: the partition leader acknowledges a record only once every
+in-sync replica has it, and a record librdkafka sends again (a lost
+acknowledgement, a reconnect) is written once. ``write`` queues the batch
+(``produce`` only queues: it runs on the event loop), then waits in a
+worker thread, 100 ms at a time, until librdkafka reported every record's
+fate. A record Kafka acknowledged is durable as far as the cluster's
+replication makes it (on one broker: in its page cache, which survives the
+broker's SIGKILL but not a power cut; see the guarantee table).
+
+A record Kafka can never take (over ``max_bytes`` or the topic's
+``max.message.bytes``, an invalid topic, a topic the client may not write)
+is rejected alone, with Kafka's reason, to the dead-letter sink; any other
+failure fails the batch, which the engine writes again (records that had
+been acknowledged appear twice with the same ``bridge-id``: at least once).
+
+Each record carries the message's headers (UTF-8; a header that is not
+text keeps its bytes through ``surrogateescape``), its stable id in
+``bridge-id``, a key (``key``, a template; else the ``kafka-key`` header a
+``kafka`` source set) and, when ``partition`` is set, that partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import confluent_kafka
+import trio
+from attrs.validators import ge, le
+
+from bridges import (
+    Context,
+    InvalidSetting,
+    Message,
+    MessageRejected,
+    Template,
+    TemplateError,
+    prepare_each,
+)
+
+from ._connection import (
+    DELIVERY_HEADERS,
+    ID_HEADER,
+    KEY_HEADER,
+    KafkaConnection,
+    KafkaEndpointError,
+    check_servers,
+    check_topic,
+    in_thread,
+    one_line,
+)
+from ._tail import WrittenIds, read_tail
+
+log = logging.getLogger("bridges.kafka")
+
+#: librdkafka's own default bound on one record (``message.max.bytes``); Kafka's
+#: topic default (``max.message.bytes``) is a little larger, 1,048,588.
+DEFAULT_MAX_BYTES: Final = 1_000_000
+#: How long one wait for acknowledgements in the worker thread lasts, s: the bound on a cancel.
+_POLL: Final = 0.1
+#: Bound on handing back what is still queued when the sink closes, s.
+_CLOSE_TIMEOUT: Final = 5.0
+#: Kafka's errors that writing the same record again can never fix.
+_REFUSALS: Final = frozenset(
+    {
+        confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE,
+        confluent_kafka.KafkaError.INVALID_RECORD,
+        confluent_kafka.KafkaError.RECORD_LIST_TOO_LARGE,
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        confluent_kafka.KafkaError.TOPIC_EXCEPTION,
+        confluent_kafka.KafkaError._INVALID_ARG,  # noqa: SLF001 (librdkafka's local errors)
+    }
+)
+
+
+@attrs.frozen
+class KafkaSinkConfig(KafkaConnection):
+    """Write each message as one record of a Kafka topic (acks=all, idempotent).
+
+    Attributes:
+      key: the record's key, a template (``{header:customer}``); default: the
+        ``kafka-key`` header when the message has one (a ``kafka`` source
+        sets it), else no key.
+      partition: the partition, a template that renders to a number;
+        default: Kafka's partitioner (by key; records without a key spread).
+      acks: ``"all"`` (every in-sync replica has the record) or ``"1"`` (the
+        leader alone: ``bridges check`` warns, a leader's crash may lose it).
+      idempotent: the idempotent producer (a record librdkafka retries is
+        written once); needs ``acks = "all"``.
+      compression: ``none``, ``gzip``, ``snappy``, ``lz4`` or ``zstd``.
+      max_bytes: a larger record (body, key and headers) is rejected, bytes;
+        keep it at or below the topic's ``max.message.bytes``.
+      linger: how long librdkafka waits to fill a request, s (a batch's
+        write sends at once: this only groups what arrives meanwhile).
+      transactional: each batch in one Kafka transaction, and the ids in the
+        topic's committed tail skipped (effectively once with a source whose
+        ids are stable); needs a topic without template fields.
+      transactional_id: the producer's ``transactional.id``; default:
+        ``bridge-ROUTE``. A second instance with the same id fences the first.
+      dedup_window: transactional: how many of the last records of each
+        partition are read back on open to skip ids already written (0: none).
+    """
+
+    key: str | None = None
+    partition: str | None = None
+    acks: str = attrs.field(default="all", validator=attrs.validators.in_(("all", "1")))
+    idempotent: bool = True
+    compression: str = attrs.field(
+        default="none",
+        validator=attrs.validators.in_(("none", "gzip", "snappy", "lz4", "zstd")),
+    )
+    max_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=[ge(1000), le(1_000_000_000)])
+    linger: float = attrs.field(default=0.005, validator=[ge(0.0), le(5.0)])
+    transactional: bool = False
+    transactional_id: str | None = None
+    dedup_window: int = attrs.field(default=10_000, validator=ge(0))
+
+
+#: What one message becomes: topic, partition (-1: the partitioner's), key, value, headers.
+_Record = tuple[str, int, bytes | None, bytes, list[tuple[str, str | bytes | None]]]
+
+
+def _template(name: str, text: str | None) -> Template | None:
+    if text is None:
+        return None
+    try:
+        return Template.parse(text)
+    except TemplateError as exc:
+        raise InvalidSetting(name, str(exc)) from None
+
+
+class KafkaSink:
+    """Batches written to Kafka, durable once every record of them was acknowledged."""
+
+    def __init__(self, config: KafkaSinkConfig, context: Context) -> None:
+        if not config.topic:
+            raise InvalidSetting("topic", "missing (required)")
+        self._topic = _template("topic", config.topic)
+        self._key = _template("key", config.key)
+        self._partition = _template("partition", config.partition)
+        if config.idempotent and config.acks != "all":
+            raise InvalidSetting("idempotent", 'needs acks = "all" (or set idempotent = false)')
+        if config.transactional and not config.idempotent:
+            raise InvalidSetting("transactional", "needs idempotent = true")
+        if config.transactional and ("{" in config.topic or self._partition is not None):
+            # (the read-back on open reads one topic's tail)
+            raise InvalidSetting("transactional", "needs a fixed topic and no partition template")
+        self._transactional_id = config.transactional_id or f"bridge-{context.route}"
+        self._config = config
+        self._servers = check_servers(config.bootstrap_servers)
+        self._client_id = config.client_id or f"bridge-{context.route}"
+
+    @classmethod
+    def build(cls, config: KafkaSinkConfig, context: Context) -> KafkaSink:
+        """The registry's constructor (connects to nothing)."""
+        return cls(config, context)
+
+    def describe(self) -> str:
+        """``kafka TOPIC on SERVERS``."""
+        return f"kafka {self._config.topic} on {self._servers}"
+
+    def settings(self) -> dict[str, Any]:
+        """librdkafka's producer settings."""
+        config = self._config
+        timeout_ms = int(config.timeout * 1000)
+        return {
+            "bootstrap.servers": self._servers,
+            "client.id": self._client_id,
+            "acks": config.acks,
+            "enable.idempotence": config.idempotent,
+            "compression.type": config.compression,
+            "message.max.bytes": max(config.max_bytes, 1000) + 512,
+            "linger.ms": config.linger * 1000,
+            "message.timeout.ms": timeout_ms,
+            "socket.timeout.ms": timeout_ms,
+            "logger": log,
+        } | (
+            {"transactional.id": self._transactional_id, "transaction.timeout.ms": 60_000}
+            if config.transactional
+            else {}
+        )
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_KafkaWriter]:
+        """A producer; leaving the block drops what is still queued (the engine writes it again).
+
+        Transactional: ``init_transactions`` first (it fences an older producer
+        with the same id and aborts its open transaction), then the topic's
+        committed tail is read back (:mod:`._tail`).
+        """
+        config = self._config
+        producer = confluent_kafka.Producer(self.settings())
+        writer = _KafkaWriter(self, producer)
+        try:
+            if config.transactional:
+                try:
+                    await in_thread(producer.init_transactions, config.timeout)
+                except confluent_kafka.KafkaException as exc:
+                    raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
+                if config.dedup_window:
+                    writer.written = await in_thread(
+                        read_tail, self._servers, config.topic, config.dedup_window, config.timeout
+                    )
+            yield writer
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
+                if writer.in_transaction:
+                    await writer.abort()
+                producer.purge()
+                await in_thread(producer.flush, 0)
+
+    def record(self, message: Message) -> _Record:
+        """The record ``message`` becomes.
+
+        Raises:
+          ValueError: it can never be written (why, in one line).
+        """
+        topic = message.destination or self._topic.render(message)  # type: ignore[union-attr]
+        check_topic(topic)
+        partition = -1
+        if self._partition is not None:
+            text = self._partition.render(message)
+            if not text.isdigit() or len(text) > 9:
+                raise ValueError(f"partition {text[:20]!r} is not a number")
+            partition = int(text)
+        if self._key is not None:
+            key: bytes | None = self._key.render(message).encode("utf-8", "surrogateescape")
+        elif KEY_HEADER in message.headers:
+            key = message.headers[KEY_HEADER].encode("utf-8", "surrogateescape")
+        else:
+            key = None
+        size = len(message.body) + len(key or b"")
+        headers: list[tuple[str, str | bytes | None]] = []
+        for name, value in message.headers.items():
+            if name in DELIVERY_HEADERS or name == ID_HEADER:
+                continue
+            if (not name.isascii() and not _is_text(name)) or "\0" in name:
+                # (a Kafka header name is a string; librdkafka takes it as a C string)
+                raise ValueError(f"header name {name[:40]!r} is not UTF-8 text without NUL")
+            encoded = value.encode("utf-8", "surrogateescape")
+            headers.append((name, encoded))
+            size += len(name) + len(encoded)
+        if message.id:
+            headers.append((ID_HEADER, message.id.encode("utf-8", "surrogateescape")))
+        if size > self._config.max_bytes:
+            raise ValueError(f"record of {size} bytes is over max_bytes ({self._config.max_bytes})")
+        return topic, partition, key, message.body, headers
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _KafkaWriter:
+    def __init__(self, sink: KafkaSink, producer: confluent_kafka.Producer) -> None:
+        self._sink = sink
+        self._producer = producer
+        self._describe = sink.describe()
+        self._transactional = sink._config.transactional  # noqa: SLF001 (part of its sink)
+        self._timeout = sink._config.timeout  # noqa: SLF001
+        #: Transactional: the ids in the topic's committed tail, and those written since.
+        self.written = WrittenIds(max(1, sink._config.dedup_window))  # noqa: SLF001
+        self.in_transaction = False
+        #: Messages the last write found already written (their ids in the tail).
+        self.skipped = 0
+
+    async def abort(self) -> None:
+        """Abort the open transaction (in a worker thread, under the sink's timeout)."""
+        self.in_transaction = False
+        try:
+            await in_thread(self._producer.abort_transaction, self._timeout)
+        except confluent_kafka.KafkaException as exc:
+            log.warning("%s: aborting the transaction failed: %s", self._describe, one_line(exc))
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        records = prepare_each(batch, self._sink.record)  # (TemplateError is a ValueError)
+        if not self._transactional:
+            await self._write(records)
+            return
+        fresh = [i for i, message in enumerate(batch) if message.id not in self.written]
+        self.skipped = len(batch) - len(fresh)
+        if not fresh:
+            return
+        self._producer.begin_transaction()
+        self.in_transaction = True
+        try:
+            await self._write([records[i] for i in fresh], fresh)
+            await in_thread(self._producer.commit_transaction, self._timeout)
+        except BaseException as exc:
+            if self.in_transaction and not isinstance(exc, trio.Cancelled):
+                with trio.CancelScope(shield=True):
+                    await self.abort()
+            if isinstance(exc, confluent_kafka.KafkaException):
+                raise KafkaEndpointError(f"{self._describe}: {one_line(exc)}") from None
+            raise
+        self.in_transaction = False
+        for index in fresh:
+            self.written.add(batch[index].id)
+
+    async def _write(self, records: Sequence[_Record], positions: Sequence[int] = ()) -> None:
+        """Produce ``records`` and wait until each is acknowledged; ``positions``: their
+        indices in the batch (default: the same as in ``records``)."""
+        results: dict[int, confluent_kafka.KafkaError | None] = {}
+        refused: dict[int, str] = {}
+        producer = self._producer
+        where = list(positions) or list(range(len(records)))
+        for index, (topic, partition, key, value, headers) in zip(where, records, strict=True):
+
+            def report(error: Any, _record: Any, index: int = index) -> None:
+                results[index] = error
+
+            try:
+                producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
+            except BufferError:
+                await in_thread(producer.flush, _POLL)
+                producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
+            except confluent_kafka.KafkaException as exc:
+                if exc.args[0].code() not in _REFUSALS:
+                    raise KafkaEndpointError(f"{self._describe}: {one_line(exc)}") from None
+                refused[index] = f"kafka {topic!r}: {one_line(exc)}"
+        wanted = len(records) - len(refused)
+        while len(results) < wanted:
+            await in_thread(producer.flush, _POLL)
+        for index, error in sorted(results.items()):
+            if error is None:
+                continue
+            if error.code() in _REFUSALS:
+                refused[index] = f"kafka {records[where.index(index)][0]!r}: {one_line(error)}"
+            else:
+                raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
+        if refused:
+            raise MessageRejected.each(refused)

@@ -1,0 +1,472 @@
+"""The ``kafka`` source: a topic read by a consumer group, committed once the sink holds it.
+
+A reader task (in the receiver's own nursery) calls librdkafka's
+``consume`` in a worker thread, 100 ms at a time, for at most as many
+records as the route's window has room for; :meth:`receive_some` hands out
+what it read, so a cancelled receive takes nothing.
+
+Offsets are committed by the source, never by librdkafka (auto commit is
+off): a partition's commit is the lowest offset handed out and not yet
+acked (:mod:`._offsets`), sent asynchronously after each burst of acks and
+synchronously (shielded, bounded) when the source closes. The offsets acked
+above it travel in the commit's metadata, so an ack stays final across a
+restart. A nack with an error offers the record again at once; a release
+(``nack(None)``, a shutdown) leaves it uncommitted: the group's next owner
+of the partition reads it again.
+
+A rebalance calls back inside ``consume``, in the worker thread. When
+partitions are revoked, the source stops handing out their records (those
+read and not handed out are dropped: they are not committed), waits up to
+``revoke_timeout`` for the ones in flight to be settled, and commits, before
+librdkafka lets the partitions go. Records still in flight after that are
+read again by the new owner (at least once); their late acks are ignored.
+
+Ids: the ``bridge-id`` header when the record has one (a bridge wrote it),
+else ``TOPIC#TOPIC_ID:PARTITION:OFFSET``: the topic id (Kafka's UUID of the
+topic, base64) changes when a topic is deleted and created again, so a new
+topic's records never take ids a sink's de-duplication window still holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, Literal
+
+import attrs
+import confluent_kafka
+import trio
+from attrs.validators import ge
+from confluent_kafka.admin import AdminClient
+
+from bridges import Context, Envelope, InvalidSetting, Message
+from bridges._message import trusted_message
+
+from ._connection import (
+    ID_HEADER,
+    KEY_HEADER,
+    OFFSET_HEADER,
+    PARTITION_HEADER,
+    TIMESTAMP_HEADER,
+    TOPIC_HEADER,
+    KafkaConnection,
+    KafkaEndpointError,
+    check_servers,
+    check_topic,
+    in_thread,
+    one_line,
+)
+from ._offsets import Partition
+
+log = logging.getLogger("bridges.kafka")
+
+#: How long one ``consume`` call in the worker thread may wait, s: the bound on a cancel.
+_POLL: Final = 0.1
+#: Bound on the last commit and the group leave when the source closes, s.
+_CLOSE_TIMEOUT: Final = 5.0
+
+
+@attrs.frozen
+class KafkaSourceConfig(KafkaConnection):
+    """Read a Kafka topic as a member of a consumer group; commit offsets after the sink.
+
+    Attributes:
+      group: the consumer group (``group.id``); default: ``bridge-ROUTE``.
+      auto_offset_reset: where a group with no committed offset starts:
+        ``"earliest"`` (the whole topic) or ``"latest"`` (new records).
+      revoke_timeout: in a rebalance, how long the records in flight of a
+        revoked partition may take to be settled before its offset is
+        committed and it is let go, s.
+    """
+
+    group: str | None = None
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    revoke_timeout: float = attrs.field(default=5.0, validator=ge(0.0))
+
+
+class KafkaSource:
+    """Envelopes from one Kafka topic, read by a consumer group."""
+
+    def __init__(self, config: KafkaSourceConfig, context: Context) -> None:
+        if not config.topic:
+            raise InvalidSetting("topic", "missing (required)")
+        try:
+            check_topic(config.topic)
+        except ValueError as exc:
+            raise InvalidSetting("topic", str(exc)) from None
+        if config.group == "":
+            raise InvalidSetting("group", "must not be empty")
+        self._config = config
+        self._servers = check_servers(config.bootstrap_servers)
+        self._group = config.group or f"bridge-{context.route}"
+        self._client_id = config.client_id or f"bridge-{context.route}"
+        self._window = context.in_flight
+
+    @classmethod
+    def build(cls, config: KafkaSourceConfig, context: Context) -> KafkaSource:
+        """The registry's constructor (connects to nothing)."""
+        return cls(config, context)
+
+    def describe(self) -> str:
+        """``kafka TOPIC (group G) on SERVERS``."""
+        return f"kafka {self._config.topic} (group {self._group}) on {self._servers}"
+
+    def settings(self) -> dict[str, Any]:
+        """librdkafka's consumer settings (``logger``: librdkafka's lines go to our log)."""
+        timeout_ms = int(self._config.timeout * 1000)
+        return {
+            "bootstrap.servers": self._servers,
+            "client.id": self._client_id,
+            "group.id": self._group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": self._config.auto_offset_reset,
+            "isolation.level": "read_committed",
+            "allow.auto.create.topics": True,
+            "socket.timeout.ms": timeout_ms,
+            "logger": log,
+        }
+
+    async def topic_id(self, consumer: confluent_kafka.Consumer) -> str:
+        """The topic's id (Kafka's UUID of it), asked once per open.
+
+        A topic that does not exist yet is waited for (asked again every
+        second, with one log line): the broker creates it when it allows
+        auto-creation (``auto.create.topics.enable``), else a sink or an
+        operator may.
+
+        Raises:
+          KafkaEndpointError: no broker answered, or the client may not see it.
+        """
+        settings: dict[str, Any] = {
+            "bootstrap.servers": self._servers,
+            "client.id": self._client_id,
+            "logger": log,
+        }
+        admin = AdminClient(settings)
+        topics = confluent_kafka.TopicCollection([self._config.topic])
+        said = False
+        while True:
+            future = admin.describe_topics(topics, request_timeout=self._config.timeout)
+            try:
+                description = await in_thread(future[self._config.topic].result)
+            except confluent_kafka.KafkaException as exc:
+                unknown = confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+                if exc.args and exc.args[0].code() == unknown:
+                    if not said:
+                        log.info("%s: waiting for the topic to exist", self.describe())
+                        said = True
+                    # A metadata request for the topic: the consumer's asks the broker to
+                    # create it (allow.auto.create.topics), as Kafka's own consumer does.
+                    await in_thread(consumer.list_topics, self._config.topic, 1.0)
+                    await trio.sleep(1.0)
+                    continue
+                raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
+            return _topic_id_text(description.topic_id)
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_KafkaReceiver]:
+        """Join the group and read in the receiver's own task; leaving commits and leaves."""
+        receiver = _KafkaReceiver(self)
+        consumer = confluent_kafka.Consumer(self.settings())
+        receiver.consumer = consumer
+        try:
+            # (subscribing first: where the broker allows it, that creates a missing topic)
+            consumer.subscribe(
+                [self._config.topic], on_assign=receiver.assigned, on_revoke=receiver.revoked
+            )
+            receiver.set_topic_id(await self.topic_id(consumer))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receiver.read)
+                try:
+                    yield receiver
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
+                await receiver.close()
+
+
+def _topic_id_text(topic_id: Any) -> str:
+    """A topic id as Kafka's own tools print it: URL-safe base64 of its 16 bytes, unpadded.
+
+    (librdkafka's own text form is standard base64, whose ``/`` and ``+``
+    would not survive an id used as a file name or a STOMP header as well.)
+    """
+    high = topic_id.get_most_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
+    low = topic_id.get_least_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
+    raw = high.to_bytes(8, "big") + low.to_bytes(8, "big")
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+async def _unused_ack() -> None:
+    raise AssertionError("a _KafkaEnvelope settles through its receiver")
+
+
+async def _unused_nack(error: BaseException | None) -> None:
+    raise AssertionError("a _KafkaEnvelope settles through its receiver")
+
+
+#: A record read: its message, its partition's state, the partition's number, its offset.
+_Record = tuple[Message, Partition, int, int]
+
+
+class _KafkaEnvelope(Envelope):
+    """An envelope settled through its receiver (no closures per message)."""
+
+    __slots__ = ("_number", "_offset", "_partition", "_receiver", "settle_key")
+
+    def __init__(self, message: Message, receiver: _KafkaReceiver, record: _Record) -> None:
+        super().__init__(message, ack=_unused_ack, nack=_unused_nack, origin=receiver.origin)
+        self._receiver = receiver
+        _, self._partition, self._number, self._offset = record
+        # Acks of one receiver: the engine hands a run of them to ack_all in one call.
+        self.settle_key = receiver
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        acked = self._receiver.acked
+        for envelope in envelopes:
+            if envelope.state == "open" and isinstance(envelope, _KafkaEnvelope):
+                envelope.state = "acked"
+                acked(envelope._partition, envelope._number, envelope._offset)  # noqa: SLF001
+
+    async def ack(self) -> None:
+        if self.state == "open":
+            self.state = "acked"
+            self._receiver.acked(self._partition, self._number, self._offset)
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state == "open":
+            self.state = "nacked"
+            if error is not None:
+                record = (self.message, self._partition, self._number, self._offset)
+                self._receiver.offer_again(record)
+
+
+class _KafkaReceiver:
+    """Records read ahead by :meth:`read`, handed out by :meth:`receive_some`."""
+
+    def __init__(self, source: KafkaSource) -> None:
+        config = source._config  # noqa: SLF001 (the receiver is part of its source)
+        self.consumer: confluent_kafka.Consumer | None = None
+        self.origin = f"kafka {config.topic}"
+        self._topic = config.topic
+        self._prefix = config.topic
+        self._window = source._window  # noqa: SLF001
+        self._revoke_timeout = config.revoke_timeout
+        self._describe = source.describe()
+        #: Assigned partitions by number (only those: a revoked one is removed).
+        self._partitions: dict[int, Partition] = {}
+        self._ready: collections.deque[_Record] = collections.deque()
+        self._more = trio.Event()
+        self._room = trio.Event()
+        self._dirty = False
+        self._closing = False
+        #: Set by the commit callback; read by close().
+        self._commit_error: str | None = None
+
+    def set_topic_id(self, topic_id: str) -> None:
+        """The topic's id, before anything is read: ids are ``TOPIC#TOPIC_ID:PARTITION:OFFSET``."""
+        self._prefix = f"{self._topic}#{topic_id}"
+
+    # -- the engine's side ------------------------------------------------------
+
+    async def receive(self) -> Envelope:
+        """The next record; cancel-safe (nothing is taken until it is returned)."""
+        return (await self.receive_some(1))[0]
+
+    async def receive_some(self, most: int) -> Sequence[Envelope]:
+        """Up to ``most`` records (at least one); cancel-safe."""
+        while not self._ready:
+            if self._more.is_set():
+                self._more = trio.Event()
+            await self._more.wait()
+        ready = self._ready
+        out: list[Envelope] = []
+        while ready and len(out) < most:
+            record = ready.popleft()
+            out.append(_KafkaEnvelope(record[0], self, record))
+        return out
+
+    def acked(self, partition: Partition, number: int, offset: int) -> None:
+        """A record was acked: its partition's commit may move (see :meth:`_commit_soon`)."""
+        if self._partitions.get(number) is not partition:
+            return  # revoked meanwhile: the new owner reads it again
+        partition.ack(offset)
+        self._commit_soon()
+
+    def offer_again(self, record: _Record) -> None:
+        """A record was nacked with an error: hand it out again (it keeps its place)."""
+        if self._partitions.get(record[2]) is record[1]:
+            self._ready.append(record)
+            self._more.set()
+
+    # -- reading -----------------------------------------------------------------
+
+    async def read(self) -> None:
+        """Consume for ever, as the window has room; commit after each burst of acks."""
+        consumer = self.consumer
+        assert consumer is not None
+        while True:
+            room = await self._wait_for_room()
+            records = await in_thread(consumer.consume, room, _POLL)
+            self._take(records)
+            if self._dirty:
+                self._commit()
+
+    async def _wait_for_room(self) -> int:
+        while True:
+            held = sum(p.outstanding for p in self._partitions.values())
+            room = self._window - held
+            if room > 0 and (room >= self._window // 4 or not held):
+                return room
+            if self._dirty:
+                self._commit()
+            if self._room.is_set():
+                self._room = trio.Event()
+            await self._room.wait()
+
+    def _take(self, records: Sequence[Any]) -> None:
+        prefix = self._prefix
+        taken = 0
+        for record in records:
+            error = record.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
+                log.warning("%s: %s", self._describe, one_line(error))
+                continue
+            number = record.partition()
+            offset = record.offset()
+            partition = self._partitions.get(number)
+            if partition is None or not partition.take(offset):
+                self._dirty = True
+                continue  # not ours (revoked meanwhile) or acked before a restart
+            headers: dict[str, str] = {}
+            for name, value in record.headers() or ():
+                headers[name] = value.decode("utf-8", "surrogateescape") if value else ""
+            stable = headers.pop(ID_HEADER, "") or f"{prefix}:{number}:{offset}"
+            key = record.key()
+            if key is not None:
+                headers[KEY_HEADER] = key.decode("utf-8", "surrogateescape")
+            headers[TOPIC_HEADER] = self._topic
+            headers[PARTITION_HEADER] = str(number)
+            headers[OFFSET_HEADER] = str(offset)
+            kind, stamp = record.timestamp()
+            if kind != confluent_kafka.TIMESTAMP_NOT_AVAILABLE:
+                headers[TIMESTAMP_HEADER] = str(stamp)
+            body = record.value() or b""
+            message = trusted_message(body, headers, stable)
+            self._ready.append((message, partition, number, offset))
+            taken += 1
+        if taken:
+            self._more.set()
+
+    # -- committing --------------------------------------------------------------
+
+    def _commits(self) -> list[confluent_kafka.TopicPartition]:
+        offsets = []
+        for number, partition in self._partitions.items():
+            offset, metadata = partition.commit()
+            if offset < 0:
+                continue  # nothing read yet
+            offsets.append(confluent_kafka.TopicPartition(self._topic, number, offset, metadata))
+        return offsets
+
+    def _commit(self) -> None:
+        """Commit every assigned partition's watermark (see :mod:`._offsets`), asynchronously.
+
+        ``commit`` only queues the request: librdkafka sends it from its own thread.
+        """
+        consumer = self.consumer
+        offsets = self._commits()
+        self._dirty = False
+        if consumer is None or not offsets:
+            return
+        try:
+            consumer.commit(offsets=offsets, asynchronous=True)
+        except confluent_kafka.KafkaException as exc:
+            # Delivered again after a restart (at least once); the next burst retries.
+            log.warning("%s: commit failed: %s", self._describe, one_line(exc))
+            self._dirty = True
+
+    def _commit_soon(self) -> None:
+        if not self._dirty:
+            self._dirty = True
+            self._room.set()  # wakes the reader, which commits between two consumes
+
+    async def close(self) -> None:
+        """Commit what is acked, then leave the group (in worker threads; the caller bounds it)."""
+        consumer = self.consumer
+        if consumer is None:
+            return
+        self._closing = True
+        try:
+            if self._partitions:
+                await in_thread(self._commit_sync)
+        finally:
+            await in_thread(consumer.close)
+            self.consumer = None
+
+    def _commit_sync(self) -> None:
+        offsets = self._commits()
+        consumer = self.consumer
+        if consumer is None or not offsets:
+            return
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except confluent_kafka.KafkaException as exc:
+            log.warning("%s: the last commit failed: %s", self._describe, one_line(exc))
+
+    # -- rebalance callbacks (in the worker thread, inside consume) --------------------
+
+    def assigned(self, consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        """Partitions assigned: read their committed offsets and metadata first."""
+        committed = consumer.committed(partitions, timeout=30)
+        fresh: dict[int, Partition] = {}
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else -1
+            fresh[tp.partition] = Partition(offset, tp.metadata)
+        trio.from_thread.run_sync(self._assign, fresh)
+
+    def _assign(self, fresh: dict[int, Partition]) -> None:
+        self._partitions.update(fresh)
+        log.info("%s: assigned partitions %s", self._describe, sorted(fresh))
+
+    def revoked(self, consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        """Partitions revoked: stop, wait (bounded) for what is in flight, commit, let go."""
+        numbers = {tp.partition for tp in partitions}
+        deadline = time.monotonic() + self._revoke_timeout
+        while True:
+            settled = trio.from_thread.run_sync(self._revoking, numbers)
+            if settled or self._closing or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        offsets = trio.from_thread.run_sync(self._let_go, numbers)
+        if offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except confluent_kafka.KafkaException as exc:
+                log.warning("%s: commit at revoke failed: %s", self._describe, one_line(exc))
+
+    def _revoking(self, numbers: set[int]) -> bool:
+        """Drop what was read and not handed out of ``numbers``; True once none is in flight."""
+        self._ready = collections.deque(r for r in self._ready if r[2] not in numbers)
+        return all(self._partitions[n].outstanding == 0 for n in numbers if n in self._partitions)
+
+    def _let_go(self, numbers: set[int]) -> list[confluent_kafka.TopicPartition]:
+        offsets = []
+        for number in numbers:
+            partition = self._partitions.pop(number, None)
+            if partition is not None and partition.watermark >= 0:
+                offset, metadata = partition.commit()
+                offsets.append(
+                    confluent_kafka.TopicPartition(self._topic, number, offset, metadata)
+                )
+        log.info("%s: revoked partitions %s", self._describe, sorted(numbers))
+        self._room.set()
+        return offsets

@@ -1,0 +1,118 @@
+"""The kafka endpoints against the real broker: where a group starts, rebalances, transactions."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+import trio
+from kafka_servers import create_topic, produce, read_topic, require_kafka
+
+from bridges import Context, Envelope, Message
+from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
+from bridges.endpoints.kafka._connection import KafkaEndpointError
+
+
+def source(servers: str, topic: str, group: str, **settings: object) -> KafkaSource:
+    config = KafkaSourceConfig(bootstrap_servers=servers, topic=topic, group=group, **settings)  # type: ignore[arg-type]
+    return KafkaSource(config, Context(route="t", in_flight=100))
+
+
+def bodies(n: int, label: str) -> list[tuple[bytes, dict[str, str]]]:
+    return [(f"{label}-{i}".encode(), {"n": str(i)}) for i in range(n)]
+
+
+@pytest.mark.deadline(60)
+async def test_a_new_group_starts_where_auto_offset_reset_says() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    await produce(servers, topic, bodies(3, "old"))
+    latest = source(servers, topic, f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="latest")
+    earliest = source(servers, topic, f"g-{uuid.uuid4().hex[:8]}")
+    async with latest.open() as new_only, earliest.open() as everything:
+        got = [(await everything.receive()).message for _ in range(3)]
+        assert [m.body for m in got] == [b"old-0", b"old-1", b"old-2"]
+        first = got[0]
+        assert re.fullmatch(rf"{topic}#[A-Za-z0-9_-]{{22}}:0:0", first.id)
+        assert first.headers["kafka-partition"] == "0"
+        assert first.headers["kafka-offset"] == "0"
+        assert first.headers["n"] == "0"
+        assert int(first.headers["kafka-timestamp"]) > 0
+        await trio.sleep(2)  # the latest group is assigned, at the end of the topic
+        await produce(servers, topic, bodies(2, "new"))
+        assert (await new_only.receive()).message.body == b"new-0"
+        assert (await new_only.receive()).message.body == b"new-1"
+
+
+@pytest.mark.deadline(90)
+async def test_a_rebalance_commits_what_was_acked_before_letting_go() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(lambda: create_topic(servers, partitions=2))
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    sent = [(f"r-{i}".encode(), {"bridge-id": f"id-{i}"}) for i in range(20)]
+    await produce(servers, topic, sent)
+    first = source(servers, topic, group, revoke_timeout=10.0)
+    second = source(servers, topic, group)
+    acked: set[bytes] = set()
+    async with first.open() as one:
+        held: list[Envelope] = [await one.receive() for _ in range(20)]
+        for envelope in held[:10]:
+            await envelope.ack()
+            acked.add(envelope.message.body)
+        late = held[10:]
+
+        async def settle_late() -> None:
+            await trio.sleep(3.0)  # while the rebalance waits for them
+            for envelope in late:
+                await envelope.ack()
+                acked.add(envelope.message.body)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(settle_late)
+            async with second.open() as two:
+                # Every record was acked by the first before it let go: none comes again.
+                with trio.move_on_after(8):
+                    envelope = await two.receive()
+                    pytest.fail(f"{envelope.message.body!r} was handed out again")
+                await produce(servers, topic, [(b"after", {})])
+                for receiver in (one, two):
+                    with trio.move_on_after(5):
+                        envelope = await receiver.receive()
+                        assert envelope.message.body == b"after"
+                        await envelope.ack()
+                        break
+                else:
+                    pytest.fail("the record written after the rebalance did not arrive")
+    assert acked == {body for body, _ in sent}
+
+
+@pytest.mark.deadline(90)
+async def test_the_transactional_sink_skips_what_it_wrote_before_a_restart() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=True)
+    batch = [Message(f"once-{i}".encode(), {"n": str(i)}, f"id-{i}") for i in range(5)]
+    async with KafkaSink(config, Context(route=topic)).open() as writer:
+        await writer.write(batch[:3])
+    # A restart after a crash that lost the acks: the same batch comes again.
+    async with KafkaSink(config, Context(route=topic)).open() as writer:
+        await writer.write(batch)
+        assert writer.skipped == 3
+    held = [body for body, _ in await read_topic(servers, topic)]
+    assert held == [m.body for m in batch]
+
+
+@pytest.mark.deadline(90)
+async def test_a_second_transactional_sink_with_the_same_id_fences_the_first() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=True)
+    first, second = (KafkaSink(config, Context(route=topic)) for _ in range(2))
+    async with first.open() as old:
+        await old.write([Message(b"before", {}, "a")])
+        async with second.open() as new:
+            with pytest.raises(KafkaEndpointError, match=r"(?i)fenc"):
+                await old.write([Message(b"zombie", {}, "b")])
+            await new.write([Message(b"after", {}, "c")])
+    assert [body for body, _ in await read_topic(servers, topic)] == [b"before", b"after"]
