@@ -11,16 +11,16 @@ an asynchronous ``commit``) run on the event loop: they never block.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import attrs
 import confluent_kafka
-import trio
 from attrs.validators import ge
 
-from bridges import InvalidSetting
+from bridges import InvalidSetting, blocking
 
 T = TypeVar("T")
 
@@ -91,5 +91,7 @@ def one_line(error: object) -> str:
 
 
 async def in_thread(call: Callable[..., T], *args: Any) -> T:
-    """``call(*args)`` in a worker thread that is never abandoned (its own timeout bounds it)."""
-    return await trio.to_thread.run_sync(call, *args)
+    """``call(*args)`` through :func:`bridges.blocking`, never abandoned (its own
+    timeout bounds it): librdkafka's calls change the client's state."""
+    what = f"kafka {getattr(call, '__name__', 'call')}"
+    return await blocking(functools.partial(call, *args), what=what)
