@@ -52,7 +52,7 @@ async def test_reload_wait_exits_with_the_outcome_and_a_refusal_is_logged_at_war
         said = done.stderr.decode()
         assert "reload failed (1 problem in the config; still running the previous config)" in said
         (tmp_path / "inbox" / "a").write_text("still running")
-        await wait_until(lambda: any((tmp_path / "outbox").glob("a@*")), 0.05)
+        await wait_until(lambda: any((tmp_path / "outbox").glob("*a@*")), 0.05)
         # A good one: exit 0, and the new route runs.
         config.write_text(GOOD.format(outbox="outbox2"))
         done = await reload(process.pid, env, "--wait", "--timeout", "20")
@@ -60,7 +60,7 @@ async def test_reload_wait_exits_with_the_outcome_and_a_refusal_is_logged_at_war
         applied = f"bridges: reload: process {process.pid} applied the config\n"
         assert done.stderr.decode() == applied
         (tmp_path / "inbox" / "b").write_text("moved")
-        await wait_until(lambda: any((tmp_path / "outbox2").glob("b@*")), 0.05)
+        await wait_until(lambda: any((tmp_path / "outbox2").glob("*b@*")), 0.05)
         # Without the runtime folder there is nothing to wait on: said, exit 1.
         bare = {k: v for k, v in env.items() if k != "RUNTIME_DIRECTORY"}
         done = await reload(process.pid, bare, "--wait")

@@ -69,7 +69,10 @@ async def test_the_webhook_example_carries_a_signed_webhook_both_ways(
                     message = await sub.__anext__()
         nursery.cancel_scope.cancel()
     assert message.body == body.encode()
-    assert message.headers["bridge-id"] == "msg_17"  # the id went all the way round
+    # The id went all the way round, under each webhook route's name in turn: an
+    # http source namespaces the webhook-id it is given (a sender's header is
+    # not trusted to name another route's ids), so each hop adds its own.
+    assert message.headers["bridge-id"] == "echo-in/orders-in/msg_17"
     assert message.headers["content-type"] == "application/json"
     assert message.headers["http-path"] == "/hooks/echo"
 
