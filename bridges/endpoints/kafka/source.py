@@ -1,9 +1,10 @@
 """The ``kafka`` source: a topic read by a consumer group, committed once the sink holds it.
 
 A reader task (in the receiver's own nursery) calls librdkafka's
-``consume`` in a worker thread, 100 ms at a time, for at most as many
-records as the route's window has room for; :meth:`receive_some` hands out
-what it read, so a cancelled receive takes nothing.
+``consume`` in a worker thread, 100 ms at a time (10 ms while records come),
+for at most as many records as the route's window has room for;
+:meth:`receive_some` hands out what it read, so a cancelled receive takes
+nothing.
 
 Offsets are committed by the source, never by librdkafka (auto commit is
 off): a partition's commit is the lowest offset handed out and not yet
@@ -66,6 +67,10 @@ log = logging.getLogger("bridges.kafka")
 
 #: How long one ``consume`` call in the worker thread may wait, s: the bound on a cancel.
 _POLL: Final = 0.1
+#: The same after a call that returned records: ``consume`` waits until it has as many
+#: as asked or this long, so a stream that slows down (or ends, or a route that stops)
+#: waits this, not ``_POLL``; an idle one goes back to ``_POLL`` after one empty call.
+_BUSY_POLL: Final = 0.01
 #: Bound on the last commit and the group leave when the source closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
 
@@ -345,9 +350,11 @@ class _KafkaReceiver:
         """Consume for ever, as the window has room; commit after each burst of acks."""
         consumer = self.consumer
         assert consumer is not None
+        wait = _POLL
         while True:
             room = await self._wait_for_room()
-            records = await in_thread(consumer.consume, room, _POLL)
+            records = await in_thread(consumer.consume, room, wait)
+            wait = _BUSY_POLL if records else _POLL
             self._take(records)
             if self._dirty:
                 self._commit()
