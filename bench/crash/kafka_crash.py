@@ -1,14 +1,18 @@
 """Crash test for the kafka endpoints: ``bridges run`` killed with SIGKILL again and again.
 
     .venv/bin/python bench/crash/kafka_crash.py [--count 10000] [--kills 5]
-        [--only kafka-sink,kafka-once,kafka-source] [--restart] [--seed N] [--json]
+        [--only kafka-sink,kafka-once,kafka-source,kafka-stomp,webhook-kafka]
+        [--restart] [--seed N] [--json]
 
-Two scenarios, one route each, the other side a JSON-lines file (fsynced per
-batch) so that only the endpoint under test talks to Kafka:
+One route per scenario; in the first three the other side is a JSON-lines
+file (fsynced per batch) so that only the endpoint under test talks to Kafka:
 
     kafka-sink:    file events.jsonl (one id per line)  ->  kafka (acks=all, idempotent)
     kafka-once:    the same into the transactional sink: 0 duplicates (its tail read back)
     kafka-source:  topic of ``count`` records (a consumer group)  ->  file outbox/
+    kafka-stomp:   topic of ``count`` records  ->  stomp on RabbitMQ (a durable queue, persistent)
+    webhook-kafka: webhooks (an http source, 32 senders posting until a 2xx)  ->  kafka;
+                   every webhook that got its 2xx must be in the topic
 
 Kafka is the one of ``scripts/brokers up kafka`` (``TRIO_STOMP_KAFKA_SERVERS``),
 with a fresh topic per run. ``bridges run`` is started and killed with SIGKILL
@@ -29,21 +33,29 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import confluent_kafka
-from _crash import Factory, Scenario, main
+import httpx
+import trio
+from _crash import Direct, Factory, Scenario, free_port, main
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from http_crash import IN_FLIGHT, SENDERS, Bridge, kill_at_random_moments, wait_for
+from queues_crash import amqp_depth, amqp_drain, amqp_fill
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
+#: RabbitMQ's STOMP port (``scripts/brokers up``), for kafka-stomp.
+STOMP_PORT: Final = int(os.environ.get("TRIO_STOMP_RABBITMQ_STOMP_PORT", "61613"))
 ROOT = Path(__file__).resolve().parents[2]
 JSONL_SOURCE: Final = (
     '{ type = "file", path = "events.jsonl", mode = "jsonl", poll_interval = 0.05 }'
@@ -193,14 +205,140 @@ def kafka_source(work: Path, ids: list[str]) -> Scenario:
     )
 
 
-SCENARIOS: Final = ["kafka-sink", "kafka-once", "kafka-source"]
+def kafka_stomp(work: Path, ids: list[str]) -> Scenario:
+    """kafka -> stomp on the RabbitMQ of ``scripts/brokers`` (its queue read over AMQP)."""
+    del work
+    topic = create_topic()
+    fill(topic, ids)
+    queue = f"kafka-crash-{uuid.uuid4().hex[:10]}"
+    amqp_fill(queue, [])  # (the durable queue RabbitMQ's STOMP ``/queue/NAME`` sends to)
+    source = (
+        f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
+        f'group = "crash-{topic}" }}'
+    )
+    sink = (
+        f'{{ type = "stomp", url = "stomp://127.0.0.1:{STOMP_PORT}", login = "guest", '
+        f'passcode = "guest", destination = "/queue/{queue}", persistent = true }}'
+    )
+
+    def final() -> Counter[str]:
+        found = amqp_drain(queue)  # (deletes the queue)
+        return found
+
+    return Scenario(
+        source,
+        sink,
+        lambda: amqp_depth(queue),
+        final,
+        lambda: amqp_depth(queue) >= len(ids),
+        restart_kafka,
+    )
+
+
+def webhook_config(port: int, topic: str) -> str:
+    return f"""
+[bridge]
+shutdown_timeout = 20
+log_level = "warning"
+
+[routes.in]
+in_flight = {IN_FLIGHT}
+batch = {{ count = 100, time = 0.005 }}
+retry = {{ attempts = 3, initial = 0.05, max = 1.0 }}
+source = {{ type = "http", listen = "127.0.0.1:{port}", path = "/hooks", retry_after = 1 }}
+sink = {{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}" }}
+"""
+
+
+async def post_webhooks(
+    work: Path, topic: str, count: int, kills: int, rng: random.Random
+) -> dict[str, Any]:
+    """Webhooks posted until each got a 2xx while the bridge is SIGKILLed ``kills`` times."""
+    port = free_port()
+    bridge = Bridge(work, webhook_config(port, topic))
+    url = f"http://127.0.0.1:{port}/hooks"
+    todo = [f"wh-{i:06d}" for i in range(count)][::-1]
+    stored: set[str] = set()
+    answers: Counter[str] = Counter()
+
+    async def sender(client: httpx.AsyncClient) -> None:
+        while todo:
+            msg_id = todo.pop()
+            body = json.dumps({"id": msg_id, "pad": "x" * 200}).encode()
+            headers = {"webhook-id": msg_id, "content-type": "application/json"}
+            while True:
+                try:
+                    response = await client.post(url, content=body, headers=headers)
+                    answers[str(response.status_code)] += 1
+                    if 200 <= response.status_code < 300:
+                        stored.add(msg_id)
+                        break
+                except httpx.TransportError as exc:
+                    answers[type(exc).__name__] += 1
+                await trio.sleep(0.02)  # a sender's retry delay, short for the test
+
+    limits = httpx.Limits(max_connections=SENDERS, max_keepalive_connections=SENDERS)
+    async with (
+        httpx.AsyncClient(limits=limits, timeout=30, trust_env=False) as client,
+        trio.open_nursery() as nursery,
+    ):
+        for _ in range(SENDERS):
+            nursery.start_soon(sender, client)
+        _moments, at_kill = await kill_at_random_moments(
+            bridge, kills, rng, lambda: len(stored), count
+        )
+        await wait_for(lambda: len(stored) == count, bridge, f"all {count} stored")
+    status = await bridge.stop()
+    return {
+        "stored": stored,
+        "held_at_kills": at_kill,
+        "exit_status": status,
+        "log_tail": bridge.tail() if status != 0 else "",
+    }
+
+
+def webhook_kafka(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
+    """webhook -> kafka: every webhook answered 2xx is in the topic (read by its ``id``)."""
+    topic = create_topic()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="crash-webhook-kafka-") as tmp:
+        posted = trio.run(post_webhooks, Path(tmp), topic, count, kills, rng)
+    copies: Counter[str] = Counter()
+    for body, n in bodies(topic).items():
+        copies[json.loads(body)["id"]] += n
+    stored: set[str] = posted["stored"]
+    total = sum(copies.values())
+    return {
+        "messages": count,
+        "kills": kills,
+        "server_restarted": False,
+        "held_at_kills": posted["held_at_kills"],
+        "arrived": len(stored & set(copies)),
+        # (a webhook that got its 2xx and is not in the topic is lost)
+        "missing": len(stored - set(copies)) + count - len(stored),
+        "duplicates": total - len(copies),
+        "max_copies": max(copies.values(), default=0),
+        "bound": kills * IN_FLIGHT,
+        "exit_status": posted["exit_status"],
+        "seconds": round(time.monotonic() - started, 1),
+        "log_tail": posted["log_tail"],
+    }
+
+
+SCENARIOS: Final = ["kafka-sink", "kafka-once", "kafka-source", "kafka-stomp", "webhook-kafka"]
 
 
 @contextmanager
 def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
     """A factory per scenario (the project's Kafka serves them all)."""
     del names
-    yield {"kafka-sink": kafka_sink, "kafka-once": kafka_once, "kafka-source": kafka_source}
+    yield {
+        "kafka-sink": kafka_sink,
+        "kafka-once": kafka_once,
+        "kafka-source": kafka_source,
+        "kafka-stomp": kafka_stomp,
+        "webhook-kafka": Direct(webhook_kafka),
+    }
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ DEFAULT_MAX_BYTES: Final = 1_000_000
 _POLL: Final = 0.1
 #: Bound on handing back what is still queued when the sink closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
+#: How many valid topic names (rendered or a message's destination) the sink remembers.
+_CHECKED: Final = 1000
 #: Kafka's errors that writing the same record again can never fix.
 _REFUSALS: Final = frozenset(
     {
@@ -151,6 +153,17 @@ class KafkaSink:
         if config.transactional and ("{" in config.topic or self._partition is not None):
             # (the read-back on open reads one topic's tail)
             raise InvalidSetting("transactional", "needs a fixed topic and no partition template")
+        #: The topic when it is the same for every message (checked once, here).
+        self._fixed_topic: str | None = None
+        if self._topic is not None and self._topic.constant:
+            fixed = self._topic.render(Message(b""))
+            try:
+                check_topic(fixed)
+            except ValueError as exc:
+                raise InvalidSetting("topic", str(exc)) from None
+            self._fixed_topic = fixed
+        #: Topics a message's destination named that were found valid (bounded).
+        self._checked: set[str] = set()
         self._transactional_id = config.transactional_id or f"bridge-{context.route}"
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
@@ -221,8 +234,7 @@ class KafkaSink:
         Raises:
           ValueError: it can never be written (why, in one line).
         """
-        topic = message.destination or self._topic.render(message)  # type: ignore[union-attr]
-        check_topic(topic)
+        topic = self._topic_of(message)
         partition = -1
         if self._partition is not None:
             text = self._partition.render(message)
@@ -251,6 +263,24 @@ class KafkaSink:
         if size > self._config.max_bytes:
             raise ValueError(f"record of {size} bytes is over max_bytes ({self._config.max_bytes})")
         return topic, partition, key, message.body, headers
+
+    def _topic_of(self, message: Message) -> str:
+        """The record's topic: the message's destination, else the ``topic`` template's.
+
+        Raises:
+          ValueError: not a valid topic name.
+        """
+        topic = message.destination
+        if not topic:
+            if self._fixed_topic is not None:
+                return self._fixed_topic
+            topic = self._topic.render(message)  # type: ignore[union-attr]
+        if topic not in self._checked:
+            check_topic(topic)
+            if len(self._checked) >= _CHECKED:
+                self._checked.clear()
+            self._checked.add(topic)
+        return topic
 
 
 def _is_text(name: str) -> bool:
@@ -294,8 +324,8 @@ class _KafkaWriter:
         self._producer.begin_transaction()
         self.in_transaction = True
         try:
-            await self._write([records[i] for i in fresh], fresh)
-            await in_thread(self._producer.commit_transaction, self._timeout)
+            if not await self._write([records[i] for i in fresh], fresh, commit=True):
+                await in_thread(self._producer.commit_transaction, self._timeout)
         except BaseException as exc:
             if self.in_transaction and not isinstance(exc, trio.Cancelled):
                 with trio.CancelScope(shield=True):
@@ -307,9 +337,16 @@ class _KafkaWriter:
         for index in fresh:
             self.written.add(batch[index].id)
 
-    async def _write(self, records: Sequence[_Record], positions: Sequence[int] = ()) -> None:
+    async def _write(
+        self, records: Sequence[_Record], positions: Sequence[int] = (), commit: bool = False
+    ) -> bool:
         """Produce ``records`` and wait until each is acknowledged; ``positions``: their
-        indices in the batch (default: the same as in ``records``)."""
+        indices in the batch (default: the same as in ``records``).
+
+        With ``commit``, the transaction is committed in the same worker-thread
+        call as the last wait when every record was acknowledged (one thread
+        hop per batch less); returns whether it was.
+        """
         results: dict[int, confluent_kafka.KafkaError | None] = {}
         refused: dict[int, str] = {}
         producer = self._producer
@@ -329,8 +366,9 @@ class _KafkaWriter:
                     raise KafkaEndpointError(f"{self._describe}: {one_line(exc)}") from None
                 refused[index] = f"kafka {topic!r}: {one_line(exc)}"
         wanted = len(records) - len(refused)
+        committed = False
         while len(results) < wanted:
-            await in_thread(producer.flush, _POLL)
+            committed = await in_thread(self._wait, results, wanted, commit and not refused)
         for index, error in sorted(results.items()):
             if error is None:
                 continue
@@ -340,3 +378,15 @@ class _KafkaWriter:
                 raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
         if refused:
             raise MessageRejected.each(refused)
+        return committed
+
+    def _wait(
+        self, results: dict[int, confluent_kafka.KafkaError | None], wanted: int, commit: bool
+    ) -> bool:
+        """In a worker thread: wait up to ``_POLL`` for acknowledgements; then, with
+        ``commit`` and every record acknowledged, commit the transaction (returns True)."""
+        self._producer.flush(_POLL)
+        if commit and len(results) >= wanted and all(e is None for e in results.values()):
+            self._producer.commit_transaction(self._timeout)
+            return True
+        return False

@@ -1,9 +1,10 @@
 """The ``kafka`` source: a topic read by a consumer group, committed once the sink holds it.
 
 A reader task (in the receiver's own nursery) calls librdkafka's
-``consume`` in a worker thread, 100 ms at a time, for at most as many
-records as the route's window has room for; :meth:`receive_some` hands out
-what it read, so a cancelled receive takes nothing.
+``consume`` in a worker thread, 100 ms at a time (10 ms while records come),
+for at most as many records as the route's window has room for;
+:meth:`receive_some` hands out what it read, so a cancelled receive takes
+nothing.
 
 Offsets are committed by the source, never by librdkafka (auto commit is
 off): a partition's commit is the lowest offset handed out and not yet
@@ -66,6 +67,10 @@ log = logging.getLogger("bridges.kafka")
 
 #: How long one ``consume`` call in the worker thread may wait, s: the bound on a cancel.
 _POLL: Final = 0.1
+#: The same after a call that returned records: ``consume`` waits until it has as many
+#: as asked or this long, so a stream that slows down (or ends, or a route that stops)
+#: waits this, not ``_POLL``; an idle one goes back to ``_POLL`` after one empty call.
+_BUSY_POLL: Final = 0.01
 #: Bound on the last commit and the group leave when the source closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
 
@@ -211,28 +216,34 @@ async def _unused_nack(error: BaseException | None) -> None:
     raise AssertionError("a _KafkaEnvelope settles through its receiver")
 
 
-#: A record read: its message, its partition's state, the partition's number, its offset.
-_Record = tuple[Message, Partition, int, int]
-
-
 class _KafkaEnvelope(Envelope):
-    """An envelope settled through its receiver (no closures per message)."""
+    """An envelope settled through its receiver (no closures per message).
+
+    Built in bulk by :meth:`_KafkaReceiver._take` through :func:`_envelope`,
+    which fills the slots directly: one per record read, on the loop's thread.
+    """
 
     __slots__ = ("_number", "_offset", "_partition", "_receiver", "settle_key")
 
-    def __init__(self, message: Message, receiver: _KafkaReceiver, record: _Record) -> None:
-        super().__init__(message, ack=_unused_ack, nack=_unused_nack, origin=receiver.origin)
-        self._receiver = receiver
-        _, self._partition, self._number, self._offset = record
-        # Acks of one receiver: the engine hands a run of them to ack_all in one call.
-        self.settle_key = receiver
+    _receiver: _KafkaReceiver
+    _partition: Partition
+    _number: int
+    _offset: int
 
     async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
-        acked = self._receiver.acked
+        receiver = self._receiver
+        # (a run of acks is mostly of one partition: check it once per change)
+        partition: Partition | None = None
+        current = False
         for envelope in envelopes:
             if envelope.state == "open" and isinstance(envelope, _KafkaEnvelope):
                 envelope.state = "acked"
-                acked(envelope._partition, envelope._number, envelope._offset)  # noqa: SLF001
+                if envelope._partition is not partition:  # noqa: SLF001
+                    partition = envelope._partition  # noqa: SLF001
+                    current = receiver.holds(envelope._number, partition)  # noqa: SLF001
+                if current:
+                    partition.ack(envelope._offset)  # noqa: SLF001
+        receiver.commit_soon()
 
     async def ack(self) -> None:
         if self.state == "open":
@@ -243,8 +254,29 @@ class _KafkaEnvelope(Envelope):
         if self.state == "open":
             self.state = "nacked"
             if error is not None:
-                record = (self.message, self._partition, self._number, self._offset)
-                self._receiver.offer_again(record)
+                self._receiver.offer_again(self)
+
+
+def _envelope(
+    message: Message, receiver: _KafkaReceiver, partition: Partition, number: int, offset: int
+) -> _KafkaEnvelope:
+    """A new open :class:`_KafkaEnvelope` (its ``__init__`` is not called: this is the hot path)."""
+    envelope: _KafkaEnvelope = _new_envelope(_KafkaEnvelope)
+    envelope.message = message
+    envelope.origin = receiver.origin
+    envelope._ack = _unused_ack  # noqa: SLF001
+    envelope._nack = _unused_nack  # noqa: SLF001
+    envelope.state = "open"
+    envelope._receiver = receiver  # noqa: SLF001
+    envelope._partition = partition  # noqa: SLF001
+    envelope._number = number  # noqa: SLF001
+    envelope._offset = offset  # noqa: SLF001
+    # Acks of one receiver: the engine hands a run of them to ack_all in one call.
+    envelope.settle_key = receiver
+    return envelope
+
+
+_new_envelope = object.__new__
 
 
 class _KafkaReceiver:
@@ -261,7 +293,8 @@ class _KafkaReceiver:
         self._describe = source.describe()
         #: Assigned partitions by number (only those: a revoked one is removed).
         self._partitions: dict[int, Partition] = {}
-        self._ready: collections.deque[_Record] = collections.deque()
+        #: Envelopes read and not handed out yet, oldest first.
+        self._ready: collections.deque[_KafkaEnvelope] = collections.deque()
         self._more = trio.Event()
         self._room = trio.Event()
         self._dirty = False
@@ -286,23 +319,29 @@ class _KafkaReceiver:
                 self._more = trio.Event()
             await self._more.wait()
         ready = self._ready
-        out: list[Envelope] = []
-        while ready and len(out) < most:
-            record = ready.popleft()
-            out.append(_KafkaEnvelope(record[0], self, record))
-        return out
+        if len(ready) <= most:
+            out: list[Envelope] = list(ready)
+            ready.clear()
+            return out
+        return [ready.popleft() for _ in range(most)]
+
+    def holds(self, number: int, partition: Partition) -> bool:
+        """Whether ``partition`` is still the one assigned as ``number`` (not revoked since)."""
+        return self._partitions.get(number) is partition
 
     def acked(self, partition: Partition, number: int, offset: int) -> None:
-        """A record was acked: its partition's commit may move (see :meth:`_commit_soon`)."""
+        """A record was acked: its partition's commit may move (see :meth:`commit_soon`)."""
         if self._partitions.get(number) is not partition:
             return  # revoked meanwhile: the new owner reads it again
         partition.ack(offset)
-        self._commit_soon()
+        self.commit_soon()
 
-    def offer_again(self, record: _Record) -> None:
-        """A record was nacked with an error: hand it out again (it keeps its place)."""
-        if self._partitions.get(record[2]) is record[1]:
-            self._ready.append(record)
+    def offer_again(self, envelope: _KafkaEnvelope) -> None:
+        """A record was nacked with an error: hand it out again, in a new envelope."""
+        partition, number = envelope._partition, envelope._number  # noqa: SLF001
+        if self._partitions.get(number) is partition:
+            again = _envelope(envelope.message, self, partition, number, envelope._offset)  # noqa: SLF001
+            self._ready.append(again)
             self._more.set()
 
     # -- reading -----------------------------------------------------------------
@@ -311,9 +350,11 @@ class _KafkaReceiver:
         """Consume for ever, as the window has room; commit after each burst of acks."""
         consumer = self.consumer
         assert consumer is not None
+        wait = _POLL
         while True:
             room = await self._wait_for_room()
-            records = await in_thread(consumer.consume, room, _POLL)
+            records = await in_thread(consumer.consume, room, wait)
+            wait = _BUSY_POLL if records else _POLL
             self._take(records)
             if self._dirty:
                 self._commit()
@@ -331,7 +372,15 @@ class _KafkaReceiver:
             await self._room.wait()
 
     def _take(self, records: Sequence[Any]) -> None:
+        """Envelopes for ``records`` (one ``consume``'s), on the loop's thread: per record,
+        only what its message needs."""
         prefix = self._prefix
+        topic = self._topic
+        partitions = self._partitions
+        ready = self._ready
+        no_stamp = confluent_kafka.TIMESTAMP_NOT_AVAILABLE
+        #: The last record's partition: (number, its state, the number as text).
+        last: tuple[int, Partition | None, str] = (-1, None, "")
         taken = 0
         for record in records:
             error = record.error()
@@ -341,27 +390,33 @@ class _KafkaReceiver:
                 log.warning("%s: %s", self._describe, one_line(error))
                 continue
             number = record.partition()
+            if number != last[0]:
+                last = (number, partitions.get(number), str(number))
+            partition = last[1]
             offset = record.offset()
-            partition = self._partitions.get(number)
             if partition is None or not partition.take(offset):
                 self._dirty = True
                 continue  # not ours (revoked meanwhile) or acked before a restart
             headers: dict[str, str] = {}
-            for name, value in record.headers() or ():
-                headers[name] = value.decode("utf-8", "surrogateescape") if value else ""
-            stable = headers.pop(ID_HEADER, "") or f"{prefix}:{number}:{offset}"
+            stable = ""
+            raw = record.headers()
+            if raw:
+                for name, value in raw:
+                    headers[name] = value.decode("utf-8", "surrogateescape") if value else ""
+                stable = headers.pop(ID_HEADER, "")
             key = record.key()
             if key is not None:
                 headers[KEY_HEADER] = key.decode("utf-8", "surrogateescape")
-            headers[TOPIC_HEADER] = self._topic
-            headers[PARTITION_HEADER] = str(number)
-            headers[OFFSET_HEADER] = str(offset)
+            headers[TOPIC_HEADER] = topic
+            headers[PARTITION_HEADER] = last[2]
+            headers[OFFSET_HEADER] = text = str(offset)
             kind, stamp = record.timestamp()
-            if kind != confluent_kafka.TIMESTAMP_NOT_AVAILABLE:
+            if kind != no_stamp:
                 headers[TIMESTAMP_HEADER] = str(stamp)
-            body = record.value() or b""
-            message = trusted_message(body, headers, stable)
-            self._ready.append((message, partition, number, offset))
+            message = trusted_message(
+                record.value() or b"", headers, stable or f"{prefix}:{last[2]}:{text}"
+            )
+            ready.append(_envelope(message, self, partition, number, offset))
             taken += 1
         if taken:
             self._more.set()
@@ -394,7 +449,8 @@ class _KafkaReceiver:
             log.warning("%s: commit failed: %s", self._describe, one_line(exc))
             self._dirty = True
 
-    def _commit_soon(self) -> None:
+    def commit_soon(self) -> None:
+        """Acks came: the reader commits between two consumes."""
         if not self._dirty:
             self._dirty = True
             self._room.set()  # wakes the reader, which commits between two consumes
@@ -455,7 +511,11 @@ class _KafkaReceiver:
 
     def _revoking(self, numbers: set[int]) -> bool:
         """Drop what was read and not handed out of ``numbers``; True once none is in flight."""
-        self._ready = collections.deque(r for r in self._ready if r[2] not in numbers)
+        self._ready = collections.deque(
+            e
+            for e in self._ready
+            if e._number not in numbers  # noqa: SLF001
+        )
         return all(self._partitions[n].outstanding == 0 for n in numbers if n in self._partitions)
 
     def _let_go(self, numbers: set[int]) -> list[confluent_kafka.TopicPartition]:

@@ -9,7 +9,7 @@ import pytest
 import trio
 from kafka_servers import create_topic, produce, read_topic, require_kafka
 
-from bridges import Context, Envelope, Message
+from bridges import Context, Envelope, InvalidSetting, Message
 from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
 from bridges.endpoints.kafka._connection import KafkaEndpointError
 
@@ -116,3 +116,10 @@ async def test_a_second_transactional_sink_with_the_same_id_fences_the_first() -
                 await old.write([Message(b"zombie", {}, "b")])
             await new.write([Message(b"after", {}, "c")])
     assert [body for body, _ in await read_topic(servers, topic)] == [b"before", b"after"]
+
+
+def test_a_sink_with_an_invalid_fixed_topic_is_refused_when_built() -> None:
+    # (a fixed topic is checked once, at build, not for every message)
+    config = KafkaSinkConfig(topic="no spaces allowed")
+    with pytest.raises(InvalidSetting, match="topic"):
+        KafkaSink(config, Context(route="t"))

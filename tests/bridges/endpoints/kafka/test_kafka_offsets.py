@@ -50,3 +50,26 @@ def test_metadata_another_tool_wrote_skips_nothing() -> None:
     assert parse_metadata(5, "written by kafka-consumer-groups") == frozenset()
     assert parse_metadata(5, "acked1:1,x") == frozenset()
     assert parse_metadata(5, None) == frozenset()
+
+
+@given(
+    offsets=st.lists(st.integers(0, 10_000), min_size=1, max_size=200, unique=True).map(sorted),
+    data=st.data(),
+)
+def test_outstanding_counts_what_was_taken_and_not_acked(
+    offsets: list[int], data: st.DataObject
+) -> None:
+    # Acks in order (the common case, which skips the set) and out of order, mixed.
+    partition = Partition(offsets[0])
+    taken: list[int] = []
+    acked: set[int] = set()
+    for offset in offsets:
+        assert partition.take(offset)
+        taken.append(offset)
+        open_ = [o for o in taken if o not in acked]
+        for chosen in data.draw(st.lists(st.sampled_from(open_), unique=True, max_size=3)):
+            partition.ack(chosen)
+            acked.add(chosen)
+        assert partition.outstanding == len(taken) - len(acked)
+        unacked = [o for o in taken if o not in acked]
+        assert partition.watermark == (unacked[0] if unacked else taken[-1] + 1)
