@@ -87,6 +87,14 @@ class Client:
         reconnect policy, a SEND whose receipt had not come when the
         connection dropped is sent again on the next one (at least once).
 
+        A send without a receipt that has returned reports a later failure
+        of its connection at the ``async with`` of :func:`connect`: the
+        block is cancelled and the error raised there. With a reconnect
+        policy, a frame not yet written whole (still queued, or in a write
+        that broke) is sent again on the next connection instead, and the
+        error reaches the ``async with`` only when the policy gives up.
+        Bytes the socket took are not confirmed by anything but a receipt.
+
         Raises:
           LocalProtocolError: a header that cannot be sent (NUL, a reserved
             name); nothing was sent.

@@ -30,8 +30,12 @@ class Outbox(Generic[R]):
     """Frames waiting to be written, and the task that writes them.
 
     A frame may be queued with a ``replay`` token: if the connection fails
-    before the writer took the frame, :meth:`unwritten` gives the tokens
+    before the frame was written whole, :meth:`unwritten` gives the tokens
     back, in order, so the caller can send those frames on a new connection.
+    "Written" means that the ``send_all`` carrying the frame returned: the
+    frames of a write that failed or was cancelled part way count as
+    unwritten (a prefix of them may have reached the peer, so a replay can
+    repeat one: at least once).
     """
 
     def __init__(
@@ -44,6 +48,9 @@ class Outbox(Generic[R]):
         self._stream = stream
         self._queue: list[bytes] = []
         self._replays: list[R] = []
+        #: The replay tokens of the write in flight (given back by unwritten()
+        #: until its send_all returns).
+        self._in_flight: list[R] = []
         self._queued_bytes = 0
         self._high_water = high_water
         self._yield_every = yield_every
@@ -61,8 +68,10 @@ class Outbox(Generic[R]):
         return self._error is not None
 
     def unwritten(self) -> list[R]:
-        """The replay tokens of frames the writer never took, in queue order."""
-        return list(self._replays)
+        """The replay tokens of frames not written whole, in queue order: those of
+        the write in flight (if its ``send_all`` has not returned), then those
+        still queued."""
+        return [*self._in_flight, *self._replays]
 
     @property
     def empty(self) -> bool:
@@ -138,6 +147,7 @@ class Outbox(Generic[R]):
             chunk = queue[0] if len(queue) == 1 else b"".join(queue)
             self._queue = []
             if self._replays:
+                self._in_flight = self._replays
                 self._replays = []
             self._queued_bytes = 0
             self._room_lot.unpark_all()
@@ -148,3 +158,5 @@ class Outbox(Generic[R]):
                 raise ConnectionLost(f"writing to the broker failed: {exc!r}") from exc
             except trio.ClosedResourceError as exc:
                 raise ClientClosed("the connection was closed") from exc
+            if self._in_flight:
+                self._in_flight = []
