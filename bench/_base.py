@@ -46,9 +46,9 @@ def free_port() -> int:
         return port
 
 
-def wait_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    """Until PORT accepts connections (10 s at most); BenchError if PROCESS ends first."""
-    deadline = time.monotonic() + 10
+def wait_port(port: int, process: subprocess.Popen[bytes], what: str, limit: float = 10.0) -> None:
+    """Until PORT accepts connections (``limit`` s at most); BenchError if PROCESS ends first."""
+    deadline = time.monotonic() + limit
     while True:
         try:
             socket.create_connection((HOST, port), timeout=1).close()

@@ -47,7 +47,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -68,6 +67,7 @@ from _common import (
     free_port,
     process_cpu,
     stop_process,
+    wait_port,
     write_report,
 )
 
@@ -80,18 +80,8 @@ BASELINE: Final = "bridges, baseline"
 RUN_LIMIT: Final = 300.0
 
 
-def wait_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    """Until PORT accepts connections (60 s at most: a loaded machine starts Python
-    slowly); BenchError if PROCESS ends first."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection((HOST, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise BenchError(f"{what} did not start") from None
-            time.sleep(0.05)
+#: How long a tool may take to listen, s (a loaded machine starts Python slowly).
+START_LIMIT: Final = 60.0
 
 
 def default_cache() -> Path:
@@ -251,7 +241,7 @@ def run_webhook(tool: Tool, tools: dict[str, Path], args: argparse.Namespace) ->
             tool.command(work, str(port), str(out)), cwd=work, stdout=log, stderr=log
         )
         try:
-            wait_port(port, process, tool.name)
+            wait_port(port, process, tool.name, START_LIMIT)
             url = f"http://{HOST}:{port}/hooks"
             warm = loadgen(tools, url, WARMUP, args)
             before = process_cpu(process.pid)
@@ -291,7 +281,7 @@ def run_http_out(tool: Tool, tools: dict[str, Path], args: argparse.Namespace) -
         log = (work / "tool.log").open("wb")
         process: subprocess.Popen[bytes] | None = None
         try:
-            wait_port(port, receiver, "receiver")
+            wait_port(port, receiver, "receiver", START_LIMIT)
             url = f"http://{HOST}:{port}"
             process = subprocess.Popen(
                 tool.command(work, str(source), f"{url}/in"), cwd=work, stdout=log, stderr=log
