@@ -212,6 +212,47 @@ async def drain(
                 await message.ack()
 
 
+async def post_until_stored(
+    bridge: Bridge, url: str, count: int, kills: int, rng: random.Random
+) -> tuple[set[str], collections.Counter[str], list[float], list[int]]:
+    """``count`` webhooks (ids ``wh-NNNNNN``) posted by SENDERS senders, each again
+    until it gets a 2xx, while the bridge is SIGKILLed ``kills`` times and started
+    again. Returns the ids answered 2xx, the answers by status or error, and the
+    kill moments and progress at each kill (:func:`kill_at_random_moments`)."""
+    todo = [f"wh-{i:06d}" for i in range(count)][::-1]
+    stored: set[str] = set()
+    answers: collections.Counter[str] = collections.Counter()
+
+    async def sender(client: httpx.AsyncClient) -> None:
+        while todo:
+            msg_id = todo.pop()
+            body = json.dumps({"id": msg_id, "pad": "x" * 200}).encode()
+            headers = {"webhook-id": msg_id, "content-type": "application/json"}
+            while True:
+                try:
+                    response = await client.post(url, content=body, headers=headers)
+                    answers[str(response.status_code)] += 1
+                    if 200 <= response.status_code < 300:
+                        stored.add(msg_id)
+                        break
+                except httpx.TransportError as exc:
+                    answers[type(exc).__name__] += 1
+                await trio.sleep(0.02)  # a sender's retry delay, short for the test
+
+    limits = httpx.Limits(max_connections=SENDERS, max_keepalive_connections=SENDERS)
+    async with (
+        httpx.AsyncClient(limits=limits, timeout=30, trust_env=False) as client,
+        trio.open_nursery() as nursery,
+    ):
+        for _ in range(SENDERS):
+            nursery.start_soon(sender, client)
+        moments, at_kill = await kill_at_random_moments(
+            bridge, kills, rng, lambda: len(stored), count
+        )
+        await wait_for(lambda: len(stored) == count, bridge, f"all {count} stored")
+    return stored, answers, moments, at_kill
+
+
 async def inbound(target: Target, count: int, kills: int, rng: random.Random) -> dict[str, Any]:
     """Webhooks posted until 2xx while the bridge is killed; then the queue is checked."""
     with tempfile.TemporaryDirectory(prefix="http-crash-in-") as tmp:
@@ -219,39 +260,8 @@ async def inbound(target: Target, count: int, kills: int, rng: random.Random) ->
         queue = f"/queue/http-crash-{uuid.uuid4().hex[:10]}"
         bridge = Bridge(Path(tmp), inbound_config(target, port, queue))
         url = f"http://127.0.0.1:{port}/hooks"
-        todo = [f"wh-{i:06d}" for i in range(count)]
-        todo.reverse()
-        stored: set[str] = set()
-        answers: collections.Counter[str] = collections.Counter()
         started = time.monotonic()
-
-        async def sender(client: httpx.AsyncClient) -> None:
-            while todo:
-                msg_id = todo.pop()
-                body = json.dumps({"id": msg_id, "pad": "x" * 200}).encode()
-                headers = {"webhook-id": msg_id, "content-type": "application/json"}
-                while True:
-                    try:
-                        response = await client.post(url, content=body, headers=headers)
-                        answers[str(response.status_code)] += 1
-                        if 200 <= response.status_code < 300:
-                            stored.add(msg_id)
-                            break
-                    except httpx.TransportError as exc:
-                        answers[type(exc).__name__] += 1
-                    await trio.sleep(0.02)  # a sender's retry delay, short for the test
-
-        limits = httpx.Limits(max_connections=SENDERS, max_keepalive_connections=SENDERS)
-        async with (
-            httpx.AsyncClient(limits=limits, timeout=30, trust_env=False) as client,
-            trio.open_nursery() as nursery,
-        ):
-            for _ in range(SENDERS):
-                nursery.start_soon(sender, client)
-            moments, at_kill = await kill_at_random_moments(
-                bridge, kills, rng, lambda: len(stored), count
-            )
-            await wait_for(lambda: len(stored) == count, bridge, f"all {count} stored")
+        stored, answers, moments, at_kill = await post_until_stored(bridge, url, count, kills, rng)
         status = await bridge.stop()
         copies = await drain(target, queue, route="in/")
         total = sum(copies.values())

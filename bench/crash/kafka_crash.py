@@ -46,11 +46,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import confluent_kafka
-import httpx
 import trio
 from _crash import Direct, Factory, Scenario, free_port, main
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from http_crash import IN_FLIGHT, SENDERS, Bridge, kill_at_random_moments, wait_for
+from http_crash import IN_FLIGHT, Bridge, post_until_stored
 from queues_crash import amqp_depth, amqp_drain, amqp_fill
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
@@ -257,37 +256,7 @@ async def post_webhooks(
     port = free_port()
     bridge = Bridge(work, webhook_config(port, topic))
     url = f"http://127.0.0.1:{port}/hooks"
-    todo = [f"wh-{i:06d}" for i in range(count)][::-1]
-    stored: set[str] = set()
-    answers: Counter[str] = Counter()
-
-    async def sender(client: httpx.AsyncClient) -> None:
-        while todo:
-            msg_id = todo.pop()
-            body = json.dumps({"id": msg_id, "pad": "x" * 200}).encode()
-            headers = {"webhook-id": msg_id, "content-type": "application/json"}
-            while True:
-                try:
-                    response = await client.post(url, content=body, headers=headers)
-                    answers[str(response.status_code)] += 1
-                    if 200 <= response.status_code < 300:
-                        stored.add(msg_id)
-                        break
-                except httpx.TransportError as exc:
-                    answers[type(exc).__name__] += 1
-                await trio.sleep(0.02)  # a sender's retry delay, short for the test
-
-    limits = httpx.Limits(max_connections=SENDERS, max_keepalive_connections=SENDERS)
-    async with (
-        httpx.AsyncClient(limits=limits, timeout=30, trust_env=False) as client,
-        trio.open_nursery() as nursery,
-    ):
-        for _ in range(SENDERS):
-            nursery.start_soon(sender, client)
-        _moments, at_kill = await kill_at_random_moments(
-            bridge, kills, rng, lambda: len(stored), count
-        )
-        await wait_for(lambda: len(stored) == count, bridge, f"all {count} stored")
+    stored, _answers, _moments, at_kill = await post_until_stored(bridge, url, count, kills, rng)
     status = await bridge.stop()
     return {
         "stored": stored,
