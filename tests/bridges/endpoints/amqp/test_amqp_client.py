@@ -9,6 +9,8 @@ round trip against the real RabbitMQ.
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -318,3 +320,12 @@ async def test_a_round_trip_on_rabbitmq_with_a_message_over_frame_max() -> None:
         assert delivery.body == body
         assert delivery.properties.headers == {"x": "1"}
         await reader.settle([("ack", delivery.delivery_tag, False)])
+
+
+def test_the_family_runs_without_asyncio_libraries() -> None:
+    code = (
+        "import sys; import bridges.endpoints.amqp; "
+        "print(sorted(m for m in ('trio_asyncio', 'aio_pika', 'aiormq') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
