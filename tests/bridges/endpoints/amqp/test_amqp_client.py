@@ -8,22 +8,28 @@ round trip against the real RabbitMQ.
 
 from __future__ import annotations
 
+import ssl
 import struct
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+import trustme
 from amqp_servers import HOSTPORT, require_amqp, unique
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
+from bridges import Context
 from bridges.endpoints.amqp._channel import Publish, ServerClosed
 from bridges.endpoints.amqp._client import Client, Settings, open_client, wrap_stream
+from bridges.endpoints.amqp._connection import AmqpConnection, Connector
 from bridges.endpoints.amqp._frames import (
     PROTOCOL_HEADER,
     Content,
@@ -329,3 +335,32 @@ def test_the_family_runs_without_asyncio_libraries() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+async def test_amqps_connects_with_tls_trusting_the_urls_cafile(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_context)
+    cafile = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(cafile))
+    served: list[str] = []
+
+    async def serve(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        broker = FakeBroker(stream)
+        start_ok = await broker.handshake()
+        served.append(start_ok.response or "")
+        await broker.open_channel()
+        await broker.answer_close()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                partial(trio.serve_ssl_over_tcp, serve, 0, server_context, host="127.0.0.1")
+            )
+            port = listeners[0].transport_listener.socket.getsockname()[1]
+            url = f"amqps://bridge:pw@localhost:{port}/%2f?cafile={cafile}&heartbeat=0"
+            connector = Connector(AmqpConnection(url=url), Context())
+            async with connector.connect(confirms=False) as channel:
+                assert channel.number == 1
+            nursery.cancel_scope.cancel()
+    assert served == ["\0bridge\0pw"]
