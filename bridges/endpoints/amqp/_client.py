@@ -309,7 +309,10 @@ class Client:
                 )
                 return
             if now - self._sent_at >= interval / 2:
-                await self.send(heartbeat_frame())
+                try:
+                    await self.send(heartbeat_frame())
+                except ConnectionError:
+                    return  # (recorded by send: every waiter raises it)
 
 
 @asynccontextmanager

@@ -172,7 +172,10 @@ class _AmqpReceiver:
         self.id_template: IdTemplate | None = None
 
     async def receive(self) -> Envelope:
-        incoming = await self._channel.next_delivery()
+        try:
+            incoming = await self._channel.next_delivery()
+        except ConnectionError as exc:
+            raise ConnectionError(f"{self.origin}: {exc}") from exc
         headers, stable = to_headers(
             incoming, id_from_content=self.id_from_content, namespace=self.namespace
         )

@@ -350,3 +350,16 @@ async def test_id_template_makes_the_id_and_a_redelivery_keeps_it() -> None:
 def test_a_bad_id_template_is_refused_naming_the_setting() -> None:
     with pytest.raises(InvalidSetting, match="id_template"):
         AmqpSource(AmqpSourceConfig(url="amqp://h/", queue="q", id_template="{nope}"), CTX)
+
+
+async def test_a_deleted_queue_fails_the_source_at_its_receive() -> None:
+    url = require_amqp()
+    async with queue(url) as (name, aio, channel):
+        source = AmqpSource(AmqpSourceConfig(url=url, queue=name), CTX)
+        async with source.open() as receiver:
+            await aio.run(channel.queue_delete, name)
+            with (
+                trio.fail_after(10),
+                pytest.raises(ConnectionError, match="cancelled the consumer"),
+            ):
+                await receiver.receive()
