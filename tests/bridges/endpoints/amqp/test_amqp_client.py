@@ -28,7 +28,7 @@ from pamqp import commands
 
 from bridges import Context
 from bridges.endpoints.amqp._channel import Publish, ServerClosed
-from bridges.endpoints.amqp._client import Client, Settings, open_client, wrap_stream
+from bridges.endpoints.amqp._client import CLOSE_TIMEOUT, Client, Settings, open_client, wrap_stream
 from bridges.endpoints.amqp._connection import AmqpConnection, Connector
 from bridges.endpoints.amqp._frames import (
     PROTOCOL_HEADER,
@@ -364,3 +364,61 @@ async def test_amqps_connects_with_tls_trusting_the_urls_cafile(tmp_path: Path) 
                 assert channel.number == 1
             nursery.cancel_scope.cancel()
     assert served == ["\0bridge\0pw"]
+
+
+def test_leaving_waits_for_close_ok_at_most_close_timeout_even_when_cancelled() -> None:
+    clock = trio.testing.MockClock(autojump_threshold=0)
+
+    async def run() -> None:
+        ours, theirs = trio.testing.memory_stream_pair()
+        broker = FakeBroker(theirs)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.handshake)
+            with trio.CancelScope() as scope:
+                async with wrap_stream(ours, NO_BEAT):
+                    started = trio.current_time()
+                    scope.cancel()  # (the close still goes out; the broker never answers it)
+                    await trio.sleep_forever()
+            assert trio.current_time() - started == pytest.approx(CLOSE_TIMEOUT)
+            _, closing = await broker.next()
+            assert isinstance(closing, commands.Connection.Close)
+            nursery.cancel_scope.cancel()
+
+    trio.run(run, clock=clock)
+
+
+def test_a_consumer_that_does_not_read_never_stalls_the_reader() -> None:
+    clock = trio.testing.MockClock(autojump_threshold=0)
+
+    async def run() -> None:
+        tune = commands.Connection.Tune(channel_max=10, frame_max=4096, heartbeat=10)
+        ours, theirs = trio.testing.memory_stream_pair()
+        broker = FakeBroker(theirs)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.handshake, tune)
+            async with wrap_stream(ours, Settings(heartbeat=10)) as client:
+                nursery.start_soon(broker.open_channel)
+                channel = await client.channel()
+
+                async def consume_ok() -> None:
+                    number, _ = await broker.next()
+                    await broker.send(number, commands.Basic.ConsumeOk("ctag"))
+
+                nursery.start_soon(consume_ok)
+                await channel.consume("q", 3)
+                await broker.stream.send_all(frames_of_a_delivery(b"m") * 3)  # a full buffer
+                for _ in range(30):  # 150 s: the broker beats, we beat; nobody reads deliveries
+                    await broker.stream.send_all(struct.pack(">BHI", 8, 0, 0) + b"\xce")
+                    await trio.sleep(5)
+                    broker.events.clear()
+                    while True:
+                        with trio.move_on_after(0.01):
+                            await broker.stream.receive_some(65536)
+                            continue
+                        break
+                assert client.error is None
+                assert (await channel.next_delivery()).body == b"m"
+                nursery.start_soon(broker.answer_close)
+            nursery.cancel_scope.cancel()
+
+    trio.run(run, clock=clock)
