@@ -1,6 +1,6 @@
 """The one way asyncio-only client libraries run in a bridge: trio-asyncio, one loop per process.
 
-nats-py, aio-pika and aiomqtt speak asyncio only. A bridge runs them on a
+nats-py and aiomqtt speak asyncio only. A bridge runs them on a
 trio-asyncio loop: an asyncio event loop whose callbacks run inside Trio, in
 the same thread, so no thread or foreign loop outlives anything. There is ONE
 such loop per bridge process, shared by every route (key

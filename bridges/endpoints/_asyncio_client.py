@@ -19,10 +19,12 @@ from typing import Any, Final, Protocol, TypeVar
 
 import trio
 
-from bridges import Context, InvalidSetting
-from bridges._redact import redact as redact_all
+from bridges import Context
 
 from ._asyncio import AsyncioLoop, asyncio_loop
+from ._urls import redact, split_url
+
+__all__ = ["CLOSE_TIMEOUT", "AsyncioConnector", "Closable", "redact", "split_url"]
 
 #: How long closing a connection may take before we give up on being polite.
 CLOSE_TIMEOUT: Final = 5.0
@@ -38,33 +40,6 @@ class Closable(Protocol):
 
 
 ClientT = TypeVar("ClientT", bound=Closable)
-
-
-def split_url(url: str, schemes: Sequence[str]) -> tuple[urllib.parse.SplitResult, int | None]:
-    """``url`` split, and its port; its scheme must be one of SCHEMES and it must name a host.
-
-    Raises:
-      InvalidSetting: (``url``) not a URL, another scheme, or no host.
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidSetting("url", f"not a URL ({exc})") from None
-    if parts.scheme not in schemes:
-        expected = " or ".join(f"{scheme}://" for scheme in schemes)
-        raise InvalidSetting("url", f"expected {expected}, got {parts.scheme or url!r}://")
-    if not parts.hostname:
-        raise InvalidSetting("url", "no host")
-    return parts, port
-
-
-def redact(text: str, secret: str | None) -> str:
-    """TEXT on one line (white space folded), with SECRET and every secret of the
-    process (:mod:`bridges._redact`) written ``***``."""
-    if secret:
-        text = text.replace(secret, "***")
-    return " ".join(redact_all(text).split())
 
 
 class AsyncioConnector:

@@ -1,9 +1,11 @@
-"""The ``amqp`` family: AMQP 0-9-1 (RabbitMQ) through aio-pika on the process's asyncio loop.
+"""The ``amqp`` family: AMQP 0-9-1 (RabbitMQ) on its own Trio connection (pamqp as the codec).
 
 :mod:`.source` (a queue, manual acks, ``basic.qos`` = the window),
 :mod:`.sink` (publisher confirms, persistent, mandatory: unroutable messages
 are rejected, never confirmed into nowhere), :mod:`._headers` (properties
-<-> headers), :mod:`._connection` (settings, URL checks, connecting).
+<-> headers), :mod:`._connection` (settings, URL checks, connecting),
+:mod:`._client` (the connection: handshake, reader, heartbeats),
+:mod:`._channel` (calls, confirms, deliveries), :mod:`._frames` (bytes <-> frames).
 """
 
 from __future__ import annotations

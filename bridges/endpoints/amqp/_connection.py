@@ -1,31 +1,35 @@
-"""What both ``amqp`` endpoints share: connection settings, URL checks, connecting through aio-pika.
+"""What both ``amqp`` endpoints share: connection settings, URL checks, connecting.
 
-aio-pika is asyncio-only: every call runs on the process's trio-asyncio loop
-(:mod:`bridges.endpoints._asyncio`). A plain connection, not aio-pika's
-"robust" one: when it breaks, the route's own retry policy reopens the
-endpoint (a robust connection would reconnect behind our back and lose the
-delivery tags we still have to ack).
+The connection is the family's own, on Trio (:mod:`._client`, with pamqp
+as the codec): no asyncio loop. It does not reconnect by itself: when it
+breaks, the endpoint fails and the route's retry policy opens it again (a
+connection that came back behind our back would have lost the delivery tags
+we still have to ack).
+
+The URL follows RabbitMQ's URI spec; its query may say ``heartbeat`` (it
+wins over the setting, as it did with aio-pika) and, for ``amqps://``,
+``cafile``, ``certfile`` and ``keyfile``.
 """
 
 from __future__ import annotations
 
+import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
 
-import aio_pika
-import aiormq
 import attrs
-import yarl
+import trio
 from attrs.validators import ge
 
 from bridges import Context
 
-from .._asyncio import AsyncioLoop
-from .._asyncio_client import AsyncioConnector, redact, split_url
+from .._urls import redact, split_url
+from ._channel import Channel
+from ._client import Settings, open_client
 
-#: Schemes aio-pika connects with.
+#: Schemes this family connects with.
 SCHEMES: Final = ("amqp", "amqps")
 #: The header that carries a message's stable id across brokers (as the stomp family does).
 ID_HEADER: Final = "bridge-id"
@@ -66,60 +70,90 @@ def check_url(url: str) -> str:
     return f"{parts.scheme}://{where} vhost {vhost or '/'}"
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, aiormq.exceptions.ChannelClosed) and len(exc.args) >= 2:
-        return f"{exc.args[1]} (AMQP {exc.args[0]})"
-    if isinstance(exc, aiormq.exceptions.ProbableAuthenticationError):
-        return "the broker closed the connection during login (wrong user or password?)"
-    return str(exc) or type(exc).__name__
-
-
 def one_line(exc: BaseException, secret: str | None = None) -> str:
-    """An aio-pika/aiormq error as one line, without the password."""
-    return redact(_describe(exc), secret)
+    """An error of the connection as one line, without the password."""
+    return redact(str(exc) or type(exc).__name__, secret)
 
 
-class Connector(AsyncioConnector):
-    """Opens an aio-pika connection and channel for one endpoint's settings."""
+class Connector:
+    """Opens a connection and a channel for one endpoint's settings; says what failed, where."""
 
     def __init__(self, config: AmqpConnection, context: Context) -> None:
-        where = check_url(config.url)
-        super().__init__("amqp", config.url, where, config.password, context, _describe)
+        self.where = check_url(config.url)
+        self.family = "amqp"
         self._config = config
+        self._context = context
+        parts = urllib.parse.urlsplit(config.url)
+        query = dict(urllib.parse.parse_qsl(parts.query))
+        user = urllib.parse.unquote(parts.username) if parts.username else "guest"
+        url_password = urllib.parse.unquote(parts.password) if parts.password is not None else None
+        password = config.password if config.password is not None else url_password
+        self._secret = password
+        vhost = urllib.parse.unquote(parts.path[1:]) if parts.path else ""
+        try:
+            heartbeat = int(query.get("heartbeat", config.heartbeat))
+        except ValueError:
+            heartbeat = config.heartbeat
+        self._settings = Settings(
+            user=user,
+            password="guest" if password is None else password,
+            vhost=vhost or "/",
+            heartbeat=max(0, heartbeat),
+        )
+        tls = parts.scheme == "amqps"
+        self._host = parts.hostname or ""
+        self._port = parts.port or (5671 if tls else 5672)
+        self._tls_files = (query.get("cafile"), query.get("certfile"), query.get("keyfile"))
+        self._tls = tls
+
+    def error(self, what: str, exc: BaseException) -> ConnectionError:
+        """``exc`` as a one-line error that says what we were doing, where."""
+        return ConnectionError(f"amqp {self.where}: {what}: {one_line(exc, self._secret)}")
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if not self._tls:
+            return None
+        cafile, certfile, keyfile = self._tls_files
+        context = ssl.create_default_context(cafile=cafile)
+        if certfile:
+            context.load_cert_chain(certfile, keyfile)
+        return context
 
     @asynccontextmanager
-    async def connect(
-        self, *, confirms: bool
-    ) -> AsyncIterator[tuple[AsyncioLoop, aio_pika.abc.AbstractChannel]]:
-        """A connection and one channel on it (with publisher confirms when ``confirms``).
+    async def connect(self, *, confirms: bool) -> AsyncIterator[Channel]:
+        """A connection and one channel on it (in confirm mode when ``confirms``).
 
-        Leaving closes both, shielded and bounded; a broken connection is not
-        waited for.
+        Connecting (TCP, TLS, login, the channel) takes at most
+        ``connect_timeout``. Leaving closes both, shielded and bounded; a
+        broken connection is not waited for.
+
+        Raises:
+          ConnectionError: connecting failed or timed out (one line, no password).
         """
         config = self._config
-        url = _with_heartbeat(config.url, config.heartbeat)
-        if config.password is not None:
-            # (aio-pika ignores password= when it is given a URL)
-            parsed = yarl.URL(url)
-            url = str(parsed.with_user(parsed.user or "guest").with_password(config.password))
-        failures = (OSError, aiormq.exceptions.AMQPError, TimeoutError)
-        within = config.connect_timeout + 1
-        timeout = config.connect_timeout
-        async with self.open_client(within, failures, aio_pika.connect, url, timeout=timeout) as (
-            aio,
-            connection,
-        ):
-            yield aio, await aio.run(_open_channel, connection, confirms)
-
-
-async def _open_channel(
-    connection: aio_pika.abc.AbstractConnection, confirms: bool
-) -> aio_pika.abc.AbstractChannel:
-    return await connection.channel(publisher_confirms=confirms, on_return_raises=confirms)
-
-
-def _with_heartbeat(url: str, heartbeat: int) -> str:
-    parts = urllib.parse.urlsplit(url)
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    query.setdefault("heartbeat", str(heartbeat))
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+        entered = False
+        try:
+            async with open_client(
+                self._host,
+                self._port,
+                self._settings,
+                tls=self._tls_context(),
+                within=config.connect_timeout,
+            ) as client:
+                entered = True
+                try:
+                    with trio.fail_after(config.connect_timeout):
+                        channel = await client.channel()
+                        if confirms:
+                            await channel.confirm()
+                except trio.TooSlowError:
+                    raise ConnectionError(
+                        f"amqp {self.where}: opening a channel timed out"
+                    ) from None
+                except ConnectionError as exc:
+                    raise self.error("opening a channel", exc) from None
+                yield channel
+        except ConnectionError as exc:
+            if entered:
+                raise
+            raise self.error("cannot connect", exc) from None

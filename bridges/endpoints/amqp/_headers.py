@@ -17,13 +17,14 @@ STOMP plugin (which hands table entries to STOMP consumers as headers, as a
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Any, Final
 
-import aio_pika
-import aiormq.abc
+from pamqp import commands
 
 from bridges import Message
 
+from ._channel import Delivery
 from ._connection import ID_HEADER
 
 #: property attribute -> header name (both directions).
@@ -54,14 +55,14 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-#: The same properties as aiormq (pamqp) names them on a delivery.
+#: The same properties as pamqp names them.
 DELIVERED: Final = tuple(
     ("message_type" if attribute == "type" else attribute, name) for attribute, name in PROPERTIES
 )
 
 
 def to_headers(
-    incoming: aiormq.abc.DeliveredMessage, *, id_from_content: bool = False, namespace: str = ""
+    incoming: Delivery, *, id_from_content: bool = False, namespace: str = ""
 ) -> tuple[dict[str, str], str]:
     """The headers and the stable id of a delivered message.
 
@@ -70,7 +71,7 @@ def to_headers(
     a digest of the body and the headers (less ``amqp-redelivered``, which a
     redelivery adds), else empty.
     """
-    properties = incoming.header.properties
+    properties = incoming.properties
     headers: dict[str, str] = {}
     for name, value in (properties.headers or {}).items():
         if value is not None:
@@ -119,8 +120,10 @@ def _utf8(name: str, text: str) -> bytes:
         ) from None
 
 
-def to_amqp(message: Message, *, persistent: bool, max_head: int | None = None) -> aio_pika.Message:
-    """An aio-pika message for ``message``.
+def to_amqp(
+    message: Message, *, persistent: bool, max_head: int | None = None
+) -> commands.Basic.Properties:
+    """The AMQP properties for ``message`` (its body goes as it is).
 
     Args:
       max_head: the most bytes its properties may take (see :func:`max_head`).
@@ -160,11 +163,12 @@ def to_amqp(message: Message, *, persistent: bool, max_head: int | None = None) 
         if not (priority.isdigit() and int(priority) <= 255):
             raise ValueError(f"header {PRIORITY} must be 0..255, got {priority[:20]!r}")
         properties["priority"] = int(priority)
-    mode = aio_pika.DeliveryMode.PERSISTENT if persistent else aio_pika.DeliveryMode.NOT_PERSISTENT
-    return aio_pika.Message(
-        message.body,
+    if "type" in properties:
+        properties["message_type"] = properties.pop("type")
+    return commands.Basic.Properties(
         headers=table,
-        message_id=message.id or None,
-        delivery_mode=mode,
+        # (as aiormq did: a confirmed publish always has an id, which a return is matched by)
+        message_id=message.id or uuid.uuid4().hex,
+        delivery_mode=2 if persistent else 1,
         **properties,
     )

@@ -13,14 +13,15 @@ The engine writes the rest of a batch again after a rejection; the messages
 of that batch that the broker had already confirmed are not published a
 second time (the writer remembers them for the next write).
 
-aiormq matches a returned message to its publish by ``message-id``, so two
-messages with the same id are never in flight at once: a batch that holds
-one id twice is published in rounds.
+A returned message is matched to its publish by ``message-id`` (a return
+carries no delivery tag), so two messages with the same id are never in
+flight at once: a batch that holds one id twice is published in rounds. A
+message without an id gets a random ``message-id``, as aiormq gave it.
 
-The publishes of a round run in one asyncio task (:mod:`._confirms`), not one
-task each as ``gather`` over aio-pika's ``Exchange.publish`` would: on the
-trio-asyncio loop every asyncio callback is a Trio checkpoint, and a task per
-message cost three times the callbacks.
+A round goes out in as few writes as its size allows (the frames of many
+messages in one ``send_all``), and its confirms are then awaited together:
+the reader marks each delivery tag as the broker's ``basic.ack`` (usually
+``multiple``) arrives (:mod:`._channel`).
 """
 
 from __future__ import annotations
@@ -29,16 +30,14 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
-import aiormq
-import aiormq.abc
 import attrs
 import trio
 from attrs.validators import ge
+from pamqp import commands
 
 from bridges import Context, InvalidSetting, Message, MessageRejected, Template, TemplateError
 
-from .._asyncio import AsyncioLoop
-from ._confirms import Publish, publish_confirmed
+from ._channel import Channel, Nacked, Publish, ServerClosed
 from ._connection import AmqpConnection, Connector, one_line
 from ._headers import SHORTSTR, max_head, to_amqp
 
@@ -97,16 +96,19 @@ class AmqpSink:
     async def open(self) -> AsyncIterator[_AmqpWriter]:
         connector = self._connector
         name = self._config.exchange
-        async with connector.connect(confirms=True) as (aio, channel):
-            try:
-                if name:
-                    await aio.run(channel.get_exchange, name, ensure=True)
-            except aiormq.exceptions.AMQPError as exc:
-                raise connector.error(f"exchange {name!r}", exc) from None
-            underlay = await aio.run(channel.get_underlay_channel)
-            if not isinstance(underlay, aiormq.Channel):  # pragma: no cover - aio-pika's own
-                raise TypeError(f"aio-pika's channel is {type(underlay).__name__}, not aiormq's")
-            yield _AmqpWriter(aio, underlay, self, self._config.confirm_timeout)
+        async with connector.connect(confirms=True) as channel:
+            if name:
+                try:
+                    with trio.fail_after(self._config.connect_timeout):
+                        await channel.rpc(
+                            commands.Exchange.Declare(exchange=name, passive=True),
+                            commands.Exchange.DeclareOk,
+                        )
+                except trio.TooSlowError:
+                    raise connector.error(f"exchange {name!r}", TimeoutError("no answer")) from None
+                except ConnectionError as exc:
+                    raise connector.error(f"exchange {name!r}", exc) from None
+            yield _AmqpWriter(channel, self, self._config.confirm_timeout)
 
     def prepare(self, message: Message, frame_max: int = DEFAULT_FRAME_MAX) -> Publish:
         """The ``basic.publish`` for ``message``.
@@ -125,24 +127,20 @@ class AmqpSink:
         key = message.destination or self._routing_key.render(message)
         if len(key.encode()) > SHORTSTR:
             raise ValueError(f"routing key {key[:40]!r}... is longer than 255 bytes")
-        outgoing = to_amqp(
+        properties = to_amqp(
             message, persistent=self._config.persistent, max_head=max_head(frame_max)
         )
-        return Publish(self._config.exchange, key, outgoing.body, outgoing.properties)
+        return Publish(self._config.exchange, key, message.body, properties)
 
 
 class _AmqpWriter:
-    def __init__(
-        self, aio: AsyncioLoop, channel: aiormq.Channel, sink: AmqpSink, timeout: float
-    ) -> None:
-        self._aio = aio
+    def __init__(self, channel: Channel, sink: AmqpSink, timeout: float) -> None:
         self._channel = channel
         self._sink = sink
         self._timeout = timeout
         #: Messages the broker confirmed in a write that ended in MessageRejected.
         self._confirmed: dict[int, Message] = {}
-        tune = getattr(channel.connection, "connection_tune", None)
-        self._frame_max: int = getattr(tune, "frame_max", 0) or DEFAULT_FRAME_MAX
+        self._frame_max = channel.client.frame_max or DEFAULT_FRAME_MAX
 
     async def write(self, batch: Sequence[Message]) -> None:
         already, self._confirmed = self._confirmed, {}
@@ -161,39 +159,24 @@ class _AmqpWriter:
             publishes = [publish for _, publish in round_]
             try:
                 with trio.fail_after(self._timeout):
-                    results = await self._aio.run(publish_confirmed, self._channel, publishes)
+                    results = await self._channel.publish(publishes)
             except trio.TooSlowError:
                 raise TimeoutError(
                     f"the broker did not confirm {len(round_)} message(s) in {self._timeout:g} s"
                 ) from None
-            for (index, publish), result in zip(round_, results, strict=True):
-                if _acked(result):
+            except (Nacked, ServerClosed) as exc:
+                raise ConnectionError(f"publishing failed: {one_line(exc)}") from exc
+            for (index, publish), returned in zip(round_, results, strict=True):
+                if returned is None:
                     confirmed.append(index)
                 else:
-                    bad[index] = _unroutable(result, publish)
+                    bad[index] = _unroutable(returned, publish)
         if bad:
             self._confirmed = {id(batch[i]): batch[i] for i in confirmed}
             raise MessageRejected.each(bad)
 
 
-def _acked(result: object) -> bool:
-    """True for the broker's ``basic.ack``, False for a returned message.
-
-    Raises:
-      ConnectionError: a nack, or the channel or connection failed under the publish.
-    """
-    if isinstance(result, aiormq.spec.Basic.Ack):
-        return True
-    if isinstance(result, aiormq.exceptions.PublishError | aiormq.abc.DeliveredMessage):
-        return False
-    if isinstance(result, BaseException):
-        raise ConnectionError(f"publishing failed: {one_line(result)}") from result
-    raise ConnectionError(f"publishing failed: the broker answered {result!r}, not basic.ack")
-
-
-def _unroutable(returned: object, publish: Publish) -> str:
-    frame = getattr(returned, "frame", None) or getattr(returned, "delivery", None)
-    text = getattr(frame, "reply_text", None) or "returned"
+def _unroutable(text: str, publish: Publish) -> str:
     exchange, key = publish.exchange or "(default)", publish.routing_key
     return f"unroutable: {text} (exchange {exchange!r}, routing key {key!r})"
 

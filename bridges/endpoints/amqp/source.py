@@ -23,21 +23,20 @@ it from headers the publisher keeps the same and ``{body_hash}`` (see
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Final, Protocol
 
-import aio_pika
-import aiormq
 import attrs
 import trio
 from attrs.validators import and_, ge, le, optional
+from pamqp import commands
 
 from bridges import Context, Envelope, InvalidSetting, Message
 
-from .._asyncio import AsyncioLoop, AsyncioSender, Batcher
-from .._asyncio_client import CLOSE_TIMEOUT
 from .._id_template import IdTemplate, id_namespace, id_template_setting
+from ._channel import Delivery
+from ._client import CLOSE_TIMEOUT
 from ._connection import AmqpConnection, Connector
 from ._headers import SHORTSTR, to_headers
 
@@ -102,36 +101,35 @@ class AmqpSource:
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_AmqpReceiver]:
         connector = self._connector
-        name = self._config.queue
-        async with connector.connect(confirms=False) as (aio, channel):
+        config = self._config
+        name = config.queue
+        async with connector.connect(confirms=False) as channel:
             try:
-                await aio.run(channel.set_qos, prefetch_count=self._window)
-                if self._config.declare:
-                    queue = await aio.run(channel.declare_queue, name, durable=True)
-                    if self._config.bind_exchange:
-                        await aio.run(queue.bind, self._config.bind_exchange, self._config.bind_key)
-                else:
-                    queue = await aio.run(channel.get_queue, name, ensure=True)
-                underlay = await aio.run(channel.get_underlay_channel)
-            except aiormq.exceptions.AMQPError as exc:
+                with trio.fail_after(config.connect_timeout):
+                    await channel.qos(self._window)
+                    declare = commands.Queue.Declare(
+                        queue=name, passive=not config.declare, durable=True
+                    )
+                    await channel.rpc(declare, commands.Queue.DeclareOk)
+                    if config.declare and config.bind_exchange:
+                        bind = commands.Queue.Bind(
+                            queue=name, exchange=config.bind_exchange, routing_key=config.bind_key
+                        )
+                        await channel.rpc(bind, commands.Queue.BindOk)
+            except trio.TooSlowError:
+                raise connector.error(f"queue {name!r}", TimeoutError("no answer")) from None
+            except ConnectionError as exc:
                 raise connector.error(f"queue {name!r}", exc) from None
-            # Room for the whole window, so a delivery never waits in its task.
-            sender: AsyncioSender[aiormq.abc.DeliveredMessage]
-            sender, deliveries = aio.channel(self._window + 1)
-            receiver = _AmqpReceiver(aio, underlay, deliveries, f"amqp {name}")
-            receiver.id_from_content = self._config.id_from_content
+            receiver = _AmqpReceiver(channel, f"amqp {name}")
+            receiver.id_from_content = config.id_from_content
             receiver.namespace = id_namespace(self._context.route)
             receiver.id_template = self._id_template
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(receiver.settler.run)
-                nursery.start_soon(receiver.watch, channel)
+                nursery.start_soon(receiver.run_settler)
                 try:
-                    # aiormq's own consume, not aio-pika's: that one adds a second
-                    # asyncio task per delivery (costly on a trio-asyncio loop).
-                    await aio.run(
-                        underlay.basic_consume, queue.name, _deliver(sender), no_ack=False
-                    )
-                except aiormq.exceptions.AMQPError as exc:
+                    with trio.fail_after(config.connect_timeout):
+                        await channel.consume(name, self._window)
+                except (ConnectionError, trio.TooSlowError) as exc:
                     raise connector.error(f"consuming from {name!r}", exc) from None
                 try:
                     yield receiver
@@ -140,38 +138,32 @@ class AmqpSource:
                     # (which would hand those messages out again).
                     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                         try:
-                            await receiver.settler.flush()
-                        except Exception:  # the channel is gone: they come again
+                            await receiver.flush()
+                        except ConnectionError:  # the channel is gone: they come again
                             pass
                     nursery.cancel_scope.cancel()
 
 
-def _deliver(
-    sender: AsyncioSender[aiormq.abc.DeliveredMessage],
-) -> Callable[[aiormq.abc.DeliveredMessage], Coroutine[Any, Any, None]]:
-    async def deliver(message: aiormq.abc.DeliveredMessage) -> None:
-        await sender(message)
+class Settling(Protocol):
+    """What the receiver needs of its channel to settle deliveries (:class:`._channel.Channel`)."""
 
-    return deliver
+    async def settle(self, ops: Sequence[tuple[str, int, bool]]) -> None: ...
+
+    async def next_delivery(self) -> Delivery: ...
 
 
 class _AmqpReceiver:
-    def __init__(
-        self,
-        aio: AsyncioLoop,
-        underlay: Any,
-        deliveries: trio.MemoryReceiveChannel[aiormq.abc.DeliveredMessage],
-        origin: str,
-    ) -> None:
-        self.aio = aio
-        self._deliveries = deliveries
+    def __init__(self, channel: Settling, origin: str) -> None:
         self.origin = origin
-        self._underlay = underlay
+        self._channel = channel
         #: Delivery tags handed out and not yet settled on the wire, oldest first.
         self._open: collections.deque[int] = collections.deque()
         #: Settled tags not yet sent: tag -> True (ack) or False (requeue).
         self._settled: dict[int, bool] = {}
-        self.settler: Batcher[tuple[int, bool]] = Batcher(aio, self.send_settled)
+        #: Settled tags recorded by envelopes, not yet taken by a flush.
+        self._todo: list[tuple[int, bool]] = []
+        self._wake = trio.Event()
+        self._flush_lock = trio.Lock()
         #: Without bridge-id or message_id: the id from body and headers (else empty).
         self.id_from_content = False
         #: The namespace of the ids this source makes (its route): :func:`id_namespace`.
@@ -180,37 +172,58 @@ class _AmqpReceiver:
         self.id_template: IdTemplate | None = None
 
     async def receive(self) -> Envelope:
-        incoming = await self._deliveries.receive()
+        try:
+            incoming = await self._channel.next_delivery()
+        except ConnectionError as exc:
+            raise ConnectionError(f"{self.origin}: {exc}") from exc
         headers, stable = to_headers(
             incoming, id_from_content=self.id_from_content, namespace=self.namespace
         )
         tag = incoming.delivery_tag
-        assert tag is not None  # (no_ack=False: every delivery has one)
-        self.note_delivered((tag,))
+        self._open.append(tag)
         message = Message(incoming.body, headers, stable)
         if self.id_template is not None:
             message = self.id_template.apply(message)
         return _AmqpEnvelope(message, self, tag)
 
-    async def watch(self, channel: aio_pika.abc.AbstractChannel) -> None:
-        """Fail the source when the broker closes the channel or the connection."""
-        closed = trio.Event()
-        # Called inside the asyncio loop, which runs in a Trio task: set() works there.
-        await self.aio.call(channel.close_callbacks.add, lambda *_: closed.set())
-        if not channel.is_closed:
-            await closed.wait()
-        raise ConnectionError(f"{self.origin}: the broker closed the channel")
-
     def note_delivered(self, tags: Iterable[int]) -> None:
         """Delivery tags handed out, in order: open until settled."""
         self._open.extend(tags)
 
+    def put(self, tag: int, ok: bool) -> None:
+        """Record a settled delivery (never waits: an ``ack()`` cannot be cancelled half-way)."""
+        self._todo.append((tag, ok))
+        self._wake.set()
+
+    async def run_settler(self) -> None:
+        """Send what was settled, a turn at a time, until cancelled (an error fails the source)."""
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Send everything settled so far (after any flush under way), shielded and bounded:
+        acks taken off the list must reach the wire even when the source is being cancelled,
+        or the broker would hand out again what the sink already holds."""
+        async with self._flush_lock:
+            todo, self._todo = self._todo, []
+            if todo:
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + CLOSE_TIMEOUT
+                    await self.send_settled(todo)
+                if scope.cancelled_caught:
+                    raise ConnectionError(
+                        f"{self.origin}: settling {len(todo)} message(s) took over "
+                        f"{CLOSE_TIMEOUT:g} s"
+                    )
+
     async def send_settled(self, settled: list[tuple[int, bool]]) -> None:
-        """Runs in asyncio, one flush at a time: acks and requeues in as few frames as possible."""
+        """Acks and requeues in as few frames as possible, in one write."""
         self._settled.update(settled)
         pending = self._settled
         opened = self._open
-        underlay = self._underlay
+        ops: list[tuple[str, int, bool]] = []
         run_end = 0
         while opened and opened[0] in pending:
             tag = opened.popleft()
@@ -218,18 +231,17 @@ class _AmqpReceiver:
                 run_end = tag
                 continue
             if run_end:
-                await underlay.basic_ack(run_end, multiple=True)
+                ops.append(("ack", run_end, True))
                 run_end = 0
-            await underlay.basic_nack(tag, requeue=True)
+            ops.append(("nack", tag, True))
         if run_end:
-            await underlay.basic_ack(run_end, multiple=True)
+            ops.append(("ack", run_end, True))
         for tag, ok in list(pending.items()):  # settled out of order: one by one
             opened.remove(tag)
             del pending[tag]
-            if ok:
-                await underlay.basic_ack(tag)
-            else:
-                await underlay.basic_nack(tag, requeue=True)
+            ops.append(("ack", tag, False) if ok else ("nack", tag, True))
+        if ops:
+            await self._channel.settle(ops)
 
 
 class _AmqpEnvelope(Envelope):
@@ -241,7 +253,7 @@ class _AmqpEnvelope(Envelope):
         self._tag = tag
 
     async def _ack_now(self) -> None:
-        self._receiver.settler.put((self._tag, True))
+        self._receiver.put(self._tag, True)
 
     async def _nack_now(self, error: BaseException | None) -> None:
-        self._receiver.settler.put((self._tag, False))
+        self._receiver.put(self._tag, False)

@@ -1,20 +1,16 @@
-"""Confirmed publishes stepped in one task (amqp/_confirms.py) and sink failures, on RabbitMQ."""
+"""Confirmed publishes on the family's own channel (amqp/_channel.py), sink failures: RabbitMQ."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
-import aiormq
-import aiormq.abc
 import pytest
 import trio
 from amqp_servers import HOSTPORT, get_all, queue, rabbit, require_amqp, unique
+from pamqp import commands
 
 from bridges import Context, Message
 from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig
-from bridges.endpoints.amqp._confirms import Publish, publish_confirmed
-from bridges.testing import wait_until
+from bridges.endpoints.amqp._channel import Publish
+from bridges.endpoints.amqp._client import Settings, open_client
 from trio_stomp.testing import FaultProxy
 
 CTX = Context(route="r", in_flight=20)
@@ -27,74 +23,48 @@ def publishes(key: str, count: int, exchange: str = "") -> list[Publish]:
             exchange,
             key,
             b"%d" % i,
-            aiormq.spec.Basic.Properties(delivery_mode=PERSISTENT, message_id=f"c{i}"),
+            commands.Basic.Properties(delivery_mode=PERSISTENT, message_id=f"c{i}"),
         )
         for i in range(count)
     ]
 
 
-class Recording:
-    """Wraps a channel's ``basic_publish``: notes when each publish starts and ends."""
-
-    def __init__(self, channel: aiormq.Channel, cancel_at: int | None = None) -> None:
-        self.events: list[str] = []
-        self._real = channel.basic_publish
-        self._cancel_at = cancel_at
-
-    async def basic_publish(self, *args: Any, **kwargs: Any) -> Any:
-        self.events.append("start")
-        if self.events.count("start") == self._cancel_at:
-            task = asyncio.current_task()
-            assert task is not None
-            task.cancel()  # (the task that steps every publish: as a confirm timeout would)
-        try:
-            return await self._real(*args, **kwargs)
-        finally:
-            self.events.append("end")
+def rabbit_settings() -> tuple[str, int, Settings]:
+    host, port = HOSTPORT.split(":")
+    return host, int(port), Settings()
 
 
-async def test_a_batch_is_all_sent_before_any_confirmation_is_awaited() -> None:
+async def test_a_batch_is_confirmed_and_a_return_is_matched_to_its_publish() -> None:
     url = require_amqp()
     async with queue(url) as (name, aio, channel):
-        underlay = await aio.run(channel.get_underlay_channel)
-        recording = Recording(underlay)
-        underlay.basic_publish = recording.basic_publish
-        batch = publishes(name, 300, exchange="amq.direct")  # (30 times the write queue)
-        batch[150] = Publish("amq.direct", "no-such-binding", b"lost", batch[150].properties)
-        outcomes = await aio.run(publish_confirmed, underlay, batch)
-        # Every publish was under way before the first one was waited for.
-        assert recording.events[:300] == ["start"] * 300
-        assert recording.events.count("end") == 300
-        # (this channel has on_return_raises=False: basic_publish returns the returned message)
-        assert isinstance(outcomes[150], aiormq.abc.DeliveredMessage)
-        assert isinstance(outcomes[150].delivery, aiormq.spec.Basic.Return)
-        assert all(
-            isinstance(outcome, aiormq.spec.Basic.Ack)
-            for index, outcome in enumerate(outcomes)
-            if index != 150
-        )
-        held = await get_all(aio, channel, name)
-        assert len(held) == 299
-        assert underlay.confirmations == {}
+        host, port, settings = rabbit_settings()
+        async with open_client(host, port, settings, within=10) as client:
+            ours = await client.channel()
+            await ours.confirm()
+            batch = publishes(name, 300)
+            batch[150] = publishes("no-such-queue-" + name, 151)[150]
+            outcomes = await ours.publish(batch)
+            assert outcomes[150] == "NO_ROUTE"
+            assert outcomes[:150] == [None] * 150
+            assert outcomes[151:] == [None] * 149
+            # The next batch on the same channel: tags go on from where they were.
+            assert await ours.publish(publishes(name, 5)) == [None] * 5
+        assert len(await get_all(aio, channel, name)) == 299 + 5
 
 
-async def test_cancelled_publishes_end_as_cancelled_tasks_would() -> None:
+async def test_a_cancelled_batch_leaves_the_channel_usable() -> None:
     url = require_amqp()
     async with queue(url) as (name, aio, channel):
-        underlay = await aio.run(channel.get_underlay_channel)
-        recording = Recording(underlay, cancel_at=50)
-        underlay.basic_publish = recording.basic_publish
-        with pytest.raises(trio.BrokenResourceError):  # (asyncio-side cancel: AsyncioLoop.run)
-            await aio.run(publish_confirmed, underlay, publishes(name, 200))
-        # Each one that was started has run to its end (aiormq's own cleanup).
-        started = recording.events.count("start")
-        assert 50 <= started < 200
-        assert recording.events.count("end") == started
-        # The channel is fine: the next batch is confirmed, nothing is left waiting.
-        again = await aio.run(publish_confirmed, underlay, publishes(name, 20))
-        assert all(isinstance(outcome, aiormq.spec.Basic.Ack) for outcome in again)
-        await wait_until(lambda: not underlay.confirmations)
-        assert 20 <= len(await get_all(aio, channel, name)) <= 20 + started
+        host, port, settings = rabbit_settings()
+        async with open_client(host, port, settings, within=10) as client:
+            ours = await client.channel()
+            await ours.confirm()
+            with trio.move_on_after(0):
+                await ours.publish(publishes(name, 200))
+            # (its confirms still come, for tags nobody waits for: they are ignored)
+            again = await ours.publish(publishes(name, 20))
+            assert again == [None] * 20
+        assert 20 <= len(await get_all(aio, channel, name)) <= 220
 
 
 async def test_a_batch_holding_one_id_twice_is_published_in_rounds() -> None:

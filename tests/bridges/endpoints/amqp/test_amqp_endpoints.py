@@ -170,22 +170,23 @@ async def test_basic_qos_holds_the_broker_to_the_window() -> None:
 
 
 class RecordingChannel:
-    """Stands in for aiormq's channel in the one test that checks which frames acks become."""
+    """Stands in for the channel in the one test that checks which frames acks become."""
 
     def __init__(self) -> None:
         self.frames: list[tuple[str, int, bool]] = []
+        self.writes = 0
 
-    async def basic_ack(self, tag: int, multiple: bool = False) -> None:
-        self.frames.append(("ack", tag, multiple))
+    async def settle(self, ops: Sequence[tuple[str, int, bool]]) -> None:
+        self.frames.extend(ops)
+        self.writes += 1
 
-    async def basic_nack(self, tag: int, requeue: bool = True) -> None:
-        self.frames.append(("nack", tag, requeue))
+    async def next_delivery(self) -> Any:
+        raise NotImplementedError
 
 
 async def test_settled_runs_become_one_multiple_ack_and_out_of_order_ones_single_frames() -> None:
     channel = RecordingChannel()
-    no_loop: Any = None  # (send_settled runs here directly; no asyncio involved)
-    receiver = _AmqpReceiver(no_loop, channel, trio.open_memory_channel[Any](1)[1], "test")
+    receiver = _AmqpReceiver(channel, "test")
     receiver.note_delivered(range(1, 11))
     # 1-4 acked, 5 requeued, 6-7 acked, 9 acked (8 still open), 10 open.
     ops = [(1, True), (2, True), (3, True), (4, True), (5, False), (6, True), (7, True), (9, True)]
@@ -196,6 +197,7 @@ async def test_settled_runs_become_one_multiple_ack_and_out_of_order_ones_single
         ("ack", 7, True),
         ("ack", 9, False),
     ]
+    assert channel.writes == 1  # (all of them in one write)
     channel.frames.clear()
     await receiver.send_settled([(8, True), (10, True)])
     assert channel.frames == [("ack", 10, True)]
@@ -348,3 +350,16 @@ async def test_id_template_makes_the_id_and_a_redelivery_keeps_it() -> None:
 def test_a_bad_id_template_is_refused_naming_the_setting() -> None:
     with pytest.raises(InvalidSetting, match="id_template"):
         AmqpSource(AmqpSourceConfig(url="amqp://h/", queue="q", id_template="{nope}"), CTX)
+
+
+async def test_a_deleted_queue_fails_the_source_at_its_receive() -> None:
+    url = require_amqp()
+    async with queue(url) as (name, aio, channel):
+        source = AmqpSource(AmqpSourceConfig(url=url, queue=name), CTX)
+        async with source.open() as receiver:
+            await aio.run(channel.queue_delete, name)
+            with (
+                trio.fail_after(10),
+                pytest.raises(ConnectionError, match="cancelled the consumer"),
+            ):
+                await receiver.receive()

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-import aiormq
+from pamqp import commands
 
+from bridges.endpoints.amqp._channel import Delivery
 from bridges.endpoints.amqp._headers import to_headers
 
 
-def delivered(body: bytes, *, redelivered: bool = False, **properties: Any) -> Any:
-    return SimpleNamespace(
-        body=body,
-        header=SimpleNamespace(properties=aiormq.spec.Basic.Properties(**properties)),
-        exchange="",
-        routing_key="q",
-        redelivered=redelivered,
-    )
+def delivered(body: bytes, *, redelivered: bool = False, **properties: Any) -> Delivery:
+    return Delivery(body, commands.Basic.Properties(**properties), "", "q", redelivered, 1)
 
 
 def test_bridge_id_then_message_id() -> None:
