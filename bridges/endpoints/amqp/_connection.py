@@ -23,7 +23,7 @@ import attrs
 import trio
 from attrs.validators import ge
 
-from bridges import Context
+from bridges import Context, InvalidSetting
 
 from .._urls import redact, split_url
 from ._channel import Channel
@@ -31,6 +31,8 @@ from ._client import Settings, open_client
 
 #: Schemes this family connects with.
 SCHEMES: Final = ("amqp", "amqps")
+#: What the URL's query may say; anything else is refused (it would be silently ignored).
+URL_QUERY_KEYS: Final = ("heartbeat", "cafile", "certfile", "keyfile")
 #: The header that carries a message's stable id across brokers (as the stomp family does).
 ID_HEADER: Final = "bridge-id"
 
@@ -62,12 +64,35 @@ def check_url(url: str) -> str:
     """``url`` checked; returns it without credentials (for ``describe()`` and errors).
 
     Raises:
-      InvalidSetting: not an amqp(s) URL.
+      InvalidSetting: not an amqp(s) URL, a query key other than
+        :data:`URL_QUERY_KEYS`, a key given twice, or a ``heartbeat`` that
+        is not a whole number of seconds >= 0.
     """
     parts, port = split_url(url, SCHEMES)
+    query = url_query(parts)
+    unknown = sorted(set(query) - set(URL_QUERY_KEYS))
+    if unknown:
+        raise InvalidSetting(
+            "url",
+            f"unknown query parameter {', '.join(unknown)} "
+            f"(this family reads {', '.join(URL_QUERY_KEYS)})",
+        )
+    heartbeat = query.get("heartbeat")
+    if heartbeat is not None and not (heartbeat.isascii() and heartbeat.isdigit()):
+        raise InvalidSetting("url", f"heartbeat={heartbeat!r}: expected whole seconds >= 0")
     vhost = urllib.parse.unquote(parts.path[1:]) if parts.path else "/"
     where = parts.hostname if port is None else f"{parts.hostname}:{port}"
     return f"{parts.scheme}://{where} vhost {vhost or '/'}"
+
+
+def url_query(parts: urllib.parse.SplitResult) -> dict[str, str]:
+    """The URL's query as a dict; a key given twice is refused rather than one of them dropped."""
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    query = dict(pairs)
+    if len(query) != len(pairs):
+        twice = sorted({key for key, _ in pairs if sum(k == key for k, _ in pairs) > 1})
+        raise InvalidSetting("url", f"query parameter {', '.join(twice)} given twice")
+    return query
 
 
 def one_line(exc: BaseException, secret: str | None = None) -> str:
@@ -84,16 +109,13 @@ class Connector:
         self._config = config
         self._context = context
         parts = urllib.parse.urlsplit(config.url)
-        query = dict(urllib.parse.parse_qsl(parts.query))
+        query = url_query(parts)
         user = urllib.parse.unquote(parts.username) if parts.username else "guest"
         url_password = urllib.parse.unquote(parts.password) if parts.password is not None else None
         password = config.password if config.password is not None else url_password
         self._secret = password
         vhost = urllib.parse.unquote(parts.path[1:]) if parts.path else ""
-        try:
-            heartbeat = int(query.get("heartbeat", config.heartbeat))
-        except ValueError:
-            heartbeat = config.heartbeat
+        heartbeat = int(query.get("heartbeat", config.heartbeat))  # digits: check_url
         self._settings = Settings(
             user=user,
             password="guest" if password is None else password,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -247,6 +248,27 @@ def test_settings_that_cannot_work_are_refused() -> None:
         AmqpSource(AmqpSourceConfig(), CTX)
     with pytest.raises(ValueError, match="prefetch"):
         AmqpSourceConfig(queue="q", prefetch=70000)
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("no_verify_ssl=1", "unknown query parameter no_verify_ssl"),
+        ("frame_max=4096&name=x", "unknown query parameter frame_max, name"),
+        ("heartbeat=ten", "heartbeat='ten': expected whole seconds"),
+        ("heartbeat=-1", "heartbeat='-1'"),
+        ("heartbeat=5&heartbeat=6", "heartbeat given twice"),
+    ],
+)
+def test_a_url_query_the_family_would_ignore_is_refused_by_name(query: str, says: str) -> None:
+    url = f"amqp://guest:guest@127.0.0.1:5672/%2f?{query}"
+    for build in (
+        lambda: AmqpSink(AmqpSinkConfig(url=url), CTX),
+        lambda: AmqpSource(AmqpSourceConfig(url=url, queue="q"), CTX),
+    ):
+        with pytest.raises(InvalidSetting, match=re.escape(says)):
+            build()
+    AmqpSink(AmqpSinkConfig(url=url.split("?")[0] + "?heartbeat=0"), CTX)
 
 
 @pytest.mark.deadline(40)
