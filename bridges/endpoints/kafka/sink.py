@@ -36,6 +36,7 @@ from attrs.validators import ge, le
 
 from bridges import (
     Context,
+    Envelope,
     InvalidSetting,
     Message,
     MessageRejected,
@@ -44,6 +45,7 @@ from bridges import (
     prepare_each,
 )
 
+from ._carry import Carried, carried_offsets, carry_source
 from ._connection import (
     DELIVERY_HEADERS,
     ID_HEADER,
@@ -174,6 +176,12 @@ class KafkaSink:
         """The registry's constructor (connects to nothing)."""
         return cls(config, context)
 
+    def carries(self, source: object) -> bool:
+        """Whether this sink commits ``source``'s offsets in its transactions (asked once
+        per route): when transactional and ``source`` is a kafka source on the same
+        servers (consume-transform-produce; see ``._carry``)."""
+        return self._config.transactional and carry_source(self._servers, source)
+
     def describe(self) -> str:
         """``kafka TOPIC on SERVERS``."""
         return f"kafka {self._config.topic} on {self._servers}"
@@ -303,6 +311,8 @@ class _KafkaWriter:
         self.in_transaction = False
         #: Messages the last write found already written (their ids in the tail).
         self.skipped = 0
+        #: During a write_carrying: the source's offsets its transaction commits.
+        self._carry: Carried | None = None
 
     async def abort(self) -> None:
         """Abort the open transaction (in a worker thread, under the sink's timeout)."""
@@ -319,13 +329,13 @@ class _KafkaWriter:
             return
         fresh = [i for i, message in enumerate(batch) if message.id not in self.written]
         self.skipped = len(batch) - len(fresh)
-        if not fresh:
+        if not fresh and not (self._carry and self._carry.offsets):
             return
         self._producer.begin_transaction()
         self.in_transaction = True
         try:
             if not await self._write([records[i] for i in fresh], fresh, commit=True):
-                await in_thread(self._producer.commit_transaction, self._timeout)
+                await in_thread(self._commit)
         except BaseException as exc:
             if self.in_transaction and not isinstance(exc, trio.Cancelled):
                 with trio.CancelScope(shield=True):
@@ -387,6 +397,34 @@ class _KafkaWriter:
         ``commit`` and every record acknowledged, commit the transaction (returns True)."""
         self._producer.flush(_POLL)
         if commit and len(results) >= wanted and all(e is None for e in results.values()):
-            self._producer.commit_transaction(self._timeout)
+            self._commit()
             return True
         return False
+
+    def _commit(self) -> None:
+        """In a worker thread: commit the transaction, with the source's offsets if carried."""
+        carry = self._carry
+        if carry is not None and carry.offsets:
+            self._producer.send_offsets_to_transaction(carry.offsets, carry.group, self._timeout)
+        self._producer.commit_transaction(self._timeout)
+
+    async def write_carrying(self, batch: Sequence[Message], envelopes: Sequence[Envelope]) -> None:
+        """:meth:`write`, its transaction committing the source's offsets too (see ``._carry``);
+        messages of partitions the source no longer holds are not written."""
+        carry = carried_offsets(envelopes)
+        keep = carry.keep
+        if len(keep) < len(batch):
+            log.info(
+                "%s: %d message(s) of revoked partitions not written (their next reader will)",
+                self._describe, len(batch) - len(keep),
+            )  # fmt: skip
+        self._carry = carry
+        try:
+            await self.write(batch if len(keep) == len(batch) else [batch[i] for i in keep])
+        except MessageRejected as exc:
+            if len(keep) == len(batch):
+                raise
+            named = range(len(keep)) if exc.indices is None else exc.indices
+            raise MessageRejected.each({keep[i]: exc.reason_for(i) for i in named}) from None
+        finally:
+            self._carry = None

@@ -110,6 +110,14 @@ class KafkaSource:
         self._group = config.group or f"bridge-{context.route}"
         self._client_id = config.client_id or f"bridge-{context.route}"
         self._window = context.in_flight
+        #: Set by a transactional kafka sink of the route on the same cluster, which
+        #: commits the offsets inside its transactions: the source then commits none.
+        self.offsets_carried = False
+
+    @property
+    def servers(self) -> str:
+        """The bootstrap servers, checked (``HOST:PORT,...``)."""
+        return self._servers
 
     @classmethod
     def build(cls, config: KafkaSourceConfig, context: Context) -> KafkaSource:
@@ -301,6 +309,10 @@ class _KafkaReceiver:
         self._closing = False
         #: Set by the commit callback; read by close().
         self._commit_error: str | None = None
+        #: Offsets committed by the sink's transactions, never here (see ``._carry``).
+        self._carried = source.offsets_carried
+        #: The group's metadata at the last assignment (what a transaction's offsets carry).
+        self.group_metadata: Any = None
 
     def set_topic_id(self, topic_id: str) -> None:
         """The topic's id, before anything is read: ids are ``TOPIC#TOPIC_ID:PARTITION:OFFSET``."""
@@ -438,8 +450,10 @@ class _KafkaReceiver:
         ``commit`` only queues the request: librdkafka sends it from its own thread.
         """
         consumer = self.consumer
-        offsets = self._commits()
         self._dirty = False
+        if self._carried:
+            return
+        offsets = self._commits()
         if consumer is None or not offsets:
             return
         try:
@@ -448,6 +462,16 @@ class _KafkaReceiver:
             # Delivered again after a restart (at least once); the next burst retries.
             log.warning("%s: commit failed: %s", self._describe, one_line(exc))
             self._dirty = True
+
+    def carried_commits(self, batch: dict[int, set[int]]) -> list[confluent_kafka.TopicPartition]:
+        """Each held partition's commit once ``batch`` (offsets by partition) is acked."""
+        topic = self._topic
+        offsets = []
+        for number, partition in self._partitions.items():
+            offset, metadata = partition.commit_with(batch.get(number, ()))
+            if offset >= 0:
+                offsets.append(confluent_kafka.TopicPartition(topic, number, offset, metadata))
+        return offsets
 
     def commit_soon(self) -> None:
         """Acks came: the reader commits between two consumes."""
@@ -462,7 +486,7 @@ class _KafkaReceiver:
             return
         self._closing = True
         try:
-            if self._partitions:
+            if self._partitions and not self._carried:
                 await in_thread(self._commit_sync)
         finally:
             await in_thread(consumer.close)
@@ -487,10 +511,13 @@ class _KafkaReceiver:
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else -1
             fresh[tp.partition] = Partition(offset, tp.metadata)
-        trio.from_thread.run_sync(self._assign, fresh)
+        # (the generation these partitions were assigned in: see ._carry)
+        metadata = consumer.consumer_group_metadata() if self._carried else None
+        trio.from_thread.run_sync(self._assign, fresh, metadata)
 
-    def _assign(self, fresh: dict[int, Partition]) -> None:
+    def _assign(self, fresh: dict[int, Partition], metadata: Any) -> None:
         self._partitions.update(fresh)
+        self.group_metadata = metadata
         log.info("%s: assigned partitions %s", self._describe, sorted(fresh))
 
     def revoked(self, consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
@@ -503,7 +530,7 @@ class _KafkaReceiver:
                 break
             time.sleep(0.01)
         offsets = trio.from_thread.run_sync(self._let_go, numbers)
-        if offsets:
+        if offsets and not self._carried:
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
             except confluent_kafka.KafkaException as exc:
