@@ -56,8 +56,11 @@ class CarryingWriter(Writer, Protocol):
 
         ``envelopes[i]`` is the source envelope ``batch[i]`` was made from (the
         engine's order). The positions written are the source's as if these
-        envelopes were acked; the engine acks them after this returns, as it
-        does after :meth:`Writer.write`. Raises as :meth:`Writer.write`.
+        envelopes were acked. Once the write is durable, the writer acks them
+        in the source's books itself, before it returns (the next write's
+        positions must start after them, and the engine acks a batch only
+        later, in its own task); the engine's ack is then a no-op, as any
+        second ack is. Raises as :meth:`Writer.write`.
         """
         ...
 

@@ -92,3 +92,16 @@ def carried_offsets(envelopes: Sequence[Envelope]) -> Carried:
     if receiver is None:
         return Carried(keep, [], None)
     return Carried(keep, receiver.carried_commits(batch_offsets), receiver.group_metadata)
+
+
+def settle_written(envelopes: Sequence[Envelope], keep: Sequence[int]) -> None:
+    """After the transaction committed: the ``keep`` envelopes are acked in their source's
+    books now (their offsets are committed), so the next batch's offsets, computed before
+    the engine's own acks of this one, start after them; the engine's ack is a no-op then.
+    """
+    for index in keep:
+        envelope = envelopes[index]
+        if envelope.state == "open" and isinstance(envelope, _KafkaEnvelope):
+            envelope.state = "acked"
+            receiver = envelope._receiver  # noqa: SLF001
+            receiver.acked(envelope._partition, envelope._number, envelope._offset)  # noqa: SLF001

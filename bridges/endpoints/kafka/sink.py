@@ -45,7 +45,7 @@ from bridges import (
     prepare_each,
 )
 
-from ._carry import Carried, carried_offsets, carry_source
+from ._carry import Carried, carried_offsets, carry_source, settle_written
 from ._connection import (
     DELIVERY_HEADERS,
     ID_HEADER,
@@ -428,3 +428,5 @@ class _KafkaWriter:
             raise MessageRejected.each({keep[i]: exc.reason_for(i) for i in named}) from None
         finally:
             self._carry = None
+        # (no checkpoint since the commit: a cancel cannot come between the two)
+        settle_written(envelopes, keep)
