@@ -50,13 +50,13 @@ from ._connection import (
     DELIVERY_HEADERS,
     ID_HEADER,
     KEY_HEADER,
-    KafkaConnection,
     KafkaEndpointError,
     check_servers,
     check_topic,
     in_thread,
     one_line,
 )
+from ._security import KafkaSecurity, security_settings
 from ._tail import WrittenIds, read_tail
 
 log = logging.getLogger("bridges.kafka")
@@ -84,7 +84,7 @@ _REFUSALS: Final = frozenset(
 
 
 @attrs.frozen
-class KafkaSinkConfig(KafkaConnection):
+class KafkaSinkConfig(KafkaSecurity):
     """Write each message as one record of a Kafka topic (acks=all, idempotent).
 
     Attributes:
@@ -169,6 +169,8 @@ class KafkaSink:
         self._transactional_id = config.transactional_id or f"bridge-{context.route}"
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
+        #: librdkafka's TLS and SASL settings (checked: every problem at once).
+        self._security = security_settings(config, context)
         self._client_id = config.client_id or f"bridge-{context.route}"
 
     @classmethod
@@ -190,21 +192,25 @@ class KafkaSink:
         """librdkafka's producer settings."""
         config = self._config
         timeout_ms = int(config.timeout * 1000)
-        return {
-            "bootstrap.servers": self._servers,
-            "client.id": self._client_id,
-            "acks": config.acks,
-            "enable.idempotence": config.idempotent,
-            "compression.type": config.compression,
-            "message.max.bytes": max(config.max_bytes, 1000) + 512,
-            "linger.ms": config.linger * 1000,
-            "message.timeout.ms": timeout_ms,
-            "socket.timeout.ms": timeout_ms,
-            "logger": log,
-        } | (
-            {"transactional.id": self._transactional_id, "transaction.timeout.ms": 60_000}
-            if config.transactional
-            else {}
+        return (
+            {
+                "bootstrap.servers": self._servers,
+                "client.id": self._client_id,
+                "acks": config.acks,
+                "enable.idempotence": config.idempotent,
+                "compression.type": config.compression,
+                "message.max.bytes": max(config.max_bytes, 1000) + 512,
+                "linger.ms": config.linger * 1000,
+                "message.timeout.ms": timeout_ms,
+                "socket.timeout.ms": timeout_ms,
+                "logger": log,
+            }
+            | self._security
+            | (
+                {"transactional.id": self._transactional_id, "transaction.timeout.ms": 60_000}
+                if config.transactional
+                else {}
+            )
         )
 
     @asynccontextmanager
@@ -226,7 +232,12 @@ class KafkaSink:
                     raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
                 if config.dedup_window:
                     writer.written = await in_thread(
-                        read_tail, self._servers, config.topic, config.dedup_window, config.timeout
+                        read_tail,
+                        self._servers,
+                        config.topic,
+                        config.dedup_window,
+                        config.timeout,
+                        self._security,
                     )
             yield writer
         finally:

@@ -54,7 +54,6 @@ from ._connection import (
     PARTITION_HEADER,
     TIMESTAMP_HEADER,
     TOPIC_HEADER,
-    KafkaConnection,
     KafkaEndpointError,
     check_servers,
     check_topic,
@@ -62,6 +61,7 @@ from ._connection import (
     one_line,
 )
 from ._offsets import Partition
+from ._security import KafkaSecurity, security_settings
 
 log = logging.getLogger("bridges.kafka")
 
@@ -76,7 +76,7 @@ _CLOSE_TIMEOUT: Final = 5.0
 
 
 @attrs.frozen
-class KafkaSourceConfig(KafkaConnection):
+class KafkaSourceConfig(KafkaSecurity):
     """Read a Kafka topic as a member of a consumer group; commit offsets after the sink.
 
     Attributes:
@@ -107,6 +107,8 @@ class KafkaSource:
             raise InvalidSetting("group", "must not be empty")
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
+        #: librdkafka's TLS and SASL settings (checked: every problem at once).
+        self._security = security_settings(config, context)
         self._group = config.group or f"bridge-{context.route}"
         self._client_id = config.client_id or f"bridge-{context.route}"
         self._window = context.in_flight
@@ -142,7 +144,7 @@ class KafkaSource:
             "allow.auto.create.topics": True,
             "socket.timeout.ms": timeout_ms,
             "logger": log,
-        }
+        } | self._security
 
     async def topic_id(self, consumer: confluent_kafka.Consumer) -> str:
         """The topic's id (Kafka's UUID of it), asked once per open.
@@ -159,7 +161,7 @@ class KafkaSource:
             "bootstrap.servers": self._servers,
             "client.id": self._client_id,
             "logger": log,
-        }
+        } | self._security
         admin = AdminClient(settings)
         topics = confluent_kafka.TopicCollection([self._config.topic])
         said = False
