@@ -182,3 +182,26 @@ def test_sigkill_between_produce_and_commit_repeats_nothing_kafka_to_kafka() -> 
     # dedup_window = 0: no read-back; the offsets in the transaction alone keep repeats out.
     (result,) = crash_run("kafka_eos_crash.py", ["kafka-kafka"], count=400, seed=34)
     assert result["duplicates"] == 0
+
+
+@pytest.mark.deadline(120)
+async def test_a_fenced_zombie_commits_neither_records_nor_offsets() -> None:
+    servers = require_kafka()
+    source_topic, sink_topic = await topics(servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await produce(servers, source_topic, [(f"m-{i}".encode(), {}) for i in range(4)])
+    source, sink = pair(servers, source_topic, sink_topic, group, dedup_window=0)
+    assert sink.carries(source)
+    async with source.open() as receiver:
+        envelopes: list[Envelope] = [await receiver.receive() for _ in range(4)]
+        batch = [envelope.message for envelope in envelopes]
+        async with sink.open() as zombie:
+            await zombie.write_carrying(batch[:2], envelopes[:2])
+            assert await trio.to_thread.run_sync(committed, servers, source_topic, group) == 2
+            async with sink.open() as successor:  # (the same transactional.id: a restart)
+                with pytest.raises(KafkaEndpointError, match=r"(?i)fenc"):
+                    await zombie.write_carrying(batch[2:], envelopes[2:])
+                assert await trio.to_thread.run_sync(committed, servers, source_topic, group) == 2
+                await successor.write_carrying(batch[2:], envelopes[2:])
+        assert await trio.to_thread.run_sync(committed, servers, source_topic, group) == 4
+    assert [body for body, _ in await read_topic(servers, sink_topic)] == batch_bodies(4)
