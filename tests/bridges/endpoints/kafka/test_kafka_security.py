@@ -1,4 +1,4 @@
-"""TLS and SASL settings of the kafka endpoints: librdkafka's names, checks, secrets (no broker)."""
+"""TLS and SASL settings of the kafka endpoints: librdkafka's names, checks, secrets."""
 
 from __future__ import annotations
 
@@ -9,9 +9,18 @@ from typing import Any
 import pytest
 import trustme
 from family_kit import bridges_command
+from kafka_servers import require_kafka
 
-from bridges import Context, InvalidSetting, InvalidSettings, default_registry, load_config
+from bridges import (
+    Context,
+    InvalidSetting,
+    InvalidSettings,
+    Message,
+    default_registry,
+    load_config,
+)
 from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
+from bridges.endpoints.kafka._connection import KafkaEndpointError
 
 PASSWORD = "k4fka-s3cret-pw"
 
@@ -155,3 +164,15 @@ def test_the_password_may_come_from_a_file_and_is_a_secret(tmp_path: Path) -> No
     (route,) = loaded.routes
     assert route.sink.config.sasl_password == PASSWORD
     assert PASSWORD not in repr(route.sink)
+
+
+@pytest.mark.deadline(60)
+async def test_the_settings_reach_librdkafka_tls_to_a_plaintext_broker_fails() -> None:
+    # (the project's broker speaks plaintext only: a TLS client cannot get a record in)
+    servers = require_kafka()
+    config = KafkaSinkConfig(
+        bootstrap_servers=servers, topic="never-written", security_protocol="ssl", timeout=2.0
+    )
+    async with KafkaSink(config, Context(route="r")).open() as writer:
+        with pytest.raises(KafkaEndpointError, match=r"(?i)timed out|ssl|transport"):
+            await writer.write([Message(b"x", {}, "id-1")])
