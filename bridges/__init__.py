@@ -17,6 +17,8 @@ or build :class:`Route` objects directly and ``await route.run()``.
 
 from ._blocking import blocking as blocking
 from ._builtins import default_registry as default_registry
+from ._carry import CarryingSink as CarryingSink
+from ._carry import CarryingWriter as CarryingWriter
 from ._config import BridgeSettings as BridgeSettings
 from ._config import BrokerSettings as BrokerSettings
 from ._config import Config as Config

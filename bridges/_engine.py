@@ -50,6 +50,7 @@ from typing import Final
 import trio
 
 from ._batch import Batch, Gathering, dead_letter_message
+from ._carry import carried, write_call
 from ._endpoint import BatchRefused, MessageRejected, Receiver, Sink, Source, Writer
 from ._flow import (
     DeadLetterFailed,
@@ -122,6 +123,7 @@ class Route:
         self.source = source
         self.sink = sink
         self.dead_letter = dead_letter
+        self.carried = carried(sink, source)  # the sink writes the source's positions too
         self._chain = Chain(transforms)
         self._window = in_flight
         self._batch_count = batch_count
@@ -329,6 +331,7 @@ class Route:
             try:
                 async with self.sink.open() as writer:
                     opened = True
+                    write = write_call(writer, self.carried, self.sink.describe())
                     self.ready.set()
                     self.stats.running()
                     open_failures = 0
@@ -341,7 +344,7 @@ class Route:
                         attempt += 1
                         started = trio.current_time()
                         try:
-                            await writer.write(batch.messages.copy())
+                            await write(batch.messages.copy(), batch.envelopes)
                         except MessageRejected as exc:
                             batch = await self._rejected(batch, exc, dead_letter)
                             attempt -= 1
@@ -568,10 +571,8 @@ class Route:
         except Exception as exc:
             log.warning(
                 "route %r: ack of %r failed (%s); it may be delivered again",
-                self.name,
-                envelope,
-                one_line(exc),
-            )
+                self.name, envelope, one_line(exc),
+            )  # fmt: skip
         finally:
             self._settled(envelope)
 

@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
+from ._carry import CarryingWriter
 from ._endpoint import Sink, Writer
-from ._message import Message
+from ._message import Envelope, Message
 
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
@@ -87,6 +88,15 @@ class _TracedWriter:
         await self._writer.write(hop(batch))
 
 
+class _TracedCarryingWriter(_TracedWriter):
+    __slots__ = ()
+
+    async def write_carrying(self, batch: Sequence[Message], envelopes: Sequence[Envelope]) -> None:
+        writer = self._writer
+        assert isinstance(writer, CarryingWriter)
+        await writer.write_carrying(hop(batch), envelopes)
+
+
 class TracedSink:
     """A sink whose writes carry each message's trace context to the next hop.
 
@@ -107,7 +117,10 @@ class TracedSink:
     async def open(self) -> AsyncIterator[Writer]:
         """The wrapped sink's writer, with :func:`hop` applied to each batch."""
         async with self.wrapped.open() as writer:
-            yield _TracedWriter(writer)
+            if isinstance(writer, CarryingWriter):  # (the engine hands it envelopes too)
+                yield _TracedCarryingWriter(writer)
+            else:
+                yield _TracedWriter(writer)
 
 
 def traced(sink: Sink) -> Sink:

@@ -158,11 +158,11 @@ def _reader_file(folder: Path, key: str, original: str) -> Path:
     path = folder / "readers" / original.strip("/").replace("/", "_")
     path.parent.mkdir(exist_ok=True)
     ca, server = _tls()
-    if key.startswith(("ca_file", "cafile")):
+    if key.startswith(("ca_file", "cafile", "ssl_ca_file")):
         ca.cert_pem.write_to_path(str(path))
-    elif key.startswith("certfile"):
+    elif key.startswith(("certfile", "ssl_cert_file")):
         server.cert_chain_pems[0].write_to_path(str(path))
-    elif key.startswith("keyfile"):
+    elif key.startswith(("keyfile", "ssl_key_file")):
         server.private_key_pem.write_to_path(str(path))
     else:
         path.write_text(SECRET, encoding="utf-8")

@@ -4,7 +4,9 @@
 what the sink holds, out-of-order acks kept in the commit's metadata),
 :mod:`.sink` (acks=all, the idempotent producer; a batch is durable once
 every record is acknowledged), :mod:`._offsets` (which offset may be
-committed), :mod:`._connection` (settings, names, errors, the thread rule).
+committed), :mod:`._connection` (settings, names, errors, the thread rule),
+:mod:`._security` (TLS and SASL), :mod:`._carry` (kafka -> kafka: the
+source's offsets committed in the sink's transaction).
 """
 
 from __future__ import annotations

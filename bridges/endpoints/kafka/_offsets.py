@@ -17,6 +17,7 @@ No I/O and no clock here: the source feeds offsets in and commits what
 from __future__ import annotations
 
 import collections
+from collections.abc import Collection
 from typing import Final
 
 #: The most characters of metadata written per partition (Kafka's default limit is 4,096).
@@ -75,6 +76,21 @@ class Partition:
         """The offset to commit and its metadata (the offsets acked above it)."""
         watermark = self.watermark
         return watermark, format_metadata(watermark, self._acked)
+
+    def commit_with(self, offsets: Collection[int]) -> tuple[int, str]:
+        """What :meth:`commit` would say once ``offsets`` (read, not acked yet) are acked.
+
+        Changes nothing: a transaction that carries it may still abort (see ``._carry``).
+        """
+        if not offsets:
+            return self.commit()
+        done = self._acked.union(offsets)
+        watermark = self._end
+        for offset in self._out:  # (mostly the head is in ``offsets``: a short walk)
+            if offset not in done:
+                watermark = offset
+                break
+        return watermark, format_metadata(watermark, done)
 
 
 def format_metadata(watermark: int, acked: set[int]) -> str:

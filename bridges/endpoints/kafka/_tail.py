@@ -53,7 +53,9 @@ class WrittenIds:
             self._ids.discard(self._order.popleft())
 
 
-def read_tail(servers: str, topic: str, window: int, timeout: float) -> WrittenIds:
+def read_tail(
+    servers: str, topic: str, window: int, timeout: float, security: dict[str, Any] | None = None
+) -> WrittenIds:
     """The ``bridge-id`` of the last ``window`` committed records of each partition of ``topic``.
 
     Raises:
@@ -68,6 +70,7 @@ def read_tail(servers: str, topic: str, window: int, timeout: float) -> WrittenI
             "isolation.level": "read_committed",
             "logger": log,
         }
+        | (security or {})
     )
     deadline = time.monotonic() + timeout
     try:

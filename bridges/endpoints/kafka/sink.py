@@ -36,6 +36,7 @@ from attrs.validators import ge, le
 
 from bridges import (
     Context,
+    Envelope,
     InvalidSetting,
     Message,
     MessageRejected,
@@ -44,17 +45,18 @@ from bridges import (
     prepare_each,
 )
 
+from ._carry import Carried, carried_offsets, carry_source, settle_written
 from ._connection import (
     DELIVERY_HEADERS,
     ID_HEADER,
     KEY_HEADER,
-    KafkaConnection,
     KafkaEndpointError,
     check_servers,
     check_topic,
     in_thread,
     one_line,
 )
+from ._security import KafkaSecurity, security_settings
 from ._tail import WrittenIds, read_tail
 
 log = logging.getLogger("bridges.kafka")
@@ -82,7 +84,7 @@ _REFUSALS: Final = frozenset(
 
 
 @attrs.frozen
-class KafkaSinkConfig(KafkaConnection):
+class KafkaSinkConfig(KafkaSecurity):
     """Write each message as one record of a Kafka topic (acks=all, idempotent).
 
     Attributes:
@@ -167,12 +169,20 @@ class KafkaSink:
         self._transactional_id = config.transactional_id or f"bridge-{context.route}"
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
+        #: librdkafka's TLS and SASL settings (checked: every problem at once).
+        self._security = security_settings(config, context)
         self._client_id = config.client_id or f"bridge-{context.route}"
 
     @classmethod
     def build(cls, config: KafkaSinkConfig, context: Context) -> KafkaSink:
         """The registry's constructor (connects to nothing)."""
         return cls(config, context)
+
+    def carries(self, source: object) -> bool:
+        """Whether this sink commits ``source``'s offsets in its transactions (asked once
+        per route): when transactional and ``source`` is a kafka source on the same
+        servers (consume-transform-produce; see ``._carry``)."""
+        return self._config.transactional and carry_source(self._servers, source)
 
     def describe(self) -> str:
         """``kafka TOPIC on SERVERS``."""
@@ -182,21 +192,25 @@ class KafkaSink:
         """librdkafka's producer settings."""
         config = self._config
         timeout_ms = int(config.timeout * 1000)
-        return {
-            "bootstrap.servers": self._servers,
-            "client.id": self._client_id,
-            "acks": config.acks,
-            "enable.idempotence": config.idempotent,
-            "compression.type": config.compression,
-            "message.max.bytes": max(config.max_bytes, 1000) + 512,
-            "linger.ms": config.linger * 1000,
-            "message.timeout.ms": timeout_ms,
-            "socket.timeout.ms": timeout_ms,
-            "logger": log,
-        } | (
-            {"transactional.id": self._transactional_id, "transaction.timeout.ms": 60_000}
-            if config.transactional
-            else {}
+        return (
+            {
+                "bootstrap.servers": self._servers,
+                "client.id": self._client_id,
+                "acks": config.acks,
+                "enable.idempotence": config.idempotent,
+                "compression.type": config.compression,
+                "message.max.bytes": max(config.max_bytes, 1000) + 512,
+                "linger.ms": config.linger * 1000,
+                "message.timeout.ms": timeout_ms,
+                "socket.timeout.ms": timeout_ms,
+                "logger": log,
+            }
+            | self._security
+            | (
+                {"transactional.id": self._transactional_id, "transaction.timeout.ms": 60_000}
+                if config.transactional
+                else {}
+            )
         )
 
     @asynccontextmanager
@@ -218,7 +232,12 @@ class KafkaSink:
                     raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
                 if config.dedup_window:
                     writer.written = await in_thread(
-                        read_tail, self._servers, config.topic, config.dedup_window, config.timeout
+                        read_tail,
+                        self._servers,
+                        config.topic,
+                        config.dedup_window,
+                        config.timeout,
+                        self._security,
                     )
             yield writer
         finally:
@@ -303,6 +322,8 @@ class _KafkaWriter:
         self.in_transaction = False
         #: Messages the last write found already written (their ids in the tail).
         self.skipped = 0
+        #: During a write_carrying: the source's offsets its transaction commits.
+        self._carry: Carried | None = None
 
     async def abort(self) -> None:
         """Abort the open transaction (in a worker thread, under the sink's timeout)."""
@@ -319,13 +340,13 @@ class _KafkaWriter:
             return
         fresh = [i for i, message in enumerate(batch) if message.id not in self.written]
         self.skipped = len(batch) - len(fresh)
-        if not fresh:
+        if not fresh and not (self._carry and self._carry.offsets):
             return
         self._producer.begin_transaction()
         self.in_transaction = True
         try:
             if not await self._write([records[i] for i in fresh], fresh, commit=True):
-                await in_thread(self._producer.commit_transaction, self._timeout)
+                await in_thread(self._commit)
         except BaseException as exc:
             if self.in_transaction and not isinstance(exc, trio.Cancelled):
                 with trio.CancelScope(shield=True):
@@ -387,6 +408,36 @@ class _KafkaWriter:
         ``commit`` and every record acknowledged, commit the transaction (returns True)."""
         self._producer.flush(_POLL)
         if commit and len(results) >= wanted and all(e is None for e in results.values()):
-            self._producer.commit_transaction(self._timeout)
+            self._commit()
             return True
         return False
+
+    def _commit(self) -> None:
+        """In a worker thread: commit the transaction, with the source's offsets if carried."""
+        carry = self._carry
+        if carry is not None and carry.offsets:
+            self._producer.send_offsets_to_transaction(carry.offsets, carry.group, self._timeout)
+        self._producer.commit_transaction(self._timeout)
+
+    async def write_carrying(self, batch: Sequence[Message], envelopes: Sequence[Envelope]) -> None:
+        """:meth:`write`, its transaction committing the source's offsets too (see ``._carry``);
+        messages of partitions the source no longer holds are not written."""
+        carry = carried_offsets(envelopes)
+        keep = carry.keep
+        if len(keep) < len(batch):
+            log.info(
+                "%s: %d message(s) of revoked partitions not written (their next reader will)",
+                self._describe, len(batch) - len(keep),
+            )  # fmt: skip
+        self._carry = carry
+        try:
+            await self.write(batch if len(keep) == len(batch) else [batch[i] for i in keep])
+        except MessageRejected as exc:
+            if len(keep) == len(batch):
+                raise
+            named = range(len(keep)) if exc.indices is None else exc.indices
+            raise MessageRejected.each({keep[i]: exc.reason_for(i) for i in named}) from None
+        finally:
+            self._carry = None
+        # (no checkpoint since the commit: a cancel cannot come between the two)
+        settle_written(envelopes, keep)

@@ -54,7 +54,6 @@ from ._connection import (
     PARTITION_HEADER,
     TIMESTAMP_HEADER,
     TOPIC_HEADER,
-    KafkaConnection,
     KafkaEndpointError,
     check_servers,
     check_topic,
@@ -62,6 +61,7 @@ from ._connection import (
     one_line,
 )
 from ._offsets import Partition
+from ._security import KafkaSecurity, security_settings
 
 log = logging.getLogger("bridges.kafka")
 
@@ -76,7 +76,7 @@ _CLOSE_TIMEOUT: Final = 5.0
 
 
 @attrs.frozen
-class KafkaSourceConfig(KafkaConnection):
+class KafkaSourceConfig(KafkaSecurity):
     """Read a Kafka topic as a member of a consumer group; commit offsets after the sink.
 
     Attributes:
@@ -107,9 +107,19 @@ class KafkaSource:
             raise InvalidSetting("group", "must not be empty")
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
+        #: librdkafka's TLS and SASL settings (checked: every problem at once).
+        self._security = security_settings(config, context)
         self._group = config.group or f"bridge-{context.route}"
         self._client_id = config.client_id or f"bridge-{context.route}"
         self._window = context.in_flight
+        #: Set by a transactional kafka sink of the route on the same cluster, which
+        #: commits the offsets inside its transactions: the source then commits none.
+        self.offsets_carried = False
+
+    @property
+    def servers(self) -> str:
+        """The bootstrap servers, checked (``HOST:PORT,...``)."""
+        return self._servers
 
     @classmethod
     def build(cls, config: KafkaSourceConfig, context: Context) -> KafkaSource:
@@ -134,7 +144,7 @@ class KafkaSource:
             "allow.auto.create.topics": True,
             "socket.timeout.ms": timeout_ms,
             "logger": log,
-        }
+        } | self._security
 
     async def topic_id(self, consumer: confluent_kafka.Consumer) -> str:
         """The topic's id (Kafka's UUID of it), asked once per open.
@@ -151,7 +161,7 @@ class KafkaSource:
             "bootstrap.servers": self._servers,
             "client.id": self._client_id,
             "logger": log,
-        }
+        } | self._security
         admin = AdminClient(settings)
         topics = confluent_kafka.TopicCollection([self._config.topic])
         said = False
@@ -301,6 +311,10 @@ class _KafkaReceiver:
         self._closing = False
         #: Set by the commit callback; read by close().
         self._commit_error: str | None = None
+        #: Offsets committed by the sink's transactions, never here (see ``._carry``).
+        self._carried = source.offsets_carried
+        #: The group's metadata at the last assignment (what a transaction's offsets carry).
+        self.group_metadata: Any = None
 
     def set_topic_id(self, topic_id: str) -> None:
         """The topic's id, before anything is read: ids are ``TOPIC#TOPIC_ID:PARTITION:OFFSET``."""
@@ -438,8 +452,10 @@ class _KafkaReceiver:
         ``commit`` only queues the request: librdkafka sends it from its own thread.
         """
         consumer = self.consumer
-        offsets = self._commits()
         self._dirty = False
+        if self._carried:
+            return
+        offsets = self._commits()
         if consumer is None or not offsets:
             return
         try:
@@ -448,6 +464,16 @@ class _KafkaReceiver:
             # Delivered again after a restart (at least once); the next burst retries.
             log.warning("%s: commit failed: %s", self._describe, one_line(exc))
             self._dirty = True
+
+    def carried_commits(self, batch: dict[int, set[int]]) -> list[confluent_kafka.TopicPartition]:
+        """Each held partition's commit once ``batch`` (offsets by partition) is acked."""
+        topic = self._topic
+        offsets = []
+        for number, partition in self._partitions.items():
+            offset, metadata = partition.commit_with(batch.get(number, ()))
+            if offset >= 0:
+                offsets.append(confluent_kafka.TopicPartition(topic, number, offset, metadata))
+        return offsets
 
     def commit_soon(self) -> None:
         """Acks came: the reader commits between two consumes."""
@@ -462,7 +488,7 @@ class _KafkaReceiver:
             return
         self._closing = True
         try:
-            if self._partitions:
+            if self._partitions and not self._carried:
                 await in_thread(self._commit_sync)
         finally:
             await in_thread(consumer.close)
@@ -487,10 +513,13 @@ class _KafkaReceiver:
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else -1
             fresh[tp.partition] = Partition(offset, tp.metadata)
-        trio.from_thread.run_sync(self._assign, fresh)
+        # (the generation these partitions were assigned in: see ._carry)
+        metadata = consumer.consumer_group_metadata() if self._carried else None
+        trio.from_thread.run_sync(self._assign, fresh, metadata)
 
-    def _assign(self, fresh: dict[int, Partition]) -> None:
+    def _assign(self, fresh: dict[int, Partition], metadata: Any) -> None:
         self._partitions.update(fresh)
+        self.group_metadata = metadata
         log.info("%s: assigned partitions %s", self._describe, sorted(fresh))
 
     def revoked(self, consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
@@ -503,7 +532,7 @@ class _KafkaReceiver:
                 break
             time.sleep(0.01)
         offsets = trio.from_thread.run_sync(self._let_go, numbers)
-        if offsets:
+        if offsets and not self._carried:
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
             except confluent_kafka.KafkaException as exc:

@@ -424,8 +424,9 @@ def test_the_public_surface_is_pinned() -> None:
         and not isinstance(getattr(bridges, n), types.ModuleType)
     )
     assert public == [
-        "BatchRefused", "BridgeSettings", "BrokerSettings", "BulkReceiver", "Config",
-        "ConfigError", "Context", "ENTRY_POINT_GROUP", "Envelope", "InvalidSetting",
+        "BatchRefused", "BridgeSettings", "BrokerSettings", "BulkReceiver", "CarryingSink",
+        "CarryingWriter", "Config", "ConfigError", "Context", "ENTRY_POINT_GROUP", "Envelope",
+        "InvalidSetting",
         "InvalidSettings", "Message", "MessageRejected", "Plugin", "PositionError", "Positions",
         "Problem", "Receiver", "Registry", "RetryPolicy", "Route",
         "RouteConfig", "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template",
