@@ -20,7 +20,7 @@ import attrs
 import pytest
 import trio
 
-from bridges import default_registry, load_config, run_bridge
+from bridges import Config, Registry, default_registry, load_config, run_bridge
 from bridges.service import _routes
 from bridges.testing import wait_until
 
@@ -33,29 +33,37 @@ sink = { type = "file", path = "outbox/hung", format = "files" }
 
 @attrs.frozen
 class Hung:
-    armed: threading.Event  # set: the next statvfs of outbox blocks (load_config's passes)
+    """A config whose file sink's folder check hangs: ``os.statvfs`` of ``outbox``
+    blocks until released (at most 5 s)."""
+
+    path: Path
+    registry: Registry
+    config: Config  # (loaded before the check hangs: load_config checks it too)
     hanging: threading.Event  # set once a statvfs blocks
     release: threading.Event  # set: it returns (and every later one at once)
 
 
 @pytest.fixture
-def hung_statvfs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Hung]:
-    """``os.statvfs`` of ``outbox`` blocks until released (at most 5 s)."""
+def hung(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Hung]:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inbox").mkdir()
     (tmp_path / "outbox").mkdir()
-    armed, release, hanging = threading.Event(), threading.Event(), threading.Event()
+    path = tmp_path / "bridge.toml"
+    path.write_text(CONFIG)
+    registry = default_registry(plugins=False)
+    config = load_config(path, registry)
+    release, hanging = threading.Event(), threading.Event()
     real_statvfs = os.statvfs
 
     def statvfs(path: object) -> os.statvfs_result:
-        if armed.is_set() and str(path).endswith("outbox"):
+        if str(path).endswith("outbox"):
             hanging.set()
             release.wait(5)
         return real_statvfs(path)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "statvfs", statvfs)
     try:
-        yield Hung(armed, hanging, release)
+        yield Hung(path, registry, config, hanging, release)
     finally:
         release.set()
 
@@ -72,13 +80,8 @@ async def longest_stall(done: trio.Event) -> float:
 
 @pytest.mark.deadline(20)
 async def test_a_hung_file_system_at_start_leaves_the_loop_running_and_sigterm_stops_it(
-    tmp_path: Path, hung_statvfs: Hung
+    hung: Hung,
 ) -> None:
-    path = tmp_path / "bridge.toml"
-    path.write_text(CONFIG)
-    registry = default_registry(plugins=False)
-    config = load_config(path, registry)
-    hung_statvfs.armed.set()
     said: list[str] = []
     done = trio.Event()
     stalls: list[float] = []
@@ -90,12 +93,12 @@ async def test_a_hung_file_system_at_start_leaves_the_loop_running_and_sigterm_s
         nursery.start_soon(watch)
 
         async def run() -> None:
-            stopped = await run_bridge(config, registry, say=said.append)
+            stopped = await run_bridge(hung.config, hung.registry, say=said.append)
             assert stopped.clean, stopped
             done.set()
 
         nursery.start_soon(run)
-        await trio.to_thread.run_sync(hung_statvfs.hanging.wait)
+        await trio.to_thread.run_sync(hung.hanging.wait)
         await trio.sleep(0.3)  # (the loop keeps running while the check hangs)
         started = time.monotonic()
         os.kill(os.getpid(), signal.SIGTERM)
@@ -108,42 +111,30 @@ async def test_a_hung_file_system_at_start_leaves_the_loop_running_and_sigterm_s
 
 @pytest.mark.deadline(20)
 async def test_a_start_that_cannot_build_its_routes_in_time_fails_by_name(
-    tmp_path: Path, hung_statvfs: Hung, monkeypatch: pytest.MonkeyPatch
+    hung: Hung, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_routes, "BUILD_TIMEOUT", 0.3)
-    path = tmp_path / "bridge.toml"
-    path.write_text(CONFIG)
-    registry = default_registry(plugins=False)
-    config = load_config(path, registry)
-    hung_statvfs.armed.set()
     started = time.monotonic()
     with pytest.raises(TimeoutError) as raised:
-        await run_bridge(config, registry, say=lambda _: None)
+        await run_bridge(hung.config, hung.registry, say=lambda _: None)
     assert time.monotonic() - started < 2
     assert str(raised.value).startswith("routes not built within 0.3 s (an endpoint blocked"), (
         raised.value
     )
-    assert hung_statvfs.hanging.is_set()
+    assert hung.hanging.is_set()
 
 
 @pytest.mark.deadline(20)
-async def test_a_sighup_while_the_routes_are_built_reloads_once_they_run(
-    tmp_path: Path, hung_statvfs: Hung
-) -> None:
-    path = tmp_path / "bridge.toml"
-    path.write_text(CONFIG)
-    registry = default_registry(plugins=False)
-    config = load_config(path, registry)
-    hung_statvfs.armed.set()
+async def test_a_sighup_while_the_routes_are_built_reloads_once_they_run(hung: Hung) -> None:
     said: list[str] = []
     async with trio.open_nursery() as nursery:
-        run = partial(run_bridge, config, registry, say=said.append)
+        run = partial(run_bridge, hung.config, hung.registry, say=said.append)
         nursery.start_soon(run)
-        await trio.to_thread.run_sync(hung_statvfs.hanging.wait)
-        path.write_text(CONFIG.replace("outbox/hung", "outbox/new"))
+        await trio.to_thread.run_sync(hung.hanging.wait)
+        hung.path.write_text(CONFIG.replace("outbox/hung", "outbox/new"))
         os.kill(os.getpid(), signal.SIGHUP)
         await trio.sleep(0.2)
-        hung_statvfs.release.set()
+        hung.release.set()
         await wait_until(lambda: "reloaded: running 1 route(s)" in said, 0.02)
         os.kill(os.getpid(), signal.SIGTERM)
     assert said[-1] == "stopped", said
