@@ -305,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             say(str(problem))
         return EXIT_CONFIG
-    except StoreError as exc:  # the embedded broker's store failed while running
+    # The embedded broker's store failed while running; the routes were not built in time.
+    except (StoreError, TimeoutError) as exc:
         say(str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:

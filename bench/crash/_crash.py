@@ -66,19 +66,20 @@ LIMIT: Final = 120.0
 
 
 class Server:
-    """A private server (mosquitto, redis-server, nats-server) that the run may restart.
+    """A private server (mosquitto, redis-server, nats-server, ...) that the run may
+    restart (:meth:`restart`) or SIGKILL and start again (:meth:`crash`).
 
     COMMAND gives its command line for a port and a working directory (kept
-    across restarts, removed by :meth:`close`); it must save its data on
-    SIGTERM.
+    across restarts and crashes, removed by :meth:`close`); it must save its
+    data on SIGTERM.
     """
 
     def __init__(
         self, command: Callable[[int, Path], list[str]], what: str, down: float = 0.3
     ) -> None:
         self.port = free_port()
-        self._work = Path(tempfile.mkdtemp(prefix=f"{what}-"))
-        self._command = command(self.port, self._work)
+        self.work = Path(tempfile.mkdtemp(prefix=f"{what}-"))
+        self._command = command(self.port, self.work)
         self._what = what
         self._down = down
         self._process: subprocess.Popen[bytes] | None = None
@@ -100,9 +101,18 @@ class Server:
         time.sleep(self._down)
         self.start()
 
+    def crash(self) -> float:
+        """SIGKILL it and start it again with its data; the seconds it was away."""
+        began = time.monotonic()
+        if self._process is not None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait()
+        self.start()
+        return round(time.monotonic() - began, 1)
+
     def close(self) -> None:
         self.stop()
-        shutil.rmtree(self._work, ignore_errors=True)
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
 @contextmanager
@@ -224,13 +234,8 @@ def _run_to_the_end(
         wait_for(finished, process, limit)
         time.sleep(0.5)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            status = process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            status = -9
-    return status
+        stop_process(process, 30)  # (SIGTERM; SIGKILL after 30 s: status -9)
+    return process.returncode
 
 
 def run_scenario(

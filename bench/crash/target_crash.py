@@ -67,8 +67,6 @@ import dataclasses
 import functools
 import json
 import random
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -88,14 +86,14 @@ from _crash import (
     IN_FLIGHT,
     LIMIT,
     BenchError,
+    Server,
     Target,
     bench_command,
     bridges_command,
     environment_line,
-    free_port,
     route_config,
+    stop_process,
     wait_for,
-    wait_port,
     write_report,
 )
 from mqtt_redis_crash import mosquitto_command, paho_client, redis_bodies, redis_fill, session
@@ -145,37 +143,6 @@ class Shared:
             if subprocess.run(status, capture_output=True, check=False).returncode == 0:
                 return
         raise BenchError(f"{self.name} does not answer after `scripts/brokers start`")
-
-
-class Private:
-    """A server process of this run's own on a fixed port, its data kept across crashes."""
-
-    def __init__(self, command: Callable[[int, Path], list[str]], what: str) -> None:
-        self.port = free_port()
-        self.work = Path(tempfile.mkdtemp(prefix=f"target-{what}-"))
-        self._command = command(self.port, self.work)
-        self._what = what
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self._process = subprocess.Popen(
-            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        wait_port(self.port, self._process, self._what)
-
-    def crash(self) -> float:
-        began = time.monotonic()
-        if self._process is not None:
-            self._process.send_signal(signal.SIGKILL)
-            self._process.wait()
-        self.start()
-        return round(time.monotonic() - began, 1)
-
-    def close(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(30)
-        shutil.rmtree(self.work, ignore_errors=True)
 
 
 # -- draining each target ------------------------------------------------------------------
@@ -350,14 +317,14 @@ def nats_row() -> TargetRow:
     return TargetRow(Shared("nats"), sink, lambda: nats_bodies(NATS_URL, stream), dedup=True)
 
 
-def embedded_row(broker: Private) -> TargetRow:
+def embedded_row(broker: Server) -> TargetRow:
     target = Target("embedded", "embedded", broker.port, "bench", "bench")
     queue = f"/queue/target-crash-{_key()}"
     sink = f'{{ type = "stomp", url = "stomp://{HOST}:{broker.port}", destination = "{queue}" }}'
     return TargetRow(broker, sink, lambda: stomp_drain(target, queue), dedup=True)
 
 
-def http_row(receiver: Private) -> TargetRow:
+def http_row(receiver: Server) -> TargetRow:
     url = f"http://{HOST}:{receiver.port}/hooks"
     sink = f'{{ type = "http", url = "{url}", concurrency = 8, timeout = 10.0 }}'
     return TargetRow(receiver, sink, lambda: http_drain(receiver.work / "store.jsonl"))
@@ -452,8 +419,8 @@ def make_row(name: str, stack: ExitStack) -> Row:
     return makers[name]()
 
 
-def _private(stack: ExitStack, command: Callable[[int, Path], list[str]], what: str) -> Private:
-    server = Private(command, what)
+def _private(stack: ExitStack, command: Callable[[int, Path], list[str]], what: str) -> Server:
+    server = Server(command, what)
     stack.callback(server.close)
     server.start()
     return server
@@ -490,17 +457,12 @@ def drive(
             wait_for(finished, process, LIMIT + count / 50)
             time.sleep(0.5)
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                status = process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                status = -9
+            stop_process(process, 60)  # (SIGTERM; SIGKILL after 60 s: status -9)
     return {
         "progress_at_kills": at_kill,
         "seconds_away": away,
-        "exit_status": status,
-        "log_tail": log_path.read_text()[-1500:] if status != 0 else "",
+        "exit_status": process.returncode,
+        "log_tail": log_path.read_text()[-1500:] if process.returncode != 0 else "",
     }
 
 

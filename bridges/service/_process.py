@@ -42,6 +42,7 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -50,14 +51,16 @@ import trio
 from trio_stomp.broker import Broker, StoreError
 from trio_stomp.util import printable
 
+from .._blocking import blocking
 from .._config import Config
 from .._convert import ConfigError
 from .._engine import Route
 from .._flow import sole
 from .._redact import Secrets, redacting
 from .._registry import Registry
-from .._shared import open_shared
+from .._shared import Shared, open_shared
 from ..endpoints.stomp import EMBEDDED_BROKER
+from . import _routes
 from ._embedded import open_embedded, volatile_backlog
 from ._logs import log_counters
 from ._notify import Notifier
@@ -189,6 +192,8 @@ class _Stopping:
     held: tuple[Held, Held] | None = None
     #: The secrets redacted while the process runs (a reload adds its config's).
     secrets: Secrets | None = None
+    #: A SIGHUP came while the routes were being built: reload once they run.
+    hup_while_building: bool = False
 
     def abort(self) -> None:
         if self.handed_back is None:
@@ -324,6 +329,10 @@ async def run_bridge(
       ConfigError: the embedded broker cannot listen, or an endpoint refused its settings.
       StoreError: the embedded broker's store failed to write (a full disk): it
         stopped, and the bridge with it; nothing unconfirmed was acknowledged.
+      TimeoutError: the routes were not built within ``BUILD_TIMEOUT`` s (an
+        endpoint's constructor blocked on a file system that does not answer).
+        They are built off the event loop: a signal meanwhile stops the start
+        at once (nothing was taken yet), and a SIGHUP reloads once they run.
     """
     data_dir = config.broker.data_dir
     stopping = _Stopping(data_dir=None if data_dir is None else str(config.base_dir / data_dir))
@@ -343,7 +352,7 @@ async def run_bridge(
         except BaseExceptionGroup as group:
             # A config problem found while building is one line for the user, not a group.
             single = sole(group)
-            if isinstance(single, (ConfigError, StoreError)):
+            if isinstance(single, (ConfigError, StoreError, TimeoutError)):
                 raise single from None
             raise
     stopped = stopping.result()
@@ -368,8 +377,10 @@ async def _run(
         async with open_shared() as shared:
             if broker is not None:
                 shared.provide(EMBEDDED_BROKER, broker)
-            routes = build_routes(config, registry, shared=shared)
-            stopping.routes = routes
+            built = await _build(config, registry, shared, signals, stopping, say)
+            if built is None:  # a signal while building: nothing was taken
+                return
+            routes = stopping.routes = built
             service_cm = open_service(config, routes, shared, notifier=stopping.notifier)
             async with service_cm as service, trio.open_nursery() as tasks:
                 stopping.service = service
@@ -386,6 +397,8 @@ async def _run(
                     )  # fmt: skip
                     for route in routes:
                         running.start_soon(route.run, name=f"route {route.name}")
+                    if stopping.hup_while_building:
+                        stopping.reloader.request()
                 log_counters(routes, log)
                 tasks.cancel_scope.cancel()
                 if not stopping.signalled:
@@ -396,6 +409,42 @@ async def _run(
         # its queue), the broker still up (a topic subscription's messages
         # still there): count every destination, read by a route or not.
         stopping.held = stopping.count_broker()
+
+
+async def _build(
+    config: Config,
+    registry: Registry,
+    shared: Shared,
+    signals: AsyncIterator[int],
+    stopping: _Stopping,
+    say: Say,
+) -> list[Route] | None:
+    """The routes of ``config``, built off the event loop (as a reload builds them:
+    an endpoint's constructor may block on a file system), or None when SIGTERM
+    or SIGINT came first (the build is then abandoned)."""
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            async for signum in signals:
+                if signum == signal.SIGHUP:  # reload once the routes run
+                    stopping.hup_while_building = True
+                    continue
+                stopping.signalled = True
+                say(f"{signal.Signals(signum).name}: stopping (the routes were being built)")
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        build = partial(build_routes, config, registry, shared=shared)
+        timeout = _routes.BUILD_TIMEOUT
+        with trio.move_on_after(timeout):
+            built = await blocking(build, what="building the routes", abandon=True)
+            nursery.cancel_scope.cancel()
+            return built
+        raise TimeoutError(
+            f"routes not built within {timeout:g} s (an endpoint blocked checking its "
+            "settings: a file system that does not answer?)"
+        )
+    return None  # a signal cancelled the build
 
 
 async def _stop_now_guard(

@@ -21,13 +21,14 @@ takes anything, it acks nothing twice.
 them says that they need a restart, and applies the routes only.
 
 The new config is read, checked and built off the event loop, in a worker
-thread, within :data:`RELOAD_TIMEOUT` s: the running routes, ``/healthz``
+thread (:func:`bridges.blocking`, as at start), within
+:data:`RELOAD_TIMEOUT` s: the running routes, ``/healthz``
 and the signals never wait on it, whatever its files are (a FIFO, a
 device, a file system that hangs). Each file is read by
 :func:`bridges._readfile.read_file` (a regular file, at most its size cap,
 within :data:`~bridges._readfile.READ_TIMEOUT` s). A load that overruns the
 deadline, or is still running when the process is told to stop, is
-abandoned (``abandon_on_cancel``): its thread is a daemon thread that holds
+abandoned (``abandon=True``): its thread is a daemon thread that holds
 no lock and no resource of the process, cannot hold up its exit, and its
 result is thrown away. Any failure (a config problem, an unreadable file,
 the deadline, any exception an endpoint raised while being built) keeps the
@@ -45,6 +46,7 @@ from typing import Final
 import attrs
 import trio
 
+from .._blocking import blocking
 from .._config import Config, load_config
 from .._convert import ConfigError
 from .._engine import Route
@@ -196,7 +198,7 @@ class Reloader:
         with trio.move_on_after(timeout) as scope:
             self._loading = scope
             try:
-                loaded = await trio.to_thread.run_sync(load, abandon_on_cancel=True)
+                loaded = await blocking(load, what="reload", abandon=True)
             finally:
                 self._loading = None
             if self.is_stopping():

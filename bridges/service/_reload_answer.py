@@ -19,11 +19,19 @@ replaces atomically after each reload, when ``$RUNTIME_DIRECTORY`` is set.
 The unit sets it (``RuntimeDirectory=bridges/%i``: a folder of the
 service's own, mode 0700, removed at stop) for both ``ExecStart`` and
 ``ExecReload``, which therefore agree on the path without any configuration.
+
+The folder is the service's own, but its answer file is read as untrusted
+all the same (:func:`bridges._fs.open_regular`): a symbolic link is not
+followed, a FIFO or a device does not block the open and is refused, and at
+most :data:`MAX_ANSWER` bytes are read. Anything else at that name ends the
+wait at once, by name, with exit 1 (before the SIGHUP when it is there
+already), rather than a hang or a read without end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -35,6 +43,8 @@ from typing import Final
 
 import attrs
 
+from .._fs import Refused, open_directory, open_regular
+
 #: The answer file's name in ``$RUNTIME_DIRECTORY``.
 ANSWER_NAME: Final = "reload"
 #: How long ``bridges reload --wait`` waits for an answer by default, s: the
@@ -43,6 +53,8 @@ ANSWER_NAME: Final = "reload"
 WAIT_TIMEOUT: Final = 60.0
 #: How often the answer file is read while waiting, s.
 POLL_INTERVAL: Final = 0.05
+#: The largest answer file read, bytes (what ``bridges run`` writes is well under 1 KiB).
+MAX_ANSWER: Final = 64 * 1024
 
 
 @attrs.frozen
@@ -81,10 +93,27 @@ def write_answer(path: Path, answer: Answer) -> None:
 
 
 def read_answer(path: Path) -> Answer | None:
-    """The answer in ``path``; None when there is none (yet) or it is not one."""
+    """The answer in ``path``; None when there is none (yet) or it is not one.
+
+    Raises:
+      WaitFailed: something else is at ``path``: a symbolic link, not a
+        regular file (a FIFO, a device), or more than :data:`MAX_ANSWER` bytes.
+    """
     try:
-        with open(path, encoding="utf-8") as file:  # (a small file on a tmpfs)
-            data = json.load(file)
+        dir_fd = open_directory(path.parent)
+        try:
+            fd, info = open_regular(dir_fd, path.name)
+        finally:
+            os.close(dir_fd)
+        try:
+            if info.st_size > MAX_ANSWER:
+                raise Refused(errno.EFBIG, f"{info.st_size} bytes, more than {MAX_ANSWER}")
+            text = os.read(fd, MAX_ANSWER + 1)
+        finally:
+            os.close(fd)
+        if len(text) > MAX_ANSWER:
+            raise Refused(errno.EFBIG, f"more than {MAX_ANSWER} bytes (still growing)")
+        data = json.loads(text)
         return Answer(
             pid=int(data["pid"]),
             reloads=int(data["reloads"]),
@@ -92,6 +121,8 @@ def read_answer(path: Path) -> Answer | None:
             refused=bool(data.get("refused", False)),
             note=str(data.get("note", "")),
         )
+    except Refused as exc:
+        raise WaitFailed(f"{path}: cannot read: {exc.strerror}") from None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -115,9 +146,14 @@ def signal_and_wait(
     with nothing else to do (no event loop).
 
     Raises:
-      WaitFailed: no such process, it ended first, or no answer within ``timeout``.
+      WaitFailed: no such process, it ended first, no answer within
+        ``timeout``, or something other than an answer file is at ``path``
+        (see :func:`read_answer`).
     """
-    before = read_answer(path)
+    try:
+        before = read_answer(path)
+    except WaitFailed as exc:
+        raise WaitFailed(f"{exc} (no SIGHUP sent)") from None
     done = before.reloads if before is not None and before.pid == pid else 0
     try:
         kill(pid, signal.SIGHUP)

@@ -1,6 +1,18 @@
-"""Routes built from a config: once per process, and the same way for ``bridges check``."""
+"""Routes built from a config: once per process, and the same way for ``bridges check``.
+
+Building a route runs its endpoints' constructors, which may touch the file
+system (the file family checks that its folders can be written: ``statvfs``,
+``access``) and block there: a network mount that does not answer hangs
+them in the kernel. A running process therefore builds off its event loop,
+at start (within :data:`BUILD_TIMEOUT` s) as at a reload: in a worker thread
+(:func:`bridges.blocking`, abandoned on a deadline or a signal: building
+creates nothing that must be undone), so the loop, its signals and
+``/healthz`` never wait on it.
+"""
 
 from __future__ import annotations
+
+from typing import Final
 
 from .._config import Config, build_endpoint
 from .._convert import ConfigError, Problem
@@ -15,6 +27,9 @@ from .._trace import traced
 #: delivers the message again (a broker does so once the connection closes).
 #: Short, so that a frozen peer cannot hold up a stop (see :mod:`._process`).
 RELEASE_TIMEOUT = 0.3
+
+#: The longest ``bridges run`` may take to build its routes at start, s.
+BUILD_TIMEOUT: Final = 10.0
 
 
 def build_routes(

@@ -6,7 +6,10 @@ connection:
 - the reader feeds every chunk the socket gives to the session. It never
   waits for anything but the socket: frames for other connections are only
   queued (see the writer), so a slow consumer never stalls a producer, its
-  heart-beats or its receipts;
+  heart-beats or its receipts. A chunk's frames are acted on a turn at a
+  time (:data:`FRAMES_PER_TURN`, :data:`WORK_PER_TURN`; see
+  :mod:`._intake`) with a checkpoint between turns, so a client that
+  pipelines thousands of small frames cannot starve the other connections;
 - the writer takes everything the session has queued and writes it with one
   ``send_all``, so a burst of MESSAGE frames costs one system call, and one
   task switch per burst rather than per frame;
@@ -35,6 +38,14 @@ from ._listeners import Goodbye
 from ._session import Session
 
 RECEIVE_SIZE: Final = 256 * 1024
+#: The most frames of one read the reader acts on before it lets every other
+#: task run (a checkpoint): some 0.3 to 0.8 ms of small SENDs.
+FRAMES_PER_TURN: Final = 64
+#: Nor any more frame, before the checkpoint, once their selectors spent this
+#: many work units (about 1 ms at the dearest weight, 1.2 ns per unit;
+#: ``bench/speed/selector_work.py``). One frame may still spend up to a
+#: dispatch's budget, ``Limits.max_selector_dispatch_work``.
+WORK_PER_TURN: Final = 1_000_000
 
 _STREAM_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -156,10 +167,18 @@ class Connection:
                 return
             self._last_received = trio.current_time()
             # Once closing, input is read and dropped until the client leaves.
-            if not session.closing:
-                session.receive_data(data)
+            if session.closing:
+                continue
+            # A turn at a time, every other connection served between two
+            # (see the module docs); the next read once this one is done.
+            more = session.receive_data(data, max_frames=FRAMES_PER_TURN, max_work=WORK_PER_TURN)
+            while True:
                 if not connected.is_set() and session.connected:
                     connected.set()
+                if not more:
+                    break
+                await trio.lowlevel.checkpoint()
+                more = session.receive_more(max_frames=FRAMES_PER_TURN, max_work=WORK_PER_TURN)
 
     async def _write_loop(self) -> bool:
         """Write until the session closes; True when everything was flushed."""

@@ -61,7 +61,7 @@ class SelectorMeter:
       longest: the longest string an evaluation may build, in characters.
     """
 
-    __slots__ = ("dispatch", "evaluation", "exhausted", "left", "longest", "short")
+    __slots__ = ("dispatch", "evaluation", "exhausted", "left", "longest", "short", "spent")
 
     def __init__(
         self,
@@ -76,6 +76,9 @@ class SelectorMeter:
         self.left = dispatch
         #: Evaluations that ran out (each one a non-match), since the start.
         self.exhausted = 0
+        #: Work units spent by every evaluation since the start (a turn's
+        #: measure of work: see :mod:`._intake`).
+        self.spent = 0
         #: True when, in this dispatch, an evaluation got less than a full
         #: budget and ran out: a later dispatch may select that message.
         self.short = False
@@ -102,6 +105,7 @@ class SelectorMeter:
             longest=self.longest,
         )
         self.left -= spent
+        self.spent += spent
         if verdict is None:
             self.exhausted += 1
             if allowance < self.evaluation:

@@ -14,16 +14,14 @@ must be dropped at once (its client stopped reading).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
 from .._version import version as package_version
 from ..frame import (
-    HEARTBEAT,
     Frame,
     FrameParser,
     LocalProtocolError,
-    RemoteProtocolError,
     Version,
     encode,
 )
@@ -32,6 +30,7 @@ from ._config import Limits
 from ._dedup import Duplicates
 from ._destinations import Router, Subscription
 from ._durable import CLIENT_ID_HEADER, NAME_HEADER, DurableSubscriptions, durable_name
+from ._intake import UNBOUNDED, Intake
 from ._message import Message
 from ._negotiation import (
     SUPPORTED,
@@ -102,6 +101,8 @@ class Session:
         self.limits = limits = limits if limits is not None else Limits()
         self.budget = budget if budget is not None else Budget(limits.max_buffered_bytes)
         self.duplicates = duplicates if duplicates is not None else Duplicates(0, 0)
+        self.meter = router.meter
+        self._intake = Intake()
         self.parser = FrameParser(  # (until CONNECT succeeds, only a small frame)
             max_frame_size=min(limits.max_frame_size, limits.max_preconnect_frame),
             max_header_count=limits.max_header_count,
@@ -143,51 +144,50 @@ class Session:
         """True once CONNECT succeeded (and stays so while closing)."""
         return self.version is not None
 
-    def receive_data(self, data: bytes | bytearray) -> None:
+    def receive_data(
+        self,
+        data: bytes | bytearray,
+        *,
+        max_frames: int = UNBOUNDED,
+        max_work: int = UNBOUNDED,
+    ) -> bool:
         """Parse and act on ``data``, bytes as they came from the client.
 
         Bytes that are not valid STOMP end the session with an ERROR.
         Nothing here raises because of what the client sent.
+
+        Args:
+          max_frames: act on at most this many frames now (a turn: see
+            :mod:`._intake`); the rest wait for :meth:`receive_more`.
+          max_work: nor on any more frame once the turn's selector
+            evaluations have spent this many work units.
+
+        Returns:
+          True when frames of ``data`` wait for :meth:`receive_more` (which
+          the edge calls, after a checkpoint, before it reads again).
         """
         if not data:
-            return
+            return False
         if not isinstance(data, bytes):
             data = bytes(data)
-        self._receive(data)
+        return self._receive(data, max_frames, max_work)
+
+    def receive_more(self, *, max_frames: int = UNBOUNDED, max_work: int = UNBOUNDED) -> bool:
+        """Act on the frames the last :meth:`receive_data` left, for one more turn;
+        True while some still wait."""
+        return self._receive(None, max_frames, max_work)
+
+    def malformed(self, detail: str) -> None:
+        """The client's bytes are not STOMP (``detail`` says how): ERROR, and the end."""
+        self._error("malformed frame", detail)
+
+    def _receive(self, data: bytes | None, max_frames: int, max_work: int) -> bool:
+        more = self._intake.act(self, data, max_frames, max_work)
         if self._detached:
-            return  # (a DISCONNECT gave everything back, the budget's share too)
+            return False  # (a DISCONNECT gave everything back, the budget's share too)
         if not self.budget.hold(self, self.parser.buffered) and not self.closing:
             self._error("too much buffered", self.budget.exceeded)
-
-    def _receive(self, data: bytes) -> None:
-        resume = False
-        while not self.closing:
-            # Until CONNECT negotiates a version, parse one frame at a time:
-            # what follows it parses under the rules of that version.
-            pause = self.version is None
-            events: Sequence[object]
-            error = None
-            try:
-                if resume:
-                    events = self.parser.resume(pause_after_frame=pause)
-                else:
-                    events = self.parser.feed(data, pause_after_frame=pause)
-            except RemoteProtocolError as exc:
-                # The frames before the bad bytes are valid: act on them first.
-                events, error = exc.events, exc
-            for event in events:
-                if self.closing:
-                    return
-                if event is not HEARTBEAT:
-                    assert isinstance(event, Frame)
-                    self.handle_frame(event)
-            if error is not None:
-                if not self.closing:
-                    self._error("malformed frame", str(error))
-                return
-            if not (pause and events):
-                return
-            resume = True
+        return more and not self.closing
 
     def receive_eof(self) -> None:
         """The client closed its side: the session ends without output."""

@@ -79,3 +79,48 @@ async def test_reload_wait_exits_with_the_outcome_and_a_refusal_is_logged_at_war
     done = await reload(process.pid, env, "--wait")
     assert done.returncode == 1
     assert f"no process {process.pid}".encode() in done.stderr
+
+
+ANSWER = '{"pid": PID, "reloads": 7, "ok": true, "refused": false, "note": ""}'
+
+
+@pytest.mark.deadline(60)
+@pytest.mark.parametrize("planted", ["link", "fifo", "oversized"])
+async def test_reload_wait_refuses_what_is_planted_as_the_answer_at_once_and_sends_nothing(
+    tmp_path: Path, planted: str
+) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    answer = runtime / "reload"
+    # The process to reload: it notes each SIGHUP (and survives it).
+    hups = tmp_path / "hups"
+    target = await trio.lowlevel.open_process(
+        ["sh", "-c", f'trap "echo hup >> {hups}" HUP; while :; do sleep 0.05; done']
+    )
+    try:
+        valid = ANSWER.replace("PID", str(target.pid))
+        if planted == "link":  # to a valid answer elsewhere: never followed
+            (tmp_path / "elsewhere").write_text(valid)
+            answer.symlink_to(tmp_path / "elsewhere")
+        elif planted == "fifo":  # a plain open would wait for a writer for ever
+            os.mkfifo(answer)
+        else:  # valid JSON, padded far beyond any answer
+            answer.write_text(valid + " " * (1024 * 1024))
+        env = {**os.environ, "RUNTIME_DIRECTORY": str(runtime)}
+        with trio.fail_after(30):
+            started = trio.current_time()
+            done = await reload(target.pid, env, "--wait", "--timeout", "20")
+            took = trio.current_time() - started
+    finally:
+        target.kill()
+        await target.wait()
+    said = done.stderr.decode()
+    assert done.returncode == 1, said
+    assert took < 10, took  # at once (the command's start-up), not after the --timeout
+    why = {
+        "link": "a symbolic link (not followed)",
+        "fifo": "not a regular file",
+        "oversized": f"{answer.stat().st_size} bytes, more than 65536",
+    }[planted]
+    assert said == f"bridges: reload: {answer}: cannot read: {why} (no SIGHUP sent)\n", said
+    assert not hups.exists()

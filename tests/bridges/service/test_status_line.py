@@ -111,6 +111,20 @@ async def _read_pty(fd: int, seen: bytearray) -> None:
             seen += chunk
 
 
+def _pause(main: int, child: int) -> None:
+    """Type Ctrl-S and return once the terminal has stopped its output.
+
+    The kernel takes what is typed into a pty later, in a worker of its own: a
+    write to the terminal right after the Ctrl-S may still go through (it did
+    under load). A line typed after it is read back on the other side once it
+    was taken, and what is typed is taken in order.
+    """
+    os.write(main, b"\x13paused\n")
+    typed = b""
+    while not typed.endswith(b"paused\n"):
+        typed += os.read(child, 64)
+
+
 async def _read_pipe(pipe: trio.abc.ReceiveStream, seen: bytearray) -> None:
     while chunk := await pipe.receive_some(65536):
         seen += chunk
@@ -282,8 +296,9 @@ async def test_a_paused_terminal_drops_frames_and_counts_the_log_lines_it_drops(
     main, child = _pty()
     attributes = termios.tcgetattr(child)
     attributes[0] |= termios.IXON
+    attributes[3] &= ~termios.ECHO  # (the marker line below is not echoed)
     termios.tcsetattr(child, termios.TCSANOW, attributes)
-    os.write(main, b"\x13")  # Ctrl-S: output stopped
+    await trio.to_thread.run_sync(_pause, main, child)  # Ctrl-S: output stopped
     seen = bytearray()
     with os.fdopen(child, "w") as terminal, trio.fail_after(20):
         screen = Screen(terminal, columns=80)

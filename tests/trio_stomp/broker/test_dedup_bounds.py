@@ -13,31 +13,14 @@ import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_dedup import _Clock, _offer
 
 import trio_stomp
 from trio_stomp.broker import Broker, Limits, open_broker
 from trio_stomp.broker._dedup import ENTRY_COST, Duplicates
-from trio_stomp.frame import Headers
 from trio_stomp.testing import RawClient, open_raw_client
 
 TIMEOUT = 20.0
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _offer(window: Duplicates, destination: str, bridge_id: str, ticket: int = 0) -> bool:
-    key, seen = window.check(destination, Headers([("bridge-id", bridge_id)]))
-    if seen is not None:
-        return False
-    if key is not None:
-        window.accept(key, ticket)
-    return True
 
 
 # -- a library user ------------------------------------------------------------------
