@@ -8,8 +8,9 @@ same id and two senders' ids never meet, else ``ROUTE/`` and a fresh one.
 
 A push source fits the pull contract this way: the request handler (a task
 of the shared server) checks the request, builds an envelope whose ack and
-nack only record the outcome, and hands it to :meth:`_HttpReceiver.receive`
-through an unbuffered channel; then it waits for the outcome. The engine
+nack only record the outcome, queues it for :meth:`_HttpReceiver.receive_some`
+(the engine takes every queued one in one call) and waits for the outcome,
+parked once, with no task or channel of its own. The engine
 acks the envelope once the sink holds the message durably (or the
 dead-letter sink does): then, and only then, the answer is ``status`` (204).
 A nack (a sink that keeps failing, a shutdown) answers 503 with
@@ -36,10 +37,11 @@ rate.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final
@@ -49,6 +51,7 @@ import trio
 from attrs.validators import ge, gt, le
 
 from bridges import Context, Envelope, InvalidSetting, Message
+from ..._message import ACKED, NACKED, OPEN
 from bridges._readfile import check_file
 
 from .._id_template import id_namespace, id_template_setting
@@ -301,21 +304,48 @@ class HttpSource:
         return message
 
 
-class _Outcome:
-    """What became of one request's envelope; the handler waits on :attr:`done`."""
+class _HookEnvelope(Envelope):
+    """One request's envelope: settling it records the outcome and wakes the handler.
 
-    __slots__ = ("acked", "done")
+    The handler waits for :attr:`done`, in one cancel scope (:attr:`scope`)
+    whose deadline is ``accept_timeout`` while the envelope is queued and
+    ``answer_timeout`` from when the route takes it. Every envelope of a
+    receiver shares its :attr:`settle_key`, so the engine acks a written
+    batch in one :meth:`ack_all` call, with no await per request.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("acked", "done", "scope", "settle_key", "taken")
+
+    def __init__(self, message: Message, origin: str, key: object) -> None:
+        self.message = message
+        self.origin = origin
+        self.state = OPEN
+        self.settle_key = key
         self.done = trio.Event()
         self.acked = False
+        self.taken = False
+        self.scope: trio.CancelScope | None = None
 
     async def ack(self) -> None:
-        self.acked = True
-        self.done.set()
+        if self.state is OPEN:
+            self.state = ACKED
+            self.acked = True
+            self.done.set()
 
-    async def nack(self, error: BaseException | None) -> None:
-        self.done.set()
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        for envelope in envelopes:
+            if envelope.state is OPEN:
+                if isinstance(envelope, _HookEnvelope):
+                    envelope.state = ACKED
+                    envelope.acked = True
+                    envelope.done.set()
+                else:  # pragma: no cover - one receiver hands out only its own
+                    await envelope.ack()
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state is OPEN:
+            self.state = NACKED
+            self.done.set()
 
 
 class _Disconnected(Exception):
@@ -331,27 +361,55 @@ class _CutOff(Exception):
 
 
 class _HttpReceiver:
+    """Requests queued for the route, taken a group at a time (a :class:`BulkReceiver`).
+
+    A handler appends its envelope to :attr:`_queued` and waits for its
+    outcome; the engine's taker takes every queued envelope in one
+    :meth:`receive_some` call. No task, channel or rendezvous per request:
+    the handler parks once (until its outcome), the taker once per group.
+    The queue holds at most ``max_pending`` envelopes (one per place).
+    """
+
     def __init__(self, source: HttpSource) -> None:
         self._source = source
         self._config = source.config
-        self._send, self._receive = trio.open_memory_channel[Envelope](0)
-        self._pending: set[_Outcome] = set()
+        self._queued: collections.deque[_HookEnvelope] = collections.deque()
+        self._taker = trio.lowlevel.ParkingLot()
+        self._closed = False
+        self._pending: set[_HookEnvelope] = set()
         self._places = Places(source.config.max_pending, source.config.max_per_peer)
         self._retry_after = [(b"retry-after", str(source.config.retry_after).encode())]
         self._origin = f"http {source.config.path}"
         self.refusals = Refusals(self._origin, source.refused)
 
+    async def receive_some(self, most: int) -> list[Envelope]:
+        """The queued envelopes, oldest first: at least one (waits for it), at most ``most``."""
+        queued = self._queued
+        while not queued:
+            if self._closed:
+                raise trio.EndOfChannel
+            await self._taker.park()
+        if self._closed:
+            raise trio.EndOfChannel
+        taken: list[Envelope] = []
+        deadline = trio.current_time() + self._config.answer_timeout
+        for _ in range(min(most, len(queued))):
+            envelope = queued.popleft()
+            envelope.taken = True
+            if envelope.scope is not None:
+                envelope.scope.deadline = deadline
+            taken.append(envelope)
+        return taken
+
     async def receive(self) -> Envelope:
-        try:
-            return await self._receive.receive()
-        except trio.ClosedResourceError:
-            raise trio.EndOfChannel from None
+        return (await self.receive_some(1))[0]
 
     def close(self) -> None:
         """No more requests: waiting senders get 503, and so does anything unsettled."""
-        self._receive.close()
-        for outcome in self._pending:
-            outcome.done.set()
+        self._closed = True
+        self._taker.unpark_all()
+        for envelope in self._pending:
+            envelope.done.set()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app mounted on the path: check, queue, wait for the outcome, answer.
@@ -460,35 +518,39 @@ class _HttpReceiver:
 
     async def _queue(self, message: Message) -> bool:
         """Hand the message to the route and wait until it is settled; True once durable."""
-        outcome = _Outcome()
-        envelope = Envelope(message, ack=outcome.ack, nack=outcome.nack, origin=self._origin)
-        self._pending.add(outcome)
+        if self._closed:
+            return False  # the route stopped: nothing is queued
+        envelope = _HookEnvelope(message, self._origin, self)
+        self._pending.add(envelope)
         try:
-            with trio.move_on_after(self._config.accept_timeout) as waited:
-                await self._send.send(envelope)
-            if waited.cancelled_caught:
-                log.warning(
-                    "%s: 503: the route took nothing for %g s (accept_timeout)",
-                    self._origin,
-                    self._config.accept_timeout,
-                )
-                return False
-            with trio.move_on_after(self._config.answer_timeout) as answered:
-                await outcome.done.wait()
-            if answered.cancelled_caught:
-                # Still in the route and perhaps stored later: the sender's retry
-                # is then a duplicate with the same id, never a loss.
-                log.warning(
-                    "%s: 503: not stored within %g s (answer_timeout)",
-                    self._origin,
-                    self._config.answer_timeout,
-                )
-                return False
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return False  # the route stopped before taking it: nothing was queued
+            with trio.CancelScope(
+                deadline=trio.current_time() + self._config.accept_timeout
+            ) as waited:
+                envelope.scope = waited
+                self._queued.append(envelope)
+                self._taker.unpark()
+                await envelope.done.wait()
         finally:
-            self._pending.discard(outcome)
-        return outcome.acked
+            self._pending.discard(envelope)
+            envelope.scope = None
+        if not waited.cancelled_caught:
+            return envelope.acked
+        if not envelope.taken:
+            self._queued.remove(envelope)  # (never handed out: nothing was queued)
+            log.warning(
+                "%s: 503: the route took nothing for %g s (accept_timeout)",
+                self._origin,
+                self._config.accept_timeout,
+            )
+            return False
+        # Still in the route and perhaps stored later: the sender's retry is then a
+        # duplicate with the same id, never a loss.
+        log.warning(
+            "%s: 503: not stored within %g s (answer_timeout)",
+            self._origin,
+            self._config.answer_timeout,
+        )
+        return False
 
 
 def _headers(scope: Scope) -> dict[str, str]:
