@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import ssl
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 from urllib.parse import unquote
@@ -62,6 +63,8 @@ READ_SIZE: Final = 64 * 1024
 MAX_LINGER_BYTES: Final = 4 * 1024 * 1024
 #: After such an answer, the longest the lingering close waits for the client to stop, s.
 LINGER_TIMEOUT: Final = 2.0
+#: The ASGI scope's ``extensions`` key of :meth:`_Exchange.ready_body`.
+READY_BODY: Final = "bridges.ready_body"
 #: Reasons of the statuses this module sends itself.
 _REASONS: Final = {
     100: b"Continue",
@@ -130,8 +133,13 @@ class _Connection:
         self.requests: deque[_Request] = deque()
         self.eof = False
         self.head_bytes = 0
-        #: The scope of the wait for the next request's head (cancelled by a stop).
-        self.idle: trio.CancelScope | None = None
+        #: The connection's own scope: cancelled when a head does not arrive within
+        #: ``head_timeout`` (by :meth:`HttpServer._expire_heads`) or by a stop, only
+        #: while it waits for one (never while an app runs).
+        self.scope = trio.CancelScope()
+        #: A plain TCP socket's descriptor, read and written directly (no
+        #: scheduler pass of its own per call: see :meth:`read`); -1 for TLS.
+        self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
 
     # httptools calls these while feed_data() parses.
     def on_message_begin(self) -> None:
@@ -167,7 +175,8 @@ class _Connection:
           _BadRequest: not HTTP, an upgrade, or a head over the limit.
         """
         in_head = not self.requests or not self.requests[-1].head_done
-        data = await self.stream.receive_some(self.server.max_head if in_head else READ_SIZE)
+        size = self.server.max_head if in_head else READ_SIZE
+        data = await self._receive(size) if self.fd >= 0 else await self.stream.receive_some(size)
         if not data:
             self.eof = True
             return
@@ -182,20 +191,64 @@ class _Connection:
             if self.head_bytes > self.server.max_head:
                 raise _BadRequest(431, "request head too large")
 
+    async def _receive(self, size: int) -> bytes:
+        """Read up to ``size`` bytes from the plain socket: at once when some are there
+        (then one checkpoint, so a peer that keeps sending cannot hog the loop), else
+        after waiting until it is readable (the wait is the scheduler pass).
+
+        The socket is non-blocking (trio made it so); this skips
+        ``SocketStream.receive_some``'s extra pass after each read, which costs
+        as much as the rest of a small request's handling.
+        """
+        try:
+            data = os.read(self.fd, size)
+        except BlockingIOError:
+            pass
+        else:
+            await trio.lowlevel.checkpoint()
+            return data
+        while True:
+            await trio.lowlevel.wait_readable(self.fd)
+            try:
+                return os.read(self.fd, size)
+            except BlockingIOError:
+                continue
+
+    async def send_all(self, data: bytes) -> None:
+        """Send ``data``: straight into the plain socket's buffer when it fits (no
+        scheduler pass), else (or over TLS) through the stream."""
+        if self.fd >= 0:
+            try:
+                sent = os.write(self.fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent == len(data):
+                return
+            data = data[sent:]
+        await self.stream.send_all(data)
+
     async def next_request(self) -> _Request | None:
-        """The next request whose head is in, or None (closed, idle too long, stopping)."""
+        """The next request whose head is in, or None (closed, stopping).
+
+        While it waits, the connection is in the server's list of heads due:
+        one that does not come within ``head_timeout`` cancels :attr:`scope`,
+        which closes the connection (one timer task for the whole server, not
+        a cancel scope per request).
+        """
         if self.requests and self.requests[0].head_done:
             return self.requests[0]
+        waiting = self.server.waiting
+        waiting[self] = trio.current_time() + self.server.head_timeout
         try:
-            with trio.move_on_after(self.server.head_timeout) as self.idle:
-                while not (self.requests and self.requests[0].head_done):
-                    if self.eof:
-                        return None
-                    await self.read()
-                return self.requests[0]
+            while not (self.requests and self.requests[0].head_done):
+                if self.eof:
+                    return None
+                await self.read()
         finally:
-            self.idle = None
-        return None
+            waiting.pop(self, None)
+        if self.scope.cancel_called:  # (due in the very tick the head arrived)
+            return None
+        return self.requests[0]
 
     async def serve(self) -> None:
         while not self.server.stopping:
@@ -214,7 +267,7 @@ class _Connection:
         log.debug("%s: %s", self.client, bad)
         body = f"{bad}\n".encode()
         try:
-            await self.stream.send_all(response_head(bad.status, [], len(body), close=True) + body)
+            await self.send_all(response_head(bad.status, [], len(body), close=True) + body)
         except _GONE:
             return
         await self.linger()
@@ -243,6 +296,7 @@ class _Connection:
             "server": None,
         }
         exchange = _Exchange(self, request)
+        scope["extensions"] = {READY_BODY: exchange.ready_body}
         try:
             await server.app(scope, exchange.receive, exchange.send)
         except _GONE:
@@ -250,7 +304,7 @@ class _Connection:
         except Exception:
             log.exception("the app failed on %s %s", request.method, path)
             if exchange.status is None:
-                await self.stream.send_all(response_head(500, [], 0, close=True))
+                await self.send_all(response_head(500, [], 0, close=True))
             return False
         if not exchange.sent:  # the app answered nothing (it saw the sender go away)
             return False
@@ -310,6 +364,19 @@ class _Exchange:
         self.sent = self.ended = False
         self.continued = not request.expect
 
+    def ready_body(self) -> bytes | None:
+        """The whole body when the parser holds all of it already (then it is
+        taken, as by ``receive``), else None: read it with ``receive``. An app
+        gets it through the scope's ``extensions`` (:data:`READY_BODY`), and
+        needs no timer for a body that is already here."""
+        request = self.request
+        if not request.complete or self.ended or self.sent:
+            return None
+        self.ended = True
+        body = b"".join(request.body)
+        request.body.clear()
+        return body
+
     async def receive(self) -> ASGIMessage:
         """The next body chunk (read from the socket only now), or ``http.disconnect``."""
         request = self.request
@@ -319,7 +386,7 @@ class _Exchange:
                 return {"type": "http.disconnect"}
             if not self.continued:
                 self.continued = True
-                await connection.stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                await connection.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
             try:
                 await connection.read()
             except (_BadRequest, *_GONE):
@@ -349,9 +416,7 @@ class _Exchange:
         body = b"".join(self.parts)
         keep = self.connection.keep_alive(self.request, self.headers)
         head = response_head(self.status, self.headers, len(body), close=not keep)
-        await self.connection.stream.send_all(
-            head if self.request.method == "HEAD" else head + body
-        )
+        await self.connection.send_all(head if self.request.method == "HEAD" else head + body)
 
 
 def response_head(
@@ -398,28 +463,48 @@ class HttpServer:
         self.ssl_context = ssl_context
         self.scheme = "https" if ssl_context is not None else "http"
         self.stopping = False
-        self._connections: set[_Connection] = set()
+        #: Connections waiting for a request head, with when it is due, the
+        #: soonest first (every wait is ``head_timeout`` long).
+        self.waiting: OrderedDict[_Connection, float] = OrderedDict()
         self._stop = trio.Event()
 
     def stop(self) -> None:
         """Stop accepting; close idle connections; let requests in progress finish."""
         self.stopping = True
-        for connection in self._connections:
-            if connection.idle is not None:
-                connection.idle.cancel()
+        for connection in self.waiting:
+            connection.scope.cancel()
         self._stop.set()
+
+    async def _expire_heads(self) -> None:
+        """Close connections whose request head is overdue (the soonest due first)."""
+        waiting = self.waiting
+        while True:
+            now = trio.current_time()
+            while waiting:
+                connection, due = next(iter(waiting.items()))
+                if due > now:
+                    break
+                del waiting[connection]
+                connection.scope.cancel()
+            # (a wait that starts later is due later than now + head_timeout)
+            await trio.sleep_until(
+                next(iter(waiting.values())) if waiting else now + self.head_timeout
+            )
 
     async def serve(self, listeners: list[trio.SocketListener]) -> None:
         """Accept and serve until :meth:`stop`, then for at most ``graceful_timeout`` s."""
-        async with trio.open_nursery() as connections:
-            async with trio.open_nursery() as accepting:
+        async with trio.open_nursery() as timer:
+            timer.start_soon(self._expire_heads)
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as accepting:
+                    for listener in listeners:
+                        accepting.start_soon(self._accept, listener, connections)
+                    await self._stop.wait()
+                    accepting.cancel_scope.cancel()
                 for listener in listeners:
-                    accepting.start_soon(self._accept, listener, connections)
-                await self._stop.wait()
-                accepting.cancel_scope.cancel()
-            for listener in listeners:
-                await listener.aclose()
-            connections.cancel_scope.deadline = trio.current_time() + self.graceful_timeout
+                    await listener.aclose()
+                connections.cancel_scope.deadline = trio.current_time() + self.graceful_timeout
+            timer.cancel_scope.cancel()
 
     async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         while True:
@@ -446,13 +531,13 @@ class HttpServer:
                 stream, self.ssl_context, server_side=True, https_compatible=True
             )
         connection = _Connection(self, served, client)
-        self._connections.add(connection)
         try:
-            await connection.serve()
+            with connection.scope:
+                await connection.serve()
         except _GONE:
             pass  # the peer went away
         except Exception:  # one connection's failure never stops the server
             log.exception("connection from %s failed", client)
         finally:
-            self._connections.discard(connection)
+            self.waiting.pop(connection, None)
             await trio.aclose_forcefully(served)

@@ -51,12 +51,13 @@ import trio
 from attrs.validators import ge, gt, le
 
 from bridges import Context, Envelope, InvalidSetting, Message
-from ..._message import ACKED, NACKED, OPEN
 from bridges._readfile import check_file
 
+from ..._message import ACKED, NACKED, OPEN
 from .._id_template import id_namespace, id_template_setting
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
+from .server import READY_BODY
 from .signatures import (
     Scheme,
     SignatureError,
@@ -239,6 +240,7 @@ class HttpSource:
             listener.retry_after = self.config.retry_after
             receiver = _HttpReceiver(self)
             nursery.start_soon(receiver.refusals.run)
+            nursery.start_soon(receiver.expire)
             try:
                 with listener.mount(self.config.path, receiver.handle):
                     self.listener = listener
@@ -307,16 +309,17 @@ class HttpSource:
 class _HookEnvelope(Envelope):
     """One request's envelope: settling it records the outcome and wakes the handler.
 
-    The handler waits for :attr:`done`, in one cancel scope (:attr:`scope`)
-    whose deadline is ``accept_timeout`` while the envelope is queued and
-    ``answer_timeout`` from when the route takes it. Every envelope of a
-    receiver shares its :attr:`settle_key`, so the engine acks a written
-    batch in one :meth:`ack_all` call, with no await per request.
+    The handler waits for :attr:`done` with no timer of its own: the
+    receiver's :meth:`_HttpReceiver.expire` sets it at :attr:`deadline`
+    (``accept_timeout`` while queued, ``answer_timeout`` from when the route
+    took it) and says so in :attr:`expired`. Every envelope of a receiver
+    shares its :attr:`settle_key`, so the engine acks a written batch in one
+    :meth:`ack_all` call, with no await per request.
     """
 
-    __slots__ = ("acked", "done", "scope", "settle_key", "taken")
+    __slots__ = ("acked", "deadline", "done", "expired", "settle_key", "taken")
 
-    def __init__(self, message: Message, origin: str, key: object) -> None:
+    def __init__(self, message: Message, origin: str, key: object, deadline: float) -> None:
         self.message = message
         self.origin = origin
         self.state = OPEN
@@ -324,7 +327,9 @@ class _HookEnvelope(Envelope):
         self.done = trio.Event()
         self.acked = False
         self.taken = False
-        self.scope: trio.CancelScope | None = None
+        self.deadline = deadline
+        #: The timeout that answered it 503 before it was settled, or "".
+        self.expired = ""
 
     async def ack(self) -> None:
         if self.state is OPEN:
@@ -365,18 +370,21 @@ class _HttpReceiver:
 
     A handler appends its envelope to :attr:`_queued` and waits for its
     outcome; the engine's taker takes every queued envelope in one
-    :meth:`receive_some` call. No task, channel or rendezvous per request:
-    the handler parks once (until its outcome), the taker once per group.
-    The queue holds at most ``max_pending`` envelopes (one per place).
+    :meth:`receive_some` call. No task, channel, rendezvous or cancel scope
+    per request: the handler parks once (until its outcome), the taker once
+    per group, and one timer task (:meth:`expire`) answers what waited too
+    long. The queue holds at most ``max_pending`` envelopes (one per place).
     """
 
     def __init__(self, source: HttpSource) -> None:
         self._source = source
         self._config = source.config
+        #: Waiting for the route, oldest (soonest due) first.
         self._queued: collections.deque[_HookEnvelope] = collections.deque()
+        #: Taken by the route, oldest first; settled ones leave from the front.
+        self._taken: collections.deque[_HookEnvelope] = collections.deque()
         self._taker = trio.lowlevel.ParkingLot()
         self._closed = False
-        self._pending: set[_HookEnvelope] = set()
         self._places = Places(source.config.max_pending, source.config.max_per_peer)
         self._retry_after = [(b"retry-after", str(source.config.retry_after).encode())]
         self._origin = f"http {source.config.path}"
@@ -391,24 +399,51 @@ class _HttpReceiver:
             await self._taker.park()
         if self._closed:
             raise trio.EndOfChannel
-        taken: list[Envelope] = []
+        taken = self._taken
+        while taken and taken[0].done.is_set():
+            taken.popleft()
         deadline = trio.current_time() + self._config.answer_timeout
+        out: list[Envelope] = []
         for _ in range(min(most, len(queued))):
             envelope = queued.popleft()
             envelope.taken = True
-            if envelope.scope is not None:
-                envelope.scope.deadline = deadline
+            envelope.deadline = deadline
             taken.append(envelope)
-        return taken
+            out.append(envelope)
+        return out
 
     async def receive(self) -> Envelope:
         return (await self.receive_some(1))[0]
+
+    async def expire(self) -> None:
+        """Answer 503 what waited too long: queued past ``accept_timeout`` (taken
+        out), or taken and not settled within ``answer_timeout`` (left in the
+        route). Both queues are in deadline order, so it looks at their fronts."""
+        queued, taken = self._queued, self._taken
+        idle = min(self._config.accept_timeout, self._config.answer_timeout)
+        while True:
+            now = trio.current_time()
+            while queued and queued[0].deadline <= now:
+                envelope = queued.popleft()
+                envelope.expired = "accept_timeout"
+                envelope.done.set()
+            while taken and (taken[0].done.is_set() or taken[0].deadline <= now):
+                envelope = taken.popleft()
+                if not envelope.done.is_set():
+                    envelope.expired = "answer_timeout"
+                    envelope.done.set()
+            wake = now + idle  # (anything queued or taken later is due after that)
+            if queued:
+                wake = min(wake, queued[0].deadline)
+            if taken:
+                wake = min(wake, taken[0].deadline)
+            await trio.sleep_until(wake)
 
     def close(self) -> None:
         """No more requests: waiting senders get 503, and so does anything unsettled."""
         self._closed = True
         self._taker.unpark_all()
-        for envelope in self._pending:
+        for envelope in (*self._queued, *self._taken):
             envelope.done.set()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -452,8 +487,13 @@ class _HttpReceiver:
         if length.isdigit() and int(length) > limit:
             self.refusals.note("max_body", client, f"{length} bytes > max_body {limit}")
             return 413, b"body too large\n", []
+        ready = scope.get("extensions", {}).get(READY_BODY)
+        body = ready() if ready is not None else None  # (all here already: no timer needed)
         try:
-            body = await self._read_body(receive, place)
+            if body is None:
+                body = await self._read_body(receive, place)
+            elif len(body) > limit:
+                body = None
         except _Disconnected:
             return 400, b"", []
         except _CutOff as cut:
@@ -520,37 +560,34 @@ class _HttpReceiver:
         """Hand the message to the route and wait until it is settled; True once durable."""
         if self._closed:
             return False  # the route stopped: nothing is queued
-        envelope = _HookEnvelope(message, self._origin, self)
-        self._pending.add(envelope)
+        envelope = _HookEnvelope(
+            message, self._origin, self, trio.current_time() + self._config.accept_timeout
+        )
+        self._queued.append(envelope)
+        self._taker.unpark()
         try:
-            with trio.CancelScope(
-                deadline=trio.current_time() + self._config.accept_timeout
-            ) as waited:
-                envelope.scope = waited
-                self._queued.append(envelope)
-                self._taker.unpark()
-                await envelope.done.wait()
-        finally:
-            self._pending.discard(envelope)
-            envelope.scope = None
-        if not waited.cancelled_caught:
-            return envelope.acked
-        if not envelope.taken:
-            self._queued.remove(envelope)  # (never handed out: nothing was queued)
+            await envelope.done.wait()
+        except BaseException:  # (cancelled: the server stopping) never handed out: not queued
+            if not envelope.taken and envelope in self._queued:
+                self._queued.remove(envelope)
+            raise
+        if envelope.expired == "accept_timeout":
             log.warning(
                 "%s: 503: the route took nothing for %g s (accept_timeout)",
                 self._origin,
                 self._config.accept_timeout,
             )
             return False
-        # Still in the route and perhaps stored later: the sender's retry is then a
-        # duplicate with the same id, never a loss.
-        log.warning(
-            "%s: 503: not stored within %g s (answer_timeout)",
-            self._origin,
-            self._config.answer_timeout,
-        )
-        return False
+        if envelope.expired:
+            # Still in the route and perhaps stored later: the sender's retry is then a
+            # duplicate with the same id, never a loss.
+            log.warning(
+                "%s: 503: not stored within %g s (answer_timeout)",
+                self._origin,
+                self._config.answer_timeout,
+            )
+            return False
+        return envelope.acked
 
 
 def _headers(scope: Scope) -> dict[str, str]:
