@@ -4,7 +4,9 @@ Each accepted request to ``path`` is one message: the body unchanged, the
 headers ``content-type``, ``http-method``, ``http-path``, ``http-query`` and
 ``http-<name>`` for each name in ``keep_headers``; its id is ``ROUTE/`` and
 the sender's ``webhook-id`` (``id_header``), so a sender's retries carry the
-same id and two senders' ids never meet, else ``ROUTE/`` and a fresh one.
+same id and two senders' ids never meet, else ``ROUTE/`` and a fresh one
+(128 random bits drawn once per source, then a count: unique without a
+draw per request).
 
 A push source fits the pull contract this way: the request handler (a task
 of the shared server) checks the request, builds an envelope whose ack and
@@ -38,6 +40,7 @@ rate.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import time
 import uuid
@@ -53,7 +56,7 @@ from attrs.validators import ge, gt, le
 from bridges import Context, Envelope, InvalidSetting, Message
 from bridges._readfile import check_file
 
-from ..._message import ACKED, NACKED, OPEN
+from ..._message import ACKED, NACKED, OPEN, trusted_message
 from .._id_template import id_namespace, id_template_setting
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
@@ -221,6 +224,9 @@ class HttpSource:
         self._keep = tuple(name.lower() for name in config.keep_headers)
         self._context = context
         self._namespace = id_namespace(context.route)
+        #: Fresh ids (no sender id): this source's own random prefix and a count.
+        self._fresh_prefix = self._namespace + uuid.uuid4().hex + "-"
+        self._fresh = itertools.count(1)
         #: The server it is mounted on, while open (its ``url`` has the real port).
         self.listener: HttpListener | None = None
         #: Requests refused since it was created, by reason (``bridges_http_refused_total``).
@@ -299,8 +305,8 @@ class HttpSource:
         if given and len(given) <= MAX_ID_LENGTH and given.isprintable():
             message_id = self._namespace + given
         else:
-            message_id = self._namespace + uuid.uuid4().hex
-        message = Message(body, out, message_id)
+            message_id = f"{self._fresh_prefix}{next(self._fresh):x}"
+        message = trusted_message(body, out, message_id)
         if self._id_template is not None:
             message = self._id_template.apply(message)
         return message
