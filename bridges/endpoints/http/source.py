@@ -421,6 +421,11 @@ class _HttpReceiver:
     async def receive(self) -> Envelope:
         return (await self.receive_some(1))[0]
 
+    @property
+    def waiting(self) -> int:
+        """Webhooks waiting for the route to take them."""
+        return len(self._queued)
+
     async def expire(self) -> None:
         """Answer 503 what waited too long: queued past ``accept_timeout`` (taken
         out), or taken and not settled within ``answer_timeout`` (left in the
