@@ -419,10 +419,31 @@ class _Exchange:
         await self.connection.send_all(head if self.request.method == "HEAD" else head + body)
 
 
+#: Answer heads already made, by (status, headers, length, close): a webhook's 204 is
+#: the same bytes every time. Emptied when it holds :data:`_HEADS_KEPT`.
+_heads: dict[tuple[int, tuple[tuple[bytes, bytes], ...], int, bool], bytes] = {}
+_HEADS_KEPT: Final = 256
+
+
 def response_head(
     status: int, headers: list[tuple[bytes, bytes]], length: int, *, close: bool
 ) -> bytes:
     """The status line and headers of an answer with a body of ``length`` bytes."""
+    key = (status, tuple(headers), length, close)
+    try:
+        head = _heads.get(key)
+    except TypeError:  # (headers as lists: not kept)
+        return _response_head(status, headers, length, close=close)
+    if head is None:
+        if len(_heads) >= _HEADS_KEPT:
+            _heads.clear()
+        head = _heads[key] = _response_head(status, headers, length, close=close)
+    return head
+
+
+def _response_head(
+    status: int, headers: list[tuple[bytes, bytes]], length: int, *, close: bool
+) -> bytes:
     lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
     has_connection = False
     for name, value in headers:
