@@ -10,9 +10,9 @@ draw per request).
 
 A push source fits the pull contract this way: the request handler (a task
 of the shared server) checks the request, builds an envelope whose ack and
-nack only record the outcome, queues it for :meth:`_HttpReceiver.receive_some`
+nack only record the outcome, hands it over through :class:`.handoff.Handoff`
 (the engine takes every queued one in one call) and waits for the outcome,
-parked once, with no task or channel of its own. The engine
+parked once, with no task, channel or timer of its own. The engine
 acks the envelope once the sink holds the message durably (or the
 dead-letter sink does): then, and only then, the answer is ``status`` (204).
 A nack (a sink that keeps failing, a shutdown) answers 503 with
@@ -39,12 +39,11 @@ rate.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final
@@ -53,12 +52,13 @@ import attrs
 import trio
 from attrs.validators import ge, gt, le
 
-from bridges import Context, Envelope, InvalidSetting, Message
+from bridges import Context, InvalidSetting, Message
 from bridges._readfile import check_file
 
-from ..._message import ACKED, NACKED, OPEN, trusted_message
+from ..._message import trusted_message
 from .._id_template import id_namespace, id_template_setting
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
+from .handoff import Handoff
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
 from .server import READY_BODY
 from .signatures import (
@@ -312,53 +312,6 @@ class HttpSource:
         return message
 
 
-class _HookEnvelope(Envelope):
-    """One request's envelope: settling it records the outcome and wakes the handler.
-
-    The handler waits for :attr:`done` with no timer of its own: the
-    receiver's :meth:`_HttpReceiver.expire` sets it at :attr:`deadline`
-    (``accept_timeout`` while queued, ``answer_timeout`` from when the route
-    took it) and says so in :attr:`expired`. Every envelope of a receiver
-    shares its :attr:`settle_key`, so the engine acks a written batch in one
-    :meth:`ack_all` call, with no await per request.
-    """
-
-    __slots__ = ("acked", "deadline", "done", "expired", "settle_key", "taken")
-
-    def __init__(self, message: Message, origin: str, key: object, deadline: float) -> None:
-        self.message = message
-        self.origin = origin
-        self.state = OPEN
-        self.settle_key = key
-        self.done = trio.Event()
-        self.acked = False
-        self.taken = False
-        self.deadline = deadline
-        #: The timeout that answered it 503 before it was settled, or "".
-        self.expired = ""
-
-    async def ack(self) -> None:
-        if self.state is OPEN:
-            self.state = ACKED
-            self.acked = True
-            self.done.set()
-
-    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
-        for envelope in envelopes:
-            if envelope.state is OPEN:
-                if isinstance(envelope, _HookEnvelope):
-                    envelope.state = ACKED
-                    envelope.acked = True
-                    envelope.done.set()
-                else:  # pragma: no cover - one receiver hands out only its own
-                    await envelope.ack()
-
-    async def nack(self, error: BaseException | None = None) -> None:
-        if self.state is OPEN:
-            self.state = NACKED
-            self.done.set()
-
-
 class _Disconnected(Exception):
     pass
 
@@ -371,91 +324,18 @@ class _CutOff(Exception):
         self.reason = reason
 
 
-class _HttpReceiver:
-    """Requests queued for the route, taken a group at a time (a :class:`BulkReceiver`).
-
-    A handler appends its envelope to :attr:`_queued` and waits for its
-    outcome; the engine's taker takes every queued envelope in one
-    :meth:`receive_some` call. No task, channel, rendezvous or cancel scope
-    per request: the handler parks once (until its outcome), the taker once
-    per group, and one timer task (:meth:`expire`) answers what waited too
-    long. The queue holds at most ``max_pending`` envelopes (one per place).
-    """
+class _HttpReceiver(Handoff):
+    """The app mounted on the path: checks each request, then hands it to the route
+    through :class:`.handoff.Handoff` and answers with the outcome."""
 
     def __init__(self, source: HttpSource) -> None:
+        config = source.config
+        super().__init__(f"http {config.path}", config.accept_timeout, config.answer_timeout)
         self._source = source
-        self._config = source.config
-        #: Waiting for the route, oldest (soonest due) first.
-        self._queued: collections.deque[_HookEnvelope] = collections.deque()
-        #: Taken by the route, oldest first; settled ones leave from the front.
-        self._taken: collections.deque[_HookEnvelope] = collections.deque()
-        self._taker = trio.lowlevel.ParkingLot()
-        self._closed = False
-        self._places = Places(source.config.max_pending, source.config.max_per_peer)
-        self._retry_after = [(b"retry-after", str(source.config.retry_after).encode())]
-        self._origin = f"http {source.config.path}"
+        self._config = config
+        self._places = Places(config.max_pending, config.max_per_peer)
+        self._retry_after = [(b"retry-after", str(config.retry_after).encode())]
         self.refusals = Refusals(self._origin, source.refused)
-
-    async def receive_some(self, most: int) -> list[Envelope]:
-        """The queued envelopes, oldest first: at least one (waits for it), at most ``most``."""
-        queued = self._queued
-        while not queued:
-            if self._closed:
-                raise trio.EndOfChannel
-            await self._taker.park()
-        if self._closed:
-            raise trio.EndOfChannel
-        taken = self._taken
-        while taken and taken[0].done.is_set():
-            taken.popleft()
-        deadline = trio.current_time() + self._config.answer_timeout
-        out: list[Envelope] = []
-        for _ in range(min(most, len(queued))):
-            envelope = queued.popleft()
-            envelope.taken = True
-            envelope.deadline = deadline
-            taken.append(envelope)
-            out.append(envelope)
-        return out
-
-    async def receive(self) -> Envelope:
-        return (await self.receive_some(1))[0]
-
-    @property
-    def waiting(self) -> int:
-        """Webhooks waiting for the route to take them."""
-        return len(self._queued)
-
-    async def expire(self) -> None:
-        """Answer 503 what waited too long: queued past ``accept_timeout`` (taken
-        out), or taken and not settled within ``answer_timeout`` (left in the
-        route). Both queues are in deadline order, so it looks at their fronts."""
-        queued, taken = self._queued, self._taken
-        idle = min(self._config.accept_timeout, self._config.answer_timeout)
-        while True:
-            now = trio.current_time()
-            while queued and queued[0].deadline <= now:
-                envelope = queued.popleft()
-                envelope.expired = "accept_timeout"
-                envelope.done.set()
-            while taken and (taken[0].done.is_set() or taken[0].deadline <= now):
-                envelope = taken.popleft()
-                if not envelope.done.is_set():
-                    envelope.expired = "answer_timeout"
-                    envelope.done.set()
-            wake = now + idle  # (anything queued or taken later is due after that)
-            if queued:
-                wake = min(wake, queued[0].deadline)
-            if taken:
-                wake = min(wake, taken[0].deadline)
-            await trio.sleep_until(wake)
-
-    def close(self) -> None:
-        """No more requests: waiting senders get 503, and so does anything unsettled."""
-        self._closed = True
-        self._taker.unpark_all()
-        for envelope in (*self._queued, *self._taken):
-            envelope.done.set()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app mounted on the path: check, queue, wait for the outcome, answer.
@@ -523,7 +403,7 @@ class _HttpReceiver:
         except SignatureError as exc:
             self.refusals.note("unauthorized", client, str(exc))
             return 401, b"unauthorized\n", []
-        if await self._queue(source.message(scope, headers, body)):
+        if await self.hand_over(source.message(scope, headers, body)):
             return self._config.status, b"", []
         return 503, b"not stored; try again later\n", self._retry_after
 
@@ -566,39 +446,6 @@ class _HttpReceiver:
         if scope.cancelled_caught:
             raise _CutOff(reason)
         return b"".join(chunks)
-
-    async def _queue(self, message: Message) -> bool:
-        """Hand the message to the route and wait until it is settled; True once durable."""
-        if self._closed:
-            return False  # the route stopped: nothing is queued
-        envelope = _HookEnvelope(
-            message, self._origin, self, trio.current_time() + self._config.accept_timeout
-        )
-        self._queued.append(envelope)
-        self._taker.unpark()
-        try:
-            await envelope.done.wait()
-        except BaseException:  # (cancelled: the server stopping) never handed out: not queued
-            if not envelope.taken and envelope in self._queued:
-                self._queued.remove(envelope)
-            raise
-        if envelope.expired == "accept_timeout":
-            log.warning(
-                "%s: 503: the route took nothing for %g s (accept_timeout)",
-                self._origin,
-                self._config.accept_timeout,
-            )
-            return False
-        if envelope.expired:
-            # Still in the route and perhaps stored later: the sender's retry is then a
-            # duplicate with the same id, never a loss.
-            log.warning(
-                "%s: 503: not stored within %g s (answer_timeout)",
-                self._origin,
-                self._config.answer_timeout,
-            )
-            return False
-        return envelope.acked
 
 
 def _headers(scope: Scope) -> dict[str, str]:
