@@ -149,7 +149,11 @@ class _Connection:
         self.requests[-1].url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.requests[-1].headers.append((name.lower(), value))
+        name = name.lower()
+        request = self.requests[-1]
+        request.headers.append((name, value))
+        if name == b"expect" and value.lower() == b"100-continue":
+            request.expect = True
 
     def on_headers_complete(self) -> None:
         request = self.requests[-1]
@@ -157,9 +161,6 @@ class _Connection:
         request.method = self.parser.get_method().decode("ascii", "replace")
         request.http_version = self.parser.get_http_version()
         request.keep_alive = self.parser.should_keep_alive()
-        for name, value in request.headers:
-            if name == b"expect" and value.lower() == b"100-continue":
-                request.expect = True
         self.head_bytes = 0
 
     def on_body(self, body: bytes) -> None:
@@ -319,9 +320,10 @@ class _Connection:
             return False
         if not request.complete or request.body:
             return False  # the body was not all read: close (after a linger)
-        return all(
-            name.lower() != b"connection" or value.lower() != b"close" for name, value in headers
-        )
+        for name, value in headers:  # (a loop: a generator costs more for the usual 1 or 2)
+            if name.lower() == b"connection" and value.lower() == b"close":
+                return False
+        return True
 
     async def linger(self) -> None:
         """Half-close, then drop what the peer still sends, for a bounded time and size."""
