@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -34,35 +34,68 @@ log = logging.getLogger("bridges.http")
 
 
 class HookEnvelope(Envelope):
-    """One request's envelope: settling it records the outcome and wakes the handler.
+    """One request's envelope: settling it records the outcome and tells the handler.
 
-    The handler waits for :attr:`done` with no timer of its own: the
-    receiver's :meth:`Handoff.expire` sets it at :attr:`deadline`
+    The handler either waits for :attr:`done` (:meth:`Handoff.hand_over`) or
+    has its :attr:`notify` called with the envelope once it is finished
+    (:meth:`Handoff.hand_over_later`, whose handler has returned), with no
+    timer of its own: :meth:`Handoff.expire` finishes it at :attr:`deadline`
     (``accept_timeout`` while queued, ``answer_timeout`` from when the route
     took it) and says so in :attr:`expired`. Every envelope of a receiver
     shares its :attr:`settle_key`, so the engine acks a written batch in one
     :meth:`ack_all` call, with no await per request.
     """
 
-    __slots__ = ("acked", "deadline", "done", "expired", "settle_key", "taken")
+    __slots__ = (
+        "acked",
+        "deadline",
+        "done",
+        "expired",
+        "finished",
+        "notify",
+        "settle_key",
+        "taken",
+    )
 
-    def __init__(self, message: Message, origin: str, key: object, deadline: float) -> None:
+    def __init__(
+        self,
+        message: Message,
+        origin: str,
+        key: object,
+        deadline: float,
+        notify: Callable[[HookEnvelope], None] | None = None,
+    ) -> None:
         self.message = message
         self.origin = origin
         self.state = OPEN
         self.settle_key = key
-        self.done = trio.Event()
+        self.done: trio.Event | None = None
+        self.notify = notify
         self.acked = False
         self.taken = False
+        self.finished = False
         self.deadline = deadline
         #: The timeout that answered it 503 before it was settled, or "".
         self.expired = ""
+
+    def finish(self) -> None:
+        """Its outcome is known (settled, expired or closed): tell the handler, once."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.done is not None:
+            self.done.set()
+        if self.notify is not None:
+            try:
+                self.notify(self)
+            except Exception:  # (never into the engine's settling)
+                log.exception("%s: answering a webhook failed", self.origin)
 
     async def ack(self) -> None:
         if self.state is OPEN:
             self.state = ACKED
             self.acked = True
-            self.done.set()
+            self.finish()
 
     async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
         for envelope in envelopes:
@@ -70,14 +103,14 @@ class HookEnvelope(Envelope):
                 if isinstance(envelope, HookEnvelope):
                     envelope.state = ACKED
                     envelope.acked = True
-                    envelope.done.set()
+                    envelope.finish()
                 else:  # pragma: no cover - one receiver hands out only its own
                     await envelope.ack()
 
     async def nack(self, error: BaseException | None = None) -> None:
         if self.state is OPEN:
             self.state = NACKED
-            self.done.set()
+            self.finish()
 
 
 class Handoff:
@@ -108,7 +141,7 @@ class Handoff:
         if self._closed:
             raise trio.EndOfChannel
         taken = self._taken
-        while taken and taken[0].done.is_set():
+        while taken and taken[0].finished:
             taken.popleft()
         deadline = trio.current_time() + self._answer_timeout
         out: list[Envelope] = []
@@ -139,12 +172,12 @@ class Handoff:
             while queued and queued[0].deadline <= now:
                 envelope = queued.popleft()
                 envelope.expired = "accept_timeout"
-                envelope.done.set()
-            while taken and (taken[0].done.is_set() or taken[0].deadline <= now):
+                envelope.finish()
+            while taken and (taken[0].finished or taken[0].deadline <= now):
                 envelope = taken.popleft()
-                if not envelope.done.is_set():
+                if not envelope.finished:
                     envelope.expired = "answer_timeout"
-                    envelope.done.set()
+                    envelope.finish()
             wake = now + idle  # (anything queued or taken later is due after that)
             if queued:
                 wake = min(wake, queued[0].deadline)
@@ -157,7 +190,7 @@ class Handoff:
         self._closed = True
         self._taker.unpark_all()
         for envelope in (*self._queued, *self._taken):
-            envelope.done.set()
+            envelope.finish()
 
     async def hand_over(self, message: Message) -> bool:
         """Hand the message to the route and wait until it is settled; True once durable."""
@@ -166,14 +199,32 @@ class Handoff:
         envelope = HookEnvelope(
             message, self._origin, self, trio.current_time() + self._accept_timeout
         )
+        done = envelope.done = trio.Event()
         self._queued.append(envelope)
         self._taker.unpark()
         try:
-            await envelope.done.wait()
+            await done.wait()
         except BaseException:  # (cancelled: the server stopping) never handed out: not queued
             if not envelope.taken and envelope in self._queued:
                 self._queued.remove(envelope)
             raise
+        return self.stored(envelope)
+
+    def hand_over_later(self, message: Message, notify: Callable[[HookEnvelope], None]) -> bool:
+        """Hand the message to the route; ``notify(envelope)`` is called once it is
+        finished (:meth:`stored` says how). False when the route is closed (nothing
+        queued, nothing will be called)."""
+        if self._closed:
+            return False
+        envelope = HookEnvelope(
+            message, self._origin, self, trio.current_time() + self._accept_timeout, notify
+        )
+        self._queued.append(envelope)
+        self._taker.unpark()
+        return True
+
+    def stored(self, envelope: HookEnvelope) -> bool:
+        """True when a finished envelope's message is durable; else why not is logged."""
         if envelope.expired == "accept_timeout":
             log.warning(
                 "%s: 503: the route took nothing for %g s (accept_timeout)",

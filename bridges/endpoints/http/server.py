@@ -26,7 +26,14 @@ server facing the internet needs:
 - one connection's failure, whatever it is, ends that connection only.
 
 A connection handles its requests one at a time; pipelined requests wait
-in the parser (at most one read's worth of bytes). Stopping: no new
+in the parser (at most one read's worth of bytes). Two ASGI extensions
+spare a webhook work: ``bridges.ready_body`` hands over a body that came
+with its head whole (no body timer), and ``bridges.defer`` lets the app
+return before it answers and give the answer later from another task (the
+connection waits for the next head meanwhile, and sends nothing else and
+runs no other app before that answer): one task wakeup per request
+instead of two. A head is due ``head_timeout`` after the last answer, by
+one timer task for the whole server. Stopping: no new
 connections, idle ones are closed at once, requests in progress get
 ``graceful_timeout`` s to finish (their connection closes after the
 answer), then are cancelled.
@@ -45,6 +52,8 @@ from urllib.parse import unquote
 
 import httptools
 import trio
+
+from .heads import response_head
 
 log = logging.getLogger("bridges.http.server")
 
@@ -65,24 +74,8 @@ MAX_LINGER_BYTES: Final = 4 * 1024 * 1024
 LINGER_TIMEOUT: Final = 2.0
 #: The ASGI scope's ``extensions`` key of :meth:`_Exchange.ready_body`.
 READY_BODY: Final = "bridges.ready_body"
-#: Reasons of the statuses this module sends itself.
-_REASONS: Final = {
-    100: b"Continue",
-    200: b"OK",
-    201: b"Created",
-    202: b"Accepted",
-    204: b"No Content",
-    400: b"Bad Request",
-    401: b"Unauthorized",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    408: b"Request Timeout",
-    413: b"Content Too Large",
-    429: b"Too Many Requests",
-    431: b"Request Header Fields Too Large",
-    500: b"Internal Server Error",
-    503: b"Service Unavailable",
-}
+#: The ASGI scope's ``extensions`` key of :meth:`_Exchange.defer`.
+DEFER: Final = "bridges.defer"
 #: Errors of accept() that are the machine's state, not the listener's: wait and go on.
 _ACCEPT_RETRY: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 #: What a peer that went away (or sent garbage over TLS) raises on its stream.
@@ -140,6 +133,12 @@ class _Connection:
         #: A plain TCP socket's descriptor, read and written directly (no
         #: scheduler pass of its own per call: see :meth:`read`); -1 for TLS.
         self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        #: The exchange whose app deferred its answer and that is not answered yet.
+        self.pending: _Exchange | None = None
+        #: Waiting for a request head (in :meth:`next_request`).
+        self.in_head_wait = False
+        #: Set before its socket is closed: a deferred answer then writes nothing.
+        self.closed = False
 
     # httptools calls these while feed_data() parses.
     def on_message_begin(self) -> None:
@@ -239,30 +238,46 @@ class _Connection:
         if self.requests and self.requests[0].head_done:
             return self.requests[0]
         waiting = self.server.waiting
-        waiting[self] = trio.current_time() + self.server.head_timeout
+        if self.pending is None:  # (else from when it is answered: see _Exchange.answer)
+            waiting[self] = trio.current_time() + self.server.head_timeout
+        self.in_head_wait = True
         try:
             while not (self.requests and self.requests[0].head_done):
                 if self.eof:
                     return None
                 await self.read()
         finally:
+            self.in_head_wait = False
             waiting.pop(self, None)
         if self.scope.cancel_called:  # (due in the very tick the head arrived)
             return None
         return self.requests[0]
 
     async def serve(self) -> None:
-        while not self.server.stopping:
+        while not self.server.stopping or self.pending is not None:
             try:
                 request = await self.next_request()
             except _BadRequest as bad:
+                await self.answered()
                 await self.refuse(bad)
                 return
-            if request is None:
+            # Answers go out in the order of their requests; a peer that half-closed
+            # after its request (None) still reads its answer.
+            await self.answered()
+            if request is None or self.server.stopping:
                 return
             if not await self.run_app(request):
                 return
             self.requests.popleft()
+
+    async def answered(self) -> None:
+        """Wait until the answer an app deferred is out (at once when there is none)."""
+        pending = self.pending
+        if pending is not None:
+            if not pending.sent:
+                pending.answered = trio.Event()
+                await pending.answered.wait()
+            self.pending = None
 
     async def refuse(self, bad: _BadRequest) -> None:
         log.debug("%s: %s", self.client, bad)
@@ -297,7 +312,7 @@ class _Connection:
             "server": None,
         }
         exchange = _Exchange(self, request)
-        scope["extensions"] = {READY_BODY: exchange.ready_body}
+        scope["extensions"] = {READY_BODY: exchange.ready_body, DEFER: exchange.defer}
         try:
             await server.app(scope, exchange.receive, exchange.send)
         except _GONE:
@@ -307,6 +322,9 @@ class _Connection:
             if exchange.status is None:
                 await self.send_all(response_head(500, [], 0, close=True))
             return False
+        if exchange.deferred and not exchange.sent:
+            self.pending = exchange  # answered later, from another task (or the connection closes)
+            return True
         if not exchange.sent:  # the app answered nothing (it saw the sender go away)
             return False
         if self.keep_alive(request, exchange.headers):
@@ -347,8 +365,10 @@ class _Exchange:
     """One request's ASGI ``receive`` and ``send``."""
 
     __slots__ = (
+        "answered",
         "connection",
         "continued",
+        "deferred",
         "ended",
         "headers",
         "parts",
@@ -363,8 +383,53 @@ class _Exchange:
         self.status: int | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.parts: list[bytes] = []
-        self.sent = self.ended = False
+        self.sent = self.ended = self.deferred = False
         self.continued = not request.expect
+        #: Set once a deferred answer is out, when the connection waits for it.
+        self.answered: trio.Event | None = None
+
+    def defer(self) -> Callable[[int, list[tuple[bytes, bytes]], bytes], None] | None:
+        """Let the app return before it answers: the answer is then given by calling the
+        returned function, from any task of this Trio run, once (later calls do nothing).
+
+        Only for a plain socket whose request body was all read: None otherwise (then
+        answer through ``send`` as usual). The connection reads the next request head
+        meanwhile, but runs no app and sends nothing before this answer is out, and
+        closes only after it (or when the answer cannot go out at once: the socket's
+        buffer full, the peer gone). This spares the task a second wakeup per request.
+        """
+        request = self.request
+        if self.connection.fd < 0 or self.sent or not request.complete or request.body:
+            return None
+        self.deferred = True
+        return self.answer
+
+    def answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """The deferred answer (see :meth:`defer`): written now, without waiting."""
+        if self.sent:
+            return
+        self.sent = True
+        self.status = status
+        self.headers = headers
+        connection = self.connection
+        if not connection.closed:
+            keep = connection.keep_alive(self.request, headers)
+            head = response_head(status, headers, len(body), close=not keep)
+            data = head if self.request.method == "HEAD" else head + body
+            try:
+                written = os.write(connection.fd, data)
+            except OSError:  # (BlockingIOError too: a peer that does not read its answers)
+                written = -1
+            if written != len(data) or not keep:
+                connection.scope.cancel()  # its answer cannot go out whole now: close
+            elif connection.in_head_wait and connection.pending is self:
+                server = connection.server
+                if server.stopping:
+                    connection.scope.cancel()
+                else:  # (its head timeout starts now, as after any answer)
+                    server.waiting[connection] = trio.current_time() + server.head_timeout
+        if self.answered is not None:
+            self.answered.set()
 
     def ready_body(self) -> bytes | None:
         """The whole body when the parser holds all of it already (then it is
@@ -421,48 +486,6 @@ class _Exchange:
         await self.connection.send_all(head if self.request.method == "HEAD" else head + body)
 
 
-#: Answer heads already made, by (status, headers, length, close): a webhook's 204 is
-#: the same bytes every time. Emptied when it holds :data:`_HEADS_KEPT`.
-_heads: dict[tuple[int, tuple[tuple[bytes, bytes], ...], int, bool], bytes] = {}
-_HEADS_KEPT: Final = 256
-
-
-def response_head(
-    status: int, headers: list[tuple[bytes, bytes]], length: int, *, close: bool
-) -> bytes:
-    """The status line and headers of an answer with a body of ``length`` bytes."""
-    key = (status, tuple(headers), length, close)
-    try:
-        head = _heads.get(key)
-    except TypeError:  # (headers as lists: not kept)
-        return _response_head(status, headers, length, close=close)
-    if head is None:
-        if len(_heads) >= _HEADS_KEPT:
-            _heads.clear()
-        head = _heads[key] = _response_head(status, headers, length, close=close)
-    return head
-
-
-def _response_head(
-    status: int, headers: list[tuple[bytes, bytes]], length: int, *, close: bool
-) -> bytes:
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
-    has_connection = False
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered in (b"content-length", b"transfer-encoding"):
-            continue
-        if lowered == b"connection":
-            has_connection = True
-        lines.append(b"%s: %s\r\n" % (name, value))
-    if close and not has_connection:
-        lines.append(b"connection: close\r\n")
-    if status >= 200 and status not in (204, 304):
-        lines.append(b"content-length: %d\r\n" % length)
-    lines.append(b"\r\n")
-    return b"".join(lines)
-
-
 class HttpServer:
     """Serve ``app`` on listeners until :meth:`stop`.
 
@@ -494,7 +517,7 @@ class HttpServer:
     def stop(self) -> None:
         """Stop accepting; close idle connections; let requests in progress finish."""
         self.stopping = True
-        for connection in self.waiting:
+        for connection in self.waiting:  # (not one whose deferred answer is still to come)
             connection.scope.cancel()
         self._stop.set()
 
@@ -562,5 +585,6 @@ class HttpServer:
         except Exception:  # one connection's failure never stops the server
             log.exception("connection from %s failed", client)
         finally:
+            connection.closed = True
             self.waiting.pop(connection, None)
             await trio.aclose_forcefully(served)

@@ -14,7 +14,7 @@ from test_http_flood import address
 from bridges import BulkReceiver, Context
 from bridges.endpoints.http import HttpSource, HttpSourceConfig, ListenAddress, open_listener
 from bridges.endpoints.http import listener as listener_module
-from bridges.endpoints.http.server import READY_BODY
+from bridges.endpoints.http.server import DEFER, READY_BODY
 from bridges.testing import wait_until
 
 CTX = Context(route="h")
@@ -192,3 +192,85 @@ async def test_idle_and_slow_head_connections_close_at_head_timeout_busy_ones_do
         for stream in (idle, partial, busy):
             await stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+class Deferring:
+    """An app that defers every answer; the test gives them (in ``answers``)."""
+
+    def __init__(self) -> None:
+        self.answers: list[Any] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        assert scope["extensions"][READY_BODY]() is not None
+        self.answers.append(scope["extensions"][DEFER]())
+
+
+async def read_answers(stream: trio.SocketStream, count: int) -> bytes:
+    data = b""
+    with trio.fail_after(5):
+        while data.count(b"HTTP/1.1 ") < count:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+@pytest.mark.deadline(30)
+async def test_deferred_answers_go_out_in_order_and_the_next_app_waits_for_its_turn() -> None:
+    app = Deferring()
+    async with open_listener(ListenAddress("127.0.0.1", 0)) as listener:
+        with listener.mount("/in", app):
+            async with await trio.open_tcp_stream(*address(listener.url)) as stream:
+                one = b"POST /in HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\na"
+                await stream.send_all(one + one)  # pipelined
+                await wait_until(lambda: len(app.answers) == 1)
+                await trio.sleep(0.1)
+                assert len(app.answers) == 1  # the second waits for the first's answer
+                app.answers[0](201, [], b"first")
+                await wait_until(lambda: len(app.answers) == 2)
+                app.answers[1](202, [], b"second")
+                app.answers[1](500, [], b"again")  # (a second call does nothing)
+                data = await read_answers(stream, 2)
+    assert data.index(b"201 Created") < data.index(b"first") < data.index(b"202 Accepted")
+    assert b"again" not in data
+
+
+@pytest.mark.deadline(30)
+async def test_a_deferred_answer_reaches_a_peer_that_half_closed_and_outlives_head_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(listener_module, "HEAD_TIMEOUT", 0.3)
+    app = Deferring()
+    async with open_listener(ListenAddress("127.0.0.1", 0)) as listener:
+        with listener.mount("/in", app):
+            async with await trio.open_tcp_stream(*address(listener.url)) as stream:
+                await stream.send_all(b"POST /in HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\na")
+                await stream.send_eof()
+                await wait_until(lambda: len(app.answers) == 1)
+                await trio.sleep(0.6)  # longer than head_timeout: the answer is still owed
+                app.answers[0](204, [], b"")
+                data = await read_answers(stream, 1)
+                assert data.startswith(b"HTTP/1.1 204")
+                assert await stream.receive_some(100) == b""  # then closed
+
+
+@pytest.mark.deadline(30)
+async def test_a_stop_waits_for_a_deferred_answer_then_closes() -> None:
+    app = Deferring()
+    async with trio.open_nursery() as nursery:
+        async with open_listener(ListenAddress("127.0.0.1", 0)) as listener:
+            with listener.mount("/in", app):
+                stream = await trio.open_tcp_stream(*address(listener.url))
+                await stream.send_all(b"POST /in HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\na")
+                await wait_until(lambda: len(app.answers) == 1)
+
+                async def answer_soon() -> None:
+                    await trio.sleep(0.3)
+                    app.answers[0](204, [], b"")
+
+                nursery.start_soon(answer_soon)
+        data = await read_answers(stream, 1)  # (the listener has stopped by now)
+        assert data.startswith(b"HTTP/1.1 204")
+        assert b"connection: close" in data.lower()
+        await stream.aclose()
