@@ -229,8 +229,14 @@ class _JsonlWriter:
             data = "".join(lines).encode("utf-8")
         except UnicodeEncodeError:
             data = b"".join(encode_record(message, body) for message in batch)
-        async with self.lock:
+        try:  # (uncontended, the usual case: no scheduler pass to take it)
+            self.lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self.lock.acquire()
+        try:
             await blocking(partial(self._append, data), what="append")
+        finally:
+            self.lock.release()
         if fresh is not None:
             assert recent is not None
             recent.add_new(fresh)

@@ -81,15 +81,22 @@ def _peer_of(host: str) -> str:
 class Place:
     """One request's place; its body is still arriving until :meth:`arrived`."""
 
-    __slots__ = ("evicted", "peer", "released", "scope", "started")
+    __slots__ = ("_scope", "evicted", "peer", "released", "started")
 
     def __init__(self, peer: str) -> None:
         self.peer = peer
         self.started = trio.current_time()
-        #: Cancelled to evict the request while its body is arriving.
-        self.scope = trio.CancelScope()
+        self._scope: trio.CancelScope | None = None
         self.evicted = False
         self.released = False
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """Cancelled to evict the request while its body is arriving (made when first
+        needed: a body that came with its head never waits in it)."""
+        if self._scope is None:
+            self._scope = trio.CancelScope()
+        return self._scope
 
 
 def body_limit(received: int, rate: float, grace: float, timeout: float) -> tuple[float, str]:

@@ -26,7 +26,14 @@ server facing the internet needs:
 - one connection's failure, whatever it is, ends that connection only.
 
 A connection handles its requests one at a time; pipelined requests wait
-in the parser (at most one read's worth of bytes). Stopping: no new
+in the parser (at most one read's worth of bytes). Two ASGI extensions
+spare a webhook work: ``bridges.ready_body`` hands over a body that came
+with its head whole (no body timer), and ``bridges.defer`` lets the app
+return before it answers and give the answer later from another task (the
+connection waits for the next head meanwhile, and sends nothing else and
+runs no other app before that answer): one task wakeup per request
+instead of two. A head is due ``head_timeout`` after the last answer, by
+one timer task for the whole server. Stopping: no new
 connections, idle ones are closed at once, requests in progress get
 ``graceful_timeout`` s to finish (their connection closes after the
 answer), then are cancelled.
@@ -36,14 +43,17 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import ssl
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 from urllib.parse import unquote
 
 import httptools
 import trio
+
+from .heads import response_head
 
 log = logging.getLogger("bridges.http.server")
 
@@ -62,24 +72,10 @@ READ_SIZE: Final = 64 * 1024
 MAX_LINGER_BYTES: Final = 4 * 1024 * 1024
 #: After such an answer, the longest the lingering close waits for the client to stop, s.
 LINGER_TIMEOUT: Final = 2.0
-#: Reasons of the statuses this module sends itself.
-_REASONS: Final = {
-    100: b"Continue",
-    200: b"OK",
-    201: b"Created",
-    202: b"Accepted",
-    204: b"No Content",
-    400: b"Bad Request",
-    401: b"Unauthorized",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    408: b"Request Timeout",
-    413: b"Content Too Large",
-    429: b"Too Many Requests",
-    431: b"Request Header Fields Too Large",
-    500: b"Internal Server Error",
-    503: b"Service Unavailable",
-}
+#: The ASGI scope's ``extensions`` key of :meth:`_Exchange.ready_body`.
+READY_BODY: Final = "bridges.ready_body"
+#: The ASGI scope's ``extensions`` key of :meth:`_Exchange.defer`.
+DEFER: Final = "bridges.defer"
 #: Errors of accept() that are the machine's state, not the listener's: wait and go on.
 _ACCEPT_RETRY: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 #: What a peer that went away (or sent garbage over TLS) raises on its stream.
@@ -130,8 +126,19 @@ class _Connection:
         self.requests: deque[_Request] = deque()
         self.eof = False
         self.head_bytes = 0
-        #: The scope of the wait for the next request's head (cancelled by a stop).
-        self.idle: trio.CancelScope | None = None
+        #: The connection's own scope: cancelled when a head does not arrive within
+        #: ``head_timeout`` (by :meth:`HttpServer._expire_heads`) or by a stop, only
+        #: while it waits for one (never while an app runs).
+        self.scope = trio.CancelScope()
+        #: A plain TCP socket's descriptor, read and written directly (no
+        #: scheduler pass of its own per call: see :meth:`read`); -1 for TLS.
+        self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        #: The exchange whose app deferred its answer and that is not answered yet.
+        self.pending: _Exchange | None = None
+        #: Waiting for a request head (in :meth:`next_request`).
+        self.in_head_wait = False
+        #: Set before its socket is closed: a deferred answer then writes nothing.
+        self.closed = False
 
     # httptools calls these while feed_data() parses.
     def on_message_begin(self) -> None:
@@ -141,7 +148,11 @@ class _Connection:
         self.requests[-1].url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.requests[-1].headers.append((name.lower(), value))
+        name = name.lower()
+        request = self.requests[-1]
+        request.headers.append((name, value))
+        if name == b"expect" and value.lower() == b"100-continue":
+            request.expect = True
 
     def on_headers_complete(self) -> None:
         request = self.requests[-1]
@@ -149,9 +160,6 @@ class _Connection:
         request.method = self.parser.get_method().decode("ascii", "replace")
         request.http_version = self.parser.get_http_version()
         request.keep_alive = self.parser.should_keep_alive()
-        for name, value in request.headers:
-            if name == b"expect" and value.lower() == b"100-continue":
-                request.expect = True
         self.head_bytes = 0
 
     def on_body(self, body: bytes) -> None:
@@ -167,7 +175,8 @@ class _Connection:
           _BadRequest: not HTTP, an upgrade, or a head over the limit.
         """
         in_head = not self.requests or not self.requests[-1].head_done
-        data = await self.stream.receive_some(self.server.max_head if in_head else READ_SIZE)
+        size = self.server.max_head if in_head else READ_SIZE
+        data = await self._receive(size) if self.fd >= 0 else await self.stream.receive_some(size)
         if not data:
             self.eof = True
             return
@@ -182,39 +191,99 @@ class _Connection:
             if self.head_bytes > self.server.max_head:
                 raise _BadRequest(431, "request head too large")
 
+    async def _receive(self, size: int) -> bytes:
+        """Read up to ``size`` bytes from the plain socket: at once when some are there
+        (then one checkpoint, so a peer that keeps sending cannot hog the loop), else
+        after waiting until it is readable (the wait is the scheduler pass).
+
+        The socket is non-blocking (trio made it so); this skips
+        ``SocketStream.receive_some``'s extra pass after each read, which costs
+        as much as the rest of a small request's handling.
+        """
+        try:
+            data = os.read(self.fd, size)
+        except BlockingIOError:
+            pass
+        else:
+            await trio.lowlevel.checkpoint()
+            return data
+        while True:
+            await trio.lowlevel.wait_readable(self.fd)
+            try:
+                return os.read(self.fd, size)
+            except BlockingIOError:
+                continue
+
+    async def send_all(self, data: bytes) -> None:
+        """Send ``data``: straight into the plain socket's buffer when it fits (no
+        scheduler pass), else (or over TLS) through the stream."""
+        if self.fd >= 0:
+            try:
+                sent = os.write(self.fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent == len(data):
+                return
+            data = data[sent:]
+        await self.stream.send_all(data)
+
     async def next_request(self) -> _Request | None:
-        """The next request whose head is in, or None (closed, idle too long, stopping)."""
+        """The next request whose head is in, or None (closed, stopping).
+
+        While it waits, the connection is in the server's list of heads due:
+        one that does not come within ``head_timeout`` cancels :attr:`scope`,
+        which closes the connection (one timer task for the whole server, not
+        a cancel scope per request).
+        """
         if self.requests and self.requests[0].head_done:
             return self.requests[0]
+        waiting = self.server.waiting
+        if self.pending is None:  # (else from when it is answered: see _Exchange.answer)
+            waiting[self] = trio.current_time() + self.server.head_timeout
+        self.in_head_wait = True
         try:
-            with trio.move_on_after(self.server.head_timeout) as self.idle:
-                while not (self.requests and self.requests[0].head_done):
-                    if self.eof:
-                        return None
-                    await self.read()
-                return self.requests[0]
+            while not (self.requests and self.requests[0].head_done):
+                if self.eof:
+                    return None
+                await self.read()
         finally:
-            self.idle = None
-        return None
+            self.in_head_wait = False
+            waiting.pop(self, None)
+        if self.scope.cancel_called:  # (due in the very tick the head arrived)
+            return None
+        return self.requests[0]
 
     async def serve(self) -> None:
-        while not self.server.stopping:
+        while not self.server.stopping or self.pending is not None:
             try:
                 request = await self.next_request()
             except _BadRequest as bad:
+                await self.answered()
                 await self.refuse(bad)
                 return
-            if request is None:
+            # Answers go out in the order of their requests; a peer that half-closed
+            # after its request (None) still reads its answer.
+            await self.answered()
+            if request is None or self.server.stopping:
                 return
             if not await self.run_app(request):
                 return
             self.requests.popleft()
 
+    async def answered(self) -> None:
+        """Wait until the answer an app deferred is out (at once when there is none)."""
+        pending = self.pending
+        if pending is not None:
+            if not pending.sent:
+                pending.answered = trio.Event()
+                await pending.answered.wait()
+            self.pending = None
+
     async def refuse(self, bad: _BadRequest) -> None:
         log.debug("%s: %s", self.client, bad)
         body = f"{bad}\n".encode()
         try:
-            await self.stream.send_all(response_head(bad.status, [], len(body), close=True) + body)
+            await self.send_all(response_head(bad.status, [], len(body), close=True) + body)
         except _GONE:
             return
         await self.linger()
@@ -243,6 +312,7 @@ class _Connection:
             "server": None,
         }
         exchange = _Exchange(self, request)
+        scope["extensions"] = {READY_BODY: exchange.ready_body, DEFER: exchange.defer}
         try:
             await server.app(scope, exchange.receive, exchange.send)
         except _GONE:
@@ -250,8 +320,11 @@ class _Connection:
         except Exception:
             log.exception("the app failed on %s %s", request.method, path)
             if exchange.status is None:
-                await self.stream.send_all(response_head(500, [], 0, close=True))
+                await self.send_all(response_head(500, [], 0, close=True))
             return False
+        if exchange.deferred and not exchange.sent:
+            self.pending = exchange  # answered later, from another task (or the connection closes)
+            return True
         if not exchange.sent:  # the app answered nothing (it saw the sender go away)
             return False
         if self.keep_alive(request, exchange.headers):
@@ -265,9 +338,10 @@ class _Connection:
             return False
         if not request.complete or request.body:
             return False  # the body was not all read: close (after a linger)
-        return all(
-            name.lower() != b"connection" or value.lower() != b"close" for name, value in headers
-        )
+        for name, value in headers:  # (a loop: a generator costs more for the usual 1 or 2)
+            if name.lower() == b"connection" and value.lower() == b"close":
+                return False
+        return True
 
     async def linger(self) -> None:
         """Half-close, then drop what the peer still sends, for a bounded time and size."""
@@ -291,8 +365,10 @@ class _Exchange:
     """One request's ASGI ``receive`` and ``send``."""
 
     __slots__ = (
+        "answered",
         "connection",
         "continued",
+        "deferred",
         "ended",
         "headers",
         "parts",
@@ -307,8 +383,66 @@ class _Exchange:
         self.status: int | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.parts: list[bytes] = []
-        self.sent = self.ended = False
+        self.sent = self.ended = self.deferred = False
         self.continued = not request.expect
+        #: Set once a deferred answer is out, when the connection waits for it.
+        self.answered: trio.Event | None = None
+
+    def defer(self) -> Callable[[int, list[tuple[bytes, bytes]], bytes], None] | None:
+        """Let the app return before it answers: the answer is then given by calling the
+        returned function, from any task of this Trio run, once (later calls do nothing).
+
+        Only for a plain socket whose request body was all read: None otherwise (then
+        answer through ``send`` as usual). The connection reads the next request head
+        meanwhile, but runs no app and sends nothing before this answer is out, and
+        closes only after it (or when the answer cannot go out at once: the socket's
+        buffer full, the peer gone). This spares the task a second wakeup per request.
+        """
+        request = self.request
+        if self.connection.fd < 0 or self.sent or not request.complete or request.body:
+            return None
+        self.deferred = True
+        return self.answer
+
+    def answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """The deferred answer (see :meth:`defer`): written now, without waiting."""
+        if self.sent:
+            return
+        self.sent = True
+        self.status = status
+        self.headers = headers
+        connection = self.connection
+        if not connection.closed:
+            keep = connection.keep_alive(self.request, headers)
+            head = response_head(status, headers, len(body), close=not keep)
+            data = head if self.request.method == "HEAD" else head + body
+            try:
+                written = os.write(connection.fd, data)
+            except OSError:  # (BlockingIOError too: a peer that does not read its answers)
+                written = -1
+            if written != len(data) or not keep:
+                connection.scope.cancel()  # its answer cannot go out whole now: close
+            elif connection.in_head_wait and connection.pending is self:
+                server = connection.server
+                if server.stopping:
+                    connection.scope.cancel()
+                else:  # (its head timeout starts now, as after any answer)
+                    server.waiting[connection] = trio.current_time() + server.head_timeout
+        if self.answered is not None:
+            self.answered.set()
+
+    def ready_body(self) -> bytes | None:
+        """The whole body when the parser holds all of it already (then it is
+        taken, as by ``receive``), else None: read it with ``receive``. An app
+        gets it through the scope's ``extensions`` (:data:`READY_BODY`), and
+        needs no timer for a body that is already here."""
+        request = self.request
+        if not request.complete or self.ended or self.sent:
+            return None
+        self.ended = True
+        body = b"".join(request.body)
+        request.body.clear()
+        return body
 
     async def receive(self) -> ASGIMessage:
         """The next body chunk (read from the socket only now), or ``http.disconnect``."""
@@ -319,7 +453,7 @@ class _Exchange:
                 return {"type": "http.disconnect"}
             if not self.continued:
                 self.continued = True
-                await connection.stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                await connection.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
             try:
                 await connection.read()
             except (_BadRequest, *_GONE):
@@ -349,30 +483,7 @@ class _Exchange:
         body = b"".join(self.parts)
         keep = self.connection.keep_alive(self.request, self.headers)
         head = response_head(self.status, self.headers, len(body), close=not keep)
-        await self.connection.stream.send_all(
-            head if self.request.method == "HEAD" else head + body
-        )
-
-
-def response_head(
-    status: int, headers: list[tuple[bytes, bytes]], length: int, *, close: bool
-) -> bytes:
-    """The status line and headers of an answer with a body of ``length`` bytes."""
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
-    has_connection = False
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered in (b"content-length", b"transfer-encoding"):
-            continue
-        if lowered == b"connection":
-            has_connection = True
-        lines.append(b"%s: %s\r\n" % (name, value))
-    if close and not has_connection:
-        lines.append(b"connection: close\r\n")
-    if status >= 200 and status not in (204, 304):
-        lines.append(b"content-length: %d\r\n" % length)
-    lines.append(b"\r\n")
-    return b"".join(lines)
+        await self.connection.send_all(head if self.request.method == "HEAD" else head + body)
 
 
 class HttpServer:
@@ -398,28 +509,48 @@ class HttpServer:
         self.ssl_context = ssl_context
         self.scheme = "https" if ssl_context is not None else "http"
         self.stopping = False
-        self._connections: set[_Connection] = set()
+        #: Connections waiting for a request head, with when it is due, the
+        #: soonest first (every wait is ``head_timeout`` long).
+        self.waiting: OrderedDict[_Connection, float] = OrderedDict()
         self._stop = trio.Event()
 
     def stop(self) -> None:
         """Stop accepting; close idle connections; let requests in progress finish."""
         self.stopping = True
-        for connection in self._connections:
-            if connection.idle is not None:
-                connection.idle.cancel()
+        for connection in self.waiting:  # (not one whose deferred answer is still to come)
+            connection.scope.cancel()
         self._stop.set()
+
+    async def _expire_heads(self) -> None:
+        """Close connections whose request head is overdue (the soonest due first)."""
+        waiting = self.waiting
+        while True:
+            now = trio.current_time()
+            while waiting:
+                connection, due = next(iter(waiting.items()))
+                if due > now:
+                    break
+                del waiting[connection]
+                connection.scope.cancel()
+            # (a wait that starts later is due later than now + head_timeout)
+            await trio.sleep_until(
+                next(iter(waiting.values())) if waiting else now + self.head_timeout
+            )
 
     async def serve(self, listeners: list[trio.SocketListener]) -> None:
         """Accept and serve until :meth:`stop`, then for at most ``graceful_timeout`` s."""
-        async with trio.open_nursery() as connections:
-            async with trio.open_nursery() as accepting:
+        async with trio.open_nursery() as timer:
+            timer.start_soon(self._expire_heads)
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as accepting:
+                    for listener in listeners:
+                        accepting.start_soon(self._accept, listener, connections)
+                    await self._stop.wait()
+                    accepting.cancel_scope.cancel()
                 for listener in listeners:
-                    accepting.start_soon(self._accept, listener, connections)
-                await self._stop.wait()
-                accepting.cancel_scope.cancel()
-            for listener in listeners:
-                await listener.aclose()
-            connections.cancel_scope.deadline = trio.current_time() + self.graceful_timeout
+                    await listener.aclose()
+                connections.cancel_scope.deadline = trio.current_time() + self.graceful_timeout
+            timer.cancel_scope.cancel()
 
     async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         while True:
@@ -446,13 +577,14 @@ class HttpServer:
                 stream, self.ssl_context, server_side=True, https_compatible=True
             )
         connection = _Connection(self, served, client)
-        self._connections.add(connection)
         try:
-            await connection.serve()
+            with connection.scope:
+                await connection.serve()
         except _GONE:
             pass  # the peer went away
         except Exception:  # one connection's failure never stops the server
             log.exception("connection from %s failed", client)
         finally:
-            self._connections.discard(connection)
+            connection.closed = True
+            self.waiting.pop(connection, None)
             await trio.aclose_forcefully(served)

@@ -4,12 +4,17 @@ Each accepted request to ``path`` is one message: the body unchanged, the
 headers ``content-type``, ``http-method``, ``http-path``, ``http-query`` and
 ``http-<name>`` for each name in ``keep_headers``; its id is ``ROUTE/`` and
 the sender's ``webhook-id`` (``id_header``), so a sender's retries carry the
-same id and two senders' ids never meet, else ``ROUTE/`` and a fresh one.
+same id and two senders' ids never meet, else ``ROUTE/`` and a fresh one
+(128 random bits drawn once per source, then a count: unique without a
+draw per request).
 
 A push source fits the pull contract this way: the request handler (a task
 of the shared server) checks the request, builds an envelope whose ack and
-nack only record the outcome, and hands it to :meth:`_HttpReceiver.receive`
-through an unbuffered channel; then it waits for the outcome. The engine
+nack only record the outcome, hands it over through :class:`.handoff.Handoff`
+(the engine takes every queued one in one call), with no task, channel or
+timer of its own. On a plain socket the handler then returns and the
+outcome answers it (the server's ``bridges.defer``); over TLS it waits,
+parked once. The engine
 acks the envelope once the sink holds the message durably (or the
 dead-letter sink does): then, and only then, the answer is ``status`` (204).
 A nack (a sink that keeps failing, a shutdown) answers 503 with
@@ -36,11 +41,13 @@ rate.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -48,12 +55,15 @@ import attrs
 import trio
 from attrs.validators import ge, gt, le
 
-from bridges import Context, Envelope, InvalidSetting, Message
+from bridges import Context, InvalidSetting, Message
 from bridges._readfile import check_file
 
+from ..._message import trusted_message
 from .._id_template import id_namespace, id_template_setting
 from .admission import REASONS, Place, Places, Refusals, body_limit, peer_key
+from .handoff import Handoff, HookEnvelope
 from .listener import HttpListener, ListenAddress, Receive, Scope, Send, listen, respond
+from .server import DEFER, READY_BODY
 from .signatures import (
     Scheme,
     SignatureError,
@@ -217,6 +227,9 @@ class HttpSource:
         self._keep = tuple(name.lower() for name in config.keep_headers)
         self._context = context
         self._namespace = id_namespace(context.route)
+        #: Fresh ids (no sender id): this source's own random prefix and a count.
+        self._fresh_prefix = self._namespace + uuid.uuid4().hex + "-"
+        self._fresh = itertools.count(1)
         #: The server it is mounted on, while open (its ``url`` has the real port).
         self.listener: HttpListener | None = None
         #: Requests refused since it was created, by reason (``bridges_http_refused_total``).
@@ -236,6 +249,7 @@ class HttpSource:
             listener.retry_after = self.config.retry_after
             receiver = _HttpReceiver(self)
             nursery.start_soon(receiver.refusals.run)
+            nursery.start_soon(receiver.expire)
             try:
                 with listener.mount(self.config.path, receiver.handle):
                     self.listener = listener
@@ -294,28 +308,11 @@ class HttpSource:
         if given and len(given) <= MAX_ID_LENGTH and given.isprintable():
             message_id = self._namespace + given
         else:
-            message_id = self._namespace + uuid.uuid4().hex
-        message = Message(body, out, message_id)
+            message_id = f"{self._fresh_prefix}{next(self._fresh):x}"
+        message = trusted_message(body, out, message_id)
         if self._id_template is not None:
             message = self._id_template.apply(message)
         return message
-
-
-class _Outcome:
-    """What became of one request's envelope; the handler waits on :attr:`done`."""
-
-    __slots__ = ("acked", "done")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.acked = False
-
-    async def ack(self) -> None:
-        self.acked = True
-        self.done.set()
-
-    async def nack(self, error: BaseException | None) -> None:
-        self.done.set()
 
 
 class _Disconnected(Exception):
@@ -330,28 +327,18 @@ class _CutOff(Exception):
         self.reason = reason
 
 
-class _HttpReceiver:
+class _HttpReceiver(Handoff):
+    """The app mounted on the path: checks each request, then hands it to the route
+    through :class:`.handoff.Handoff` and answers with the outcome."""
+
     def __init__(self, source: HttpSource) -> None:
+        config = source.config
+        super().__init__(f"http {config.path}", config.accept_timeout, config.answer_timeout)
         self._source = source
-        self._config = source.config
-        self._send, self._receive = trio.open_memory_channel[Envelope](0)
-        self._pending: set[_Outcome] = set()
-        self._places = Places(source.config.max_pending, source.config.max_per_peer)
-        self._retry_after = [(b"retry-after", str(source.config.retry_after).encode())]
-        self._origin = f"http {source.config.path}"
+        self._config = config
+        self._places = Places(config.max_pending, config.max_per_peer)
+        self._retry_after = [(b"retry-after", str(config.retry_after).encode())]
         self.refusals = Refusals(self._origin, source.refused)
-
-    async def receive(self) -> Envelope:
-        try:
-            return await self._receive.receive()
-        except trio.ClosedResourceError:
-            raise trio.EndOfChannel from None
-
-    def close(self) -> None:
-        """No more requests: waiting senders get 503, and so does anything unsettled."""
-        self._receive.close()
-        for outcome in self._pending:
-            outcome.done.set()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app mounted on the path: check, queue, wait for the outcome, answer.
@@ -369,15 +356,31 @@ class _HttpReceiver:
             if place == "max_per_peer":
                 extra = [*extra, (b"connection", b"close")]
         else:
+            answer: _Answer | None = None
             try:
-                status, body, extra = await self._process(scope, receive, place)
+                answer = await self._process(scope, receive, place)
             finally:
-                self._places.release(place)
+                if answer is not _LATER:  # (else when it is answered)
+                    self._places.release(place)
+            if answer is _LATER:
+                return
+            status, body, extra = answer
         await respond(send, status, body, extra)  # (the listener catches GONE)
 
-    async def _process(
-        self, scope: Scope, receive: Receive, place: Place
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    def _answered(
+        self,
+        answer: Callable[[int, list[tuple[bytes, bytes]], bytes], None],
+        place: Place,
+        envelope: HookEnvelope,
+    ) -> None:
+        """A webhook handed over with its answer deferred is finished: answer it."""
+        self._places.release(place)
+        if self.stored(envelope):
+            answer(self._config.status, [_TEXT], b"")
+        else:
+            answer(503, [_TEXT, *self._retry_after], b"not stored; try again later\n")
+
+    async def _process(self, scope: Scope, receive: Receive, place: Place) -> _Answer:
         source = self._source
         client = place.peer
         if scope["method"] not in source.methods:
@@ -394,8 +397,14 @@ class _HttpReceiver:
         if length.isdigit() and int(length) > limit:
             self.refusals.note("max_body", client, f"{length} bytes > max_body {limit}")
             return 413, b"body too large\n", []
+        extensions = scope.get("extensions", {})
+        ready = extensions.get(READY_BODY)
+        body = ready() if ready is not None else None  # (all here already: no timer needed)
         try:
-            body = await self._read_body(receive, place)
+            if body is None:
+                body = await self._read_body(receive, place)
+            elif len(body) > limit:
+                body = None
         except _Disconnected:
             return 400, b"", []
         except _CutOff as cut:
@@ -414,7 +423,17 @@ class _HttpReceiver:
         except SignatureError as exc:
             self.refusals.note("unauthorized", client, str(exc))
             return 401, b"unauthorized\n", []
-        if await self._queue(source.message(scope, headers, body)):
+        return await self._store(source.message(scope, headers, body), extensions, place)
+
+    async def _store(self, message: Message, extensions: Scope, place: Place) -> _Answer:
+        """Hand an accepted request to the route: its answer, or :data:`_LATER` when the
+        server lets it be given later (then no wait here: one wakeup per request fewer)."""
+        defer = extensions.get(DEFER)
+        answer = None if defer is None or self._closed else defer()
+        if answer is not None:
+            if self.hand_over_later(message, partial(self._answered, answer, place)):
+                return _LATER
+        elif await self.hand_over(message):
             return self._config.status, b"", []
         return 503, b"not stored; try again later\n", self._retry_after
 
@@ -458,37 +477,12 @@ class _HttpReceiver:
             raise _CutOff(reason)
         return b"".join(chunks)
 
-    async def _queue(self, message: Message) -> bool:
-        """Hand the message to the route and wait until it is settled; True once durable."""
-        outcome = _Outcome()
-        envelope = Envelope(message, ack=outcome.ack, nack=outcome.nack, origin=self._origin)
-        self._pending.add(outcome)
-        try:
-            with trio.move_on_after(self._config.accept_timeout) as waited:
-                await self._send.send(envelope)
-            if waited.cancelled_caught:
-                log.warning(
-                    "%s: 503: the route took nothing for %g s (accept_timeout)",
-                    self._origin,
-                    self._config.accept_timeout,
-                )
-                return False
-            with trio.move_on_after(self._config.answer_timeout) as answered:
-                await outcome.done.wait()
-            if answered.cancelled_caught:
-                # Still in the route and perhaps stored later: the sender's retry
-                # is then a duplicate with the same id, never a loss.
-                log.warning(
-                    "%s: 503: not stored within %g s (answer_timeout)",
-                    self._origin,
-                    self._config.answer_timeout,
-                )
-                return False
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return False  # the route stopped before taking it: nothing was queued
-        finally:
-            self._pending.discard(outcome)
-        return outcome.acked
+
+#: What :meth:`_HttpReceiver._process` returns: the answer, or :data:`_LATER` when it was
+#: deferred (see :meth:`_HttpReceiver._answered`).
+_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+_LATER: Final[_Answer] = (0, b"", [])
+_TEXT: Final = (b"content-type", b"text/plain; charset=utf-8")
 
 
 def _headers(scope: Scope) -> dict[str, str]:
