@@ -1,0 +1,266 @@
+"""The engine's own cost per message: an in-memory source into a counting sink, no socket.
+
+A :class:`bridges.Route` at the shipped defaults (``in_flight = 1000``,
+``batch.count = 100``, group commit) from a source that has every message
+ready to a sink that only counts: what is left is what the engine spends
+per message (taking, gathering, writing, settling), plus building each
+message and envelope, which any source pays. Shapes:
+
+- ``bulk``: a :class:`~bridges.BulkReceiver` whose envelopes share a
+  ``settle_key`` (acked in runs by ``ack_all``), as the kafka, nats and
+  stomp sources are;
+- ``single``: one envelope per ``receive()``, each acked alone, as a
+  webhook's or a file's are;
+- ``bare``: the bulk source's envelopes built and acked in a plain loop,
+  no engine: the floor under ``bulk``.
+
+Each measurement runs in a fresh interpreter. With ``--against TREE`` the
+same shapes also run with another checkout's ``bridges`` (its folder put
+first on ``PYTHONPATH``), interleaved round by round, and the table gives
+the median of per-round ratios (this tree's µs over the other's)::
+
+    .venv/bin/python bench/speed/engine.py --rounds 5
+    git worktree add --detach /tmp/wt_enginebase main
+    .venv/bin/python bench/speed/engine.py --rounds 5 --against /tmp/wt_enginebase
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+from _common import bench_command, environment_line, write_report
+
+from bridges import Envelope, Message, Route
+from bridges._message import trusted_message
+
+SHAPES: Final = ("bulk", "single", "bare")
+HERE: Final = Path(__file__).resolve()
+ROOT: Final = HERE.parents[2]
+
+
+# -- the child: one measurement -------------------------------------------------------------
+
+
+async def _refuse(error: BaseException | None) -> None:
+    raise SystemExit(f"a message was nacked: {error!r}")
+
+
+class _Source:
+    """``count`` messages of ``body``, made when asked for (not a list of live objects)."""
+
+    def __init__(self, count: int, body: bytes) -> None:
+        self.count = count
+        self.body = body
+        self.made = 0
+        self.acked = 0
+
+    def describe(self) -> str:
+        return "memory"
+
+    async def _ack(self) -> None:
+        self.acked += 1
+
+
+class _BulkEnvelope(Envelope):
+    __slots__ = ("settle_key",)
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        acked = 0
+        for envelope in envelopes:
+            if envelope.state == "open":
+                envelope.state = "acked"
+                acked += 1
+        self.settle_key.acked += acked
+
+    settle_key: _BulkSource
+
+
+class _BulkSource(_Source):
+    """A :class:`~bridges.BulkReceiver`: as many as asked for, acked in runs."""
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_BulkSource]:
+        yield self
+
+    def make(self, most: int) -> list[Envelope]:
+        first = self.made
+        last = min(self.count, first + most)
+        if first >= last:
+            raise trio.EndOfChannel
+        self.made = last
+        body, ack = self.body, self._ack
+        out: list[Envelope] = []
+        for number in range(first, last):
+            envelope = _BulkEnvelope(
+                trusted_message(body, {}, f"m/{number}"), ack=ack, nack=_refuse
+            )
+            envelope.settle_key = self
+            out.append(envelope)
+        return out
+
+    async def receive_some(self, most: int) -> Sequence[Envelope]:
+        return self.make(most)
+
+    async def receive(self) -> Envelope:
+        return self.make(1)[0]
+
+
+class _SingleSource(_Source):
+    """A plain :class:`~bridges.Receiver`: one at a time, each acked alone."""
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_SingleSource]:
+        yield self
+
+    async def receive(self) -> Envelope:
+        if self.made >= self.count:
+            raise trio.EndOfChannel
+        self.made += 1
+        message = trusted_message(self.body, {}, f"m/{self.made}")
+        return Envelope(message, ack=self._ack, nack=_refuse)
+
+
+class _CountingSink:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def describe(self) -> str:
+        return "count"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_CountingSink]:
+        yield self
+
+    async def write(self, batch: Sequence[Message]) -> None:
+        self.count += len(batch)
+        await trio.lowlevel.checkpoint()
+
+
+async def _run(shape: str, count: int, body: bytes) -> int:
+    if shape == "bare":  # the bulk source's envelopes, made and acked with no route
+        bare = _BulkSource(count, body)
+        while bare.made < count:
+            envelopes = bare.make(1000)
+            await envelopes[0].ack_all(envelopes)
+            await trio.lowlevel.checkpoint()
+        return bare.acked
+    source: _SingleSource | _BulkSource
+    source = _SingleSource(count, body) if shape == "single" else _BulkSource(count, body)
+    await Route("bench", source, _CountingSink()).run()
+    return source.acked
+
+
+def measure(shape: str, count: int, size: int) -> dict[str, float]:
+    """Run ``shape`` once with ``count`` messages of ``size`` bytes: wall and CPU s."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    acked = trio.run(_run, shape, count, b"x" * size)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if acked != count:
+        raise SystemExit(f"{shape}: {acked} of {count} acked")
+    return {"wall": wall, "cpu": cpu}
+
+
+# -- the parent: rounds, trees, the table -----------------------------------------------------
+
+
+def run_child(tree: Path, shape: str, count: int, size: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    argv = [sys.executable, str(HERE), "--child", shape, "--count", str(count), "--size", str(size)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{shape} with {tree}: {done.stderr.strip() or done.returncode}")
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--count", type=int, default=200_000, help="messages per run")
+    parser.add_argument("--size", type=int, default=100, help="body bytes")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES)
+    )
+    parser.add_argument("--against", type=Path, help="another checkout to measure side by side")
+    parser.add_argument("--json", help="write the report here (bench/_base.write_report)")
+    parser.add_argument("--child", choices=SHAPES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, args.count, args.size)))
+        return
+    shapes = [shape.strip() for shape in args.shapes.split(",") if shape.strip()]
+    if unknown := set(shapes) - set(SHAPES):
+        parser.error(f"unknown shape(s): {', '.join(sorted(unknown))}")
+    trees = {"this": ROOT}
+    if args.against is not None:
+        if not (args.against / "bridges" / "_engine.py").is_file():
+            parser.error(f"--against {args.against}: no bridges/_engine.py there")
+        trees["other"] = args.against.resolve()
+    print(environment_line())
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.count:,} x {args.size} B")
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    order = [(tree, shape) for shape in shapes for tree in trees]
+    for round_ in range(args.rounds):
+        for tree, shape in order if round_ % 2 == 0 else reversed(order):
+            runs.setdefault((tree, shape), []).append(
+                run_child(trees[tree], shape, args.count, args.size)
+            )
+    rows = table(runs, shapes, list(trees), args.count)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        write_report(
+            args.json,
+            bench="engine",
+            command=bench_command(sys.argv[0], sys.argv[1:]),
+            unit="us/msg",
+            rows=rows,
+        )
+
+
+def table(
+    runs: dict[tuple[str, str], list[dict[str, float]]],
+    shapes: list[str],
+    trees: list[str],
+    count: int,
+) -> list[dict[str, Any]]:
+    """Print the table; return its rows for the report (median µs per message, wall and CPU)."""
+    rows: list[dict[str, Any]] = []
+    header = f"{'shape':8} {'tree':6} {'µs/msg':>8} {'CPU µs':>8} {'msg/s':>10}"
+    print(header + ("  this/other per round" if len(trees) > 1 else ""))
+    for shape in shapes:
+        for tree in trees:
+            got = runs[(tree, shape)]
+            wall = statistics.median(run["wall"] for run in got) / count * 1e6
+            cpu = statistics.median(run["cpu"] for run in got) / count * 1e6
+            row: dict[str, Any] = {
+                "series": tree,
+                "label": shape,
+                "value": round(wall, 3),
+                "cpu_us": round(cpu, 3),
+                "rounds": [round(run["wall"] / count * 1e6, 3) for run in got],
+            }
+            line = f"{shape:8} {tree:6} {wall:8.2f} {cpu:8.2f} {1e6 / wall:10,.0f}"
+            if tree == "this" and len(trees) > 1:
+                theirs = runs[("other", shape)]
+                ratios = [a["wall"] / b["wall"] for a, b in zip(got, theirs, strict=True)]
+                row["ratio"] = round(statistics.median(ratios), 3)
+                row["ratios"] = [round(ratio, 3) for ratio in ratios]
+                line += f"  {row['ratio']:.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
+            rows.append(row)
+            print(line)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
