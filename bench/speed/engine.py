@@ -10,14 +10,20 @@ message and envelope, which any source pays. Shapes:
   ``settle_key`` (acked in runs by ``ack_all``), as the kafka, nats and
   stomp sources are;
 - ``single``: one envelope per ``receive()``, each acked alone, as a
-  webhook's or a file's are;
-- ``bare``: the bulk source's envelopes built and acked in a plain loop,
-  no engine: the floor under ``bulk``.
+  file's are;
+- ``push``: as ``single``, with a pass through the scheduler in each
+  ``receive()``, as a webhook's (a memory channel) is;
+- ``bare``, ``bare-single`` and ``bare-push``: the envelopes of the
+  ``bulk``, ``single`` and ``push`` sources received and acked in a plain
+  loop, no engine: the floor under each. A shape's CPU µs less its floor's
+  (the ``engine`` column) is what the engine spends per message.
 
 Each measurement runs in a fresh interpreter. With ``--against TREE`` the
 same shapes also run with another checkout's ``bridges`` (its folder put
 first on ``PYTHONPATH``), interleaved round by round, and the table gives
-the median of per-round ratios (this tree's µs over the other's)::
+the median of per-round ratios of CPU per message (this tree's over the
+other's: on a shared machine the wall clock measures the share the process
+got more than what it spent)::
 
     .venv/bin/python bench/speed/engine.py --rounds 5
     git worktree add --detach /tmp/wt_enginebase main
@@ -44,7 +50,9 @@ from _common import bench_command, environment_line, write_report
 from bridges import Envelope, Message, Route
 from bridges._message import trusted_message
 
-SHAPES: Final = ("bulk", "single", "bare")
+SHAPES: Final = ("bulk", "bare", "single", "bare-single", "push", "bare-push")
+#: The floor under each shape: its source's envelopes made and acked with no route.
+FLOORS: Final = {"bulk": "bare", "single": "bare-single", "push": "bare-push"}
 HERE: Final = Path(__file__).resolve()
 ROOT: Final = HERE.parents[2]
 
@@ -131,6 +139,19 @@ class _SingleSource(_Source):
         return Envelope(message, ack=self._ack, nack=_refuse)
 
 
+class _PushSource(_SingleSource):
+    """As :class:`_SingleSource`, but each ``receive()`` passes through the scheduler, as
+    a receive from a memory channel does (a webhook's source hands requests over so)."""
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[_PushSource]:
+        yield self
+
+    async def receive(self) -> Envelope:
+        await trio.lowlevel.checkpoint()
+        return await super().receive()
+
+
 class _CountingSink:
     def __init__(self) -> None:
         self.count = 0
@@ -155,8 +176,18 @@ async def _run(shape: str, count: int, body: bytes) -> int:
             await envelopes[0].ack_all(envelopes)
             await trio.lowlevel.checkpoint()
         return bare.acked
+    if shape in ("bare-single", "bare-push"):  # received and acked with no route
+        single = _SingleSource(count, body) if shape == "bare-single" else _PushSource(count, body)
+        while single.made < count:
+            await (await single.receive()).ack()
+            if single.made % 64 == 0:
+                await trio.lowlevel.checkpoint()
+        return single.acked
     source: _SingleSource | _BulkSource
-    source = _SingleSource(count, body) if shape == "single" else _BulkSource(count, body)
+    if shape == "bulk":
+        source = _BulkSource(count, body)
+    else:
+        source = _PushSource(count, body) if shape == "push" else _SingleSource(count, body)
     await Route("bench", source, _CountingSink()).run()
     return source.acked
 
@@ -236,13 +267,17 @@ def table(
 ) -> list[dict[str, Any]]:
     """Print the table; return its rows for the report (median µs per message, wall and CPU)."""
     rows: list[dict[str, Any]] = []
-    header = f"{'shape':8} {'tree':6} {'µs/msg':>8} {'CPU µs':>8} {'msg/s':>10}"
-    print(header + ("  this/other per round" if len(trees) > 1 else ""))
+
+    def cpu_of(tree: str, shape: str) -> float:
+        return statistics.median(run["cpu"] for run in runs[(tree, shape)]) / count * 1e6
+
+    header = f"{'shape':11} {'tree':6} {'µs/msg':>7} {'CPU µs':>7} {'engine':>7} {'msg/s':>10}"
+    print(header + ("  CPU this/other, per round" if len(trees) > 1 else ""))
     for shape in shapes:
         for tree in trees:
             got = runs[(tree, shape)]
             wall = statistics.median(run["wall"] for run in got) / count * 1e6
-            cpu = statistics.median(run["cpu"] for run in got) / count * 1e6
+            cpu = cpu_of(tree, shape)
             row: dict[str, Any] = {
                 "series": tree,
                 "label": shape,
@@ -250,10 +285,15 @@ def table(
                 "cpu_us": round(cpu, 3),
                 "rounds": [round(run["wall"] / count * 1e6, 3) for run in got],
             }
-            line = f"{shape:8} {tree:6} {wall:8.2f} {cpu:8.2f} {1e6 / wall:10,.0f}"
+            floor = FLOORS.get(shape)
+            engine = ""
+            if floor in shapes:
+                row["engine_cpu_us"] = round(cpu - cpu_of(tree, floor), 3)
+                engine = f"{row['engine_cpu_us']:7.2f}"
+            line = f"{shape:11} {tree:6} {wall:7.2f} {cpu:7.2f} {engine:>7} {1e6 / wall:10,.0f}"
             if tree == "this" and len(trees) > 1:
                 theirs = runs[("other", shape)]
-                ratios = [a["wall"] / b["wall"] for a, b in zip(got, theirs, strict=True)]
+                ratios = [a["cpu"] / b["cpu"] for a, b in zip(got, theirs, strict=True)]
                 row["ratio"] = round(statistics.median(ratios), 3)
                 row["ratios"] = [round(ratio, 3) for ratio in ratios]
                 line += f"  {row['ratio']:.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
