@@ -290,16 +290,17 @@ class Route:
                         log.info("route %r: the source has ended", self.name)
                         return
                     # Their slots: free when counted above, still free (only this task takes).
-                    slots.free -= len(envelopes)
+                    got = len(envelopes)
+                    slots.free -= got
                     inflight.update(envelopes)
-                    stats.received += len(envelopes)
+                    stats.received += got
                     if results is None:
                         if any(map(error_of, envelopes)):  # set aside (dead letters) when gathered
                             self._unreadable += sum(e.error is not None for e in envelopes)
                         taken.put_all(envelopes)
                     else:
                         await self._transform_each(envelopes, results)
-                    since_yield += len(envelopes)
+                    since_yield += got
                     if since_yield >= _YIELD_EVERY:
                         # (a source that never waits would otherwise never let go)
                         since_yield = 0
