@@ -51,16 +51,24 @@ import trio
 
 from ._batch import Batch, Gathering, dead_letter_message
 from ._carry import carried, write_call
-from ._endpoint import BatchRefused, MessageRejected, Receiver, Sink, Source, Writer
+from ._endpoint import (
+    BatchRefused,
+    BulkReceiver,
+    MessageRejected,
+    Receiver,
+    Sink,
+    Source,
+    Writer,
+)
 from ._flow import (
     DeadLetterFailed,
     Queue,
     RouteStats,
+    Settle,
     Window,
     error_of,
     one_line,
-    receive_some_of,
-    settle,
+    settle_all,
     sole,
 )
 from ._message import Envelope, Message
@@ -76,8 +84,6 @@ _YIELD_EVERY: Final = 64
 
 #: What the transforms made of each taken envelope, in order: a message, or their error.
 _Results = collections.deque[Message | BaseException]
-#: (envelopes, None to ack or the nack's error, the RouteStats counter to add to)
-_Settle = tuple[list[Envelope], BaseException | None, str]
 
 
 class Route:
@@ -144,7 +150,7 @@ class Route:
         self._slots = Window(in_flight)
         self._taken: Queue[Envelope] = Queue()
         self._results: _Results | None = collections.deque() if transforms else None
-        self._to_settle: Queue[_Settle] = Queue()
+        self._to_settle: Queue[Settle] = Queue()
         self._gathering: Gathering | None = None
         self._pauses = 0
         self._unreadable = 0  # envelopes with an error taken and not yet gathered
@@ -211,7 +217,7 @@ class Route:
 
     async def _run_once(self) -> None:
         self._slots = Window(self._window)
-        self._taken = Queue()
+        self._taken = Queue(trio.lowlevel.current_clock().current_time)
         if self._results is not None:
             self._results = collections.deque()
         self._to_settle = Queue()
@@ -225,7 +231,14 @@ class Route:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._take, receiver, take_scope)
                     nursery.start_soon(self._deliver, dead_letter)
-                    nursery.start_soon(self._settle)
+                    nursery.start_soon(
+                        settle_all,
+                        self.name,
+                        self._to_settle,
+                        self._inflight,
+                        self._slots,
+                        self.stats,
+                    )
             finally:
                 self._take_scope = None
                 await self._release_all()
@@ -256,7 +269,9 @@ class Route:
     # -- taking -----------------------------------------------------------------
 
     async def _take(self, receiver: Receiver, scope: trio.CancelScope) -> None:
-        receive_some = receive_some_of(receiver)
+        # As many at once as a BulkReceiver has ready and the window has room for.
+        receive_some = receiver.receive_some if isinstance(receiver, BulkReceiver) else None
+        receive = receiver.receive
         slots = self._slots
         inflight = self._inflight
         stats = self.stats
@@ -269,22 +284,25 @@ class Route:
                     if slots.free <= 0:
                         await slots.wait()
                     try:
-                        envelopes = await receive_some(slots.free)
+                        if receive_some is None:
+                            envelopes: Sequence[Envelope] = (await receive(),)
+                        else:
+                            envelopes = await receive_some(slots.free)
                     except trio.EndOfChannel:
                         log.info("route %r: the source has ended", self.name)
                         return
                     # Their slots: free when counted above, still free (only this task takes).
-                    slots.free -= len(envelopes)
+                    got = len(envelopes)
+                    slots.free -= got
                     inflight.update(envelopes)
-                    stats.received += len(envelopes)
+                    stats.received += got
                     if results is None:
-                        # Unreadable ones are set aside (dead letters) when gathered.
-                        readable = list(map(error_of, envelopes)).count(None)
-                        self._unreadable += len(envelopes) - readable
+                        if any(map(error_of, envelopes)):  # set aside (dead letters) when gathered
+                            self._unreadable += sum(e.error is not None for e in envelopes)
                         taken.put_all(envelopes)
                     else:
                         await self._transform_each(envelopes, results)
-                    since_yield += len(envelopes)
+                    since_yield += got
                     if since_yield >= _YIELD_EVERY:
                         # (a source that never waits would otherwise never let go)
                         since_yield = 0
@@ -349,15 +367,8 @@ class Route:
                             batch = await self._rejected(batch, exc, dead_letter)
                             attempt -= 1
                             continue
-                        self._queue_settle(batch.envelopes, None, "written")
-                        self.stats.wrote(len(batch), started, batch.since)
-                        log.debug(
-                            "route %r: wrote %d message(s) in %.1f ms",
-                            self.name, len(batch), (trio.current_time() - started) * 1000,
-                        )  # fmt: skip
+                        await self._written(batch, started, bool(later))
                         batch = None
-                        self._pauses = 0
-                        await trio.lowlevel.checkpoint()  # a sink that never waits
             except Exception as exc:
                 if isinstance(sole(exc), DeadLetterFailed):
                     raise
@@ -386,6 +397,19 @@ class Route:
                     if not opened:
                         attempt += 1  # the sink would not even open: a failed attempt at it
                     batch = await self._failed(batch, exc, attempt, opened, dead_letter)
+
+    async def _written(self, batch: Batch, started: float, more: bool) -> None:
+        """``batch`` was written (from ``started``): settle it; yield if the next is ready
+        (``more``: halves of a refused batch are left), or the next :meth:`_gather` waits."""
+        self._to_settle.put((batch.envelopes, None, "written"))
+        self.stats.wrote(len(batch), started, batch.since)
+        log.debug(
+            "route %r: wrote %d message(s) in %.1f ms",
+            self.name, len(batch), (trio.current_time() - started) * 1000,
+        )  # fmt: skip
+        self._pauses = 0
+        if more or self._taken.items:
+            await trio.lowlevel.checkpoint()  # (a sink that never waits would never let go)
 
     async def _failed(
         self, batch: Batch, exc: Exception, attempt: int, opened: bool, dead_letter: Writer | None
@@ -519,13 +543,13 @@ class Route:
                     f"the dead-letter sink {where} failed ({one_line(exc)}); "
                     f"{len(items)} message(s) nacked"
                 ) from exc
-            self._queue_settle(items.envelopes, None, "dead_lettered")
+            self._to_settle.put((items.envelopes, None, "dead_lettered"))
             log.warning(
                 "route %r: %d message(s) dead-lettered after %d attempt(s) (%s): %s",
                 self.name, len(items), attempts, stage, reason,
             )  # fmt: skip
             return
-        self._queue_settle(items.envelopes, error, "nacked")
+        self._to_settle.put((items.envelopes, error, "nacked"))
         self._pauses += 1
         delay = self._retry.delay(self._pauses, self._rand)
         log.warning(
@@ -535,35 +559,6 @@ class Route:
         await trio.sleep(delay)
 
     # -- settling -----------------------------------------------------------------
-
-    def _queue_settle(
-        self, envelopes: list[Envelope], error: BaseException | None, counter: str
-    ) -> None:
-        self._to_settle.put((envelopes, error, counter))
-
-    async def _settle(self) -> None:
-        """Ack (or nack) envelopes in the order the deliverer finished with them."""
-        stats = self.stats
-        queue = self._to_settle
-        inflight = self._inflight
-        slots = self._slots
-        while (entry := await queue.get()) is not None:
-            envelopes, error, counter = entry
-            failed, failure = await settle(envelopes, error, inflight, slots)
-            setattr(stats, counter, getattr(stats, counter) + len(envelopes))
-            if counter == "written":
-                stats.batches += 1
-            if failure is not None:
-                log.warning(
-                    "route %r: %s failed for %d of %d message(s) (%s); "
-                    "the source may deliver them again",
-                    self.name,
-                    "ack" if error is None else "nack",
-                    failed,
-                    len(envelopes),
-                    one_line(failure),
-                )
-            await trio.lowlevel.checkpoint()
 
     async def _ack(self, envelope: Envelope) -> None:
         try:

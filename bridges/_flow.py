@@ -9,7 +9,8 @@ checkpoint on their own, at least once per batch.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import attrgetter, is_
 from typing import Final, Generic, TypeVar
@@ -17,27 +18,17 @@ from typing import Final, Generic, TypeVar
 import attrs
 import trio
 
-from ._endpoint import BatchRefused, BulkReceiver, MessageRejected, Receiver
+from ._endpoint import BatchRefused, MessageRejected
 from ._message import OPEN, Envelope
 from ._redact import redact, redact_cut
 
 T = TypeVar("T")
 
+log = logging.getLogger("bridges.route")
+
 _settle_key = attrgetter("settle_key")
 #: Why an envelope's source could not read it, or None.
 error_of = attrgetter("error")
-
-
-def receive_some_of(receiver: Receiver) -> Callable[[int], Awaitable[Sequence[Envelope]]]:
-    """How the taker receives: ``receive_some`` of a :class:`BulkReceiver`, else
-    one envelope at a time from ``receive``."""
-    if isinstance(receiver, BulkReceiver):
-        return receiver.receive_some
-
-    async def receive_one(most: int) -> tuple[Envelope]:
-        return (await receiver.receive(),)
-
-    return receive_one
 
 
 class Window:
@@ -80,13 +71,16 @@ class Queue(Generic[T]):
     costs one slice, not a call per item.
     """
 
-    __slots__ = ("_lot", "_waiting", "_wanted", "closed", "items", "since")
+    __slots__ = ("_clock", "_lot", "_waiting", "_wanted", "closed", "items", "since")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self.items: list[T] = []
-        #: When the oldest item still queued was put (trio clock, s), or earlier: set
-        #: when an item is put into the empty queue, kept when a take leaves some.
+        #: When the oldest item still queued was put (``clock``'s time, s), or earlier:
+        #: set when an item is put into the empty queue, kept when a take leaves some;
+        #: 0 without a clock. (Given the clock's bound method, not looked up per put:
+        #: ``trio.current_time()`` costs more than the rest of a put.)
         self.since = 0.0
+        self._clock = clock
         self.closed = False
         self._lot = trio.lowlevel.ParkingLot()
         self._waiting = False  # the consumer is parked and nobody woke it yet
@@ -94,8 +88,8 @@ class Queue(Generic[T]):
 
     def put(self, item: T) -> None:
         items = self.items
-        if not items:
-            self.since = trio.current_time()
+        if not items and self._clock is not None:
+            self.since = self._clock()
         items.append(item)
         if self._waiting and len(items) >= self._wanted:
             self._waiting = False
@@ -104,8 +98,8 @@ class Queue(Generic[T]):
     def put_all(self, more: Iterable[T]) -> None:
         """:meth:`put` each of ``more``, in order (one wake-up at most)."""
         items = self.items
-        if not items:
-            self.since = trio.current_time()
+        if not items and self._clock is not None:
+            self.since = self._clock()
         items += more
         if self._waiting and len(items) >= self._wanted:
             self._waiting = False
@@ -194,29 +188,71 @@ async def settle(
 ) -> tuple[int, BaseException | None]:
     """Ack (``error`` None: a run of them in one call, see :func:`settle_runs`) or
     nack ``envelopes``, in order. Each leaves ``inflight`` and frees its slot once
-    tried, even when cancelled (unless already handed back).
+    tried, even when cancelled (unless already handed back): all of them together
+    once the last was tried, so that a batch costs one update of ``inflight``
+    and one wake-up of the taker, not one per message.
 
     Returns how many failed and the first failure (or None).
     """
     failed = 0
     first: BaseException | None = None
-    runs = settle_runs(envelopes) if error is None else [[e] for e in envelopes]
-    for run in runs:
-        try:
-            if error is not None:
-                await run[0].nack(error)
-            elif len(run) == 1:
-                await run[0].ack()
-            else:
-                await run[0].ack_all(run)
-        except Exception as exc:
-            failed += len(run)
-            first = first or exc
-        except BaseException:  # cancelled: the ones never tried stay in flight, to be released
-            _leave([run[0], *[e for e in run[1:] if e.state != OPEN]], inflight, slots)
-            raise
-        _leave(run, inflight, slots)
+    start = 0  # where the run being tried starts
+    try:
+        if error is not None or all(map(is_, map(_settle_key, envelopes), repeat(None))):
+            # One at a time (a nack, or envelopes acked each alone, a webhook's say).
+            for start, envelope in enumerate(envelopes):  # noqa: B007 (read when cancelled)
+                try:
+                    await (envelope.ack() if error is None else envelope.nack(error))
+                except Exception as exc:
+                    failed += 1
+                    first = first or exc
+        else:
+            for run in settle_runs(envelopes):
+                try:
+                    if len(run) == 1:
+                        await run[0].ack()
+                    else:
+                        await run[0].ack_all(run)
+                except Exception as exc:
+                    failed += len(run)
+                    first = first or exc
+                start += len(run)
+    except BaseException:  # cancelled: the ones never tried stay in flight, to be released
+        tried = envelopes[: start + 1]
+        tried += [e for e in envelopes[start + 1 :] if e.state != OPEN]
+        _leave(tried, inflight, slots)
+        raise
+    _leave(envelopes, inflight, slots)
     return failed, first
+
+
+#: (envelopes, None to ack or the nack's error, the RouteStats counter to add to)
+Settle = tuple[list[Envelope], BaseException | None, str]
+
+
+async def settle_all(
+    route: str, queue: Queue[Settle], inflight: set[Envelope], slots: Window, stats: RouteStats
+) -> None:
+    """The settler task of ``route``: ack (or nack) the envelopes of each entry of
+    ``queue``, in the order the deliverer finished with them (:func:`settle`), and count them."""
+    while (entry := await queue.get()) is not None:
+        envelopes, error, counter = entry
+        failed, failure = await settle(envelopes, error, inflight, slots)
+        setattr(stats, counter, getattr(stats, counter) + len(envelopes))
+        if counter == "written":
+            stats.batches += 1
+        if failure is not None:
+            log.warning(
+                "route %r: %s failed for %d of %d message(s) (%s); "
+                "the source may deliver them again",
+                route,
+                "ack" if error is None else "nack",
+                failed,
+                len(envelopes),
+                one_line(failure),
+            )
+        if queue.items:  # (else the next get waits: a yield)
+            await trio.lowlevel.checkpoint()
 
 
 def _leave(envelopes: list[Envelope], inflight: set[Envelope], slots: Window) -> None:

@@ -717,3 +717,53 @@ def test_settle_runs_cut_envelopes_in_order_into_runs_of_one_key(picks: list[int
     for before, after in pairwise(runs):  # runs are as long as they can be
         key = before[-1].settle_key
         assert key is None or after[0].settle_key is not key
+
+
+@given(
+    st.lists(st.sampled_from(["ok", "broken"]), min_size=1, max_size=12),
+    st.integers(min_value=0, max_value=12),
+    st.booleans(),
+)
+def test_settle_one_at_a_time_frees_what_it_tried_and_counts_what_failed(
+    modes: list[str], stuck_at: int, nack: bool
+) -> None:
+    """Envelopes settled each alone (no settle_key: a webhook's, a file's, or a nack) leave
+    the in-flight set together; cancelled at one, that one and those before it leave,
+    the rest stay (to be released by the route); failures are counted, not raised."""
+    from bridges._flow import Window, settle
+
+    tried: list[int] = []
+
+    def envelope(index: int, mode: str) -> Envelope:
+        async def done(*_: object) -> None:
+            tried.append(index)
+            if index == stuck_at:
+                await trio.sleep_forever()
+            if mode == "broken":
+                raise OSError("gone")
+
+        return Envelope(Message(b"x", id=f"m{index}"), ack=done, nack=done)
+
+    envelopes = [envelope(i, mode) for i, mode in enumerate(modes)]
+    inflight = set(envelopes)
+    slots = Window(len(envelopes))
+    slots.free = 0
+    result: list[tuple[int, BaseException | None]] = []
+
+    async def main() -> None:
+        with trio.move_on_after(1):
+            result.append(
+                await settle(envelopes, OSError("why") if nack else None, inflight, slots)
+            )
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert tried == list(range(min(stuck_at + 1, len(modes))))
+    if stuck_at < len(modes):  # cancelled there
+        assert not result
+        assert inflight == set(envelopes[stuck_at + 1 :])
+        assert slots.free == stuck_at + 1
+    else:
+        failed, first = result[0]
+        assert failed == modes.count("broken")
+        assert (first is None) == (failed == 0)
+        assert (inflight, slots.free) == (set(), len(modes))
