@@ -53,6 +53,8 @@ class Connection(Protocol):
 
     def forget(self, number: int) -> None: ...
 
+    async def wait_unblocked(self) -> None: ...
+
 
 class ServerClosed(ConnectionError):
     """The broker closed the channel or the connection, and said why."""
@@ -140,6 +142,11 @@ class Channel:
         self._deliveries: trio.MemorySendChannel[Delivery] | None = None
         self._receiver: trio.MemoryReceiveChannel[Delivery] | None = None
         self._publish_cache: dict[tuple[str, str], bytes] = {}
+        #: One batch writes at a time: its tags are consecutive and follow the last batch's.
+        self._publish_lock = trio.Lock()
+        #: Cleared while the broker's ``Channel.Flow`` says stop.
+        self._flowing = trio.Event()
+        self._flowing.set()
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -224,31 +231,14 @@ class Channel:
         for index, publish in enumerate(publishes):
             if publish.properties.message_id:
                 by_id[publish.properties.message_id] = index
-        batch = _Batch(self._next_tag, count, by_id, left=count)
+        batch = _Batch(0, count, by_id, left=count)
         batch.returned = [None] * count
         batch.settled = bytearray(count)
-        if count:
-            self._batches.append(batch)
-        else:
+        if not count:
             batch.done.set()
         try:
-            frame_max = self.client.frame_max
-            chunk: list[bytes] = []
-            size = taken = 0
-            for publish in publishes:
-                chunk.append(self._publish_frame(publish.exchange, publish.routing_key))
-                chunk += content_frames(self.number, publish.properties, publish.body, frame_max)
-                size += len(publish.body)
-                taken += 1
-                if size >= _CHUNK:
-                    await self.client.send(chunk)
-                    # (the broker numbers what it got: a write cancelled before it
-                    # began takes no tags, one cancelled part way fails the connection)
-                    self._next_tag += taken
-                    chunk, size, taken = [], 0, 0
-            if chunk:
-                await self.client.send(chunk)
-                self._next_tag += taken
+            async with self._publish_lock:
+                await self._write(batch, publishes)
             await batch.done.wait()
         finally:
             if batch in self._batches:
@@ -258,6 +248,42 @@ class Channel:
         if batch.nacked:
             raise Nacked(f"the broker nacked {batch.nacked} of {count} message(s)")
         return batch.returned
+
+    async def _write(self, batch: _Batch, publishes: Sequence[Publish]) -> None:
+        """Write a batch: its tags follow the last batch's (the caller holds the lock)."""
+        batch.first = self._next_tag
+        if batch.count:
+            self._batches.append(batch)
+        frame_max = self.client.frame_max
+        chunk: list[bytes] = []
+        size = taken = 0
+        for publish in publishes:
+            chunk.append(self._publish_frame(publish.exchange, publish.routing_key))
+            chunk += content_frames(self.number, publish.properties, publish.body, frame_max)
+            size += len(publish.body)
+            taken += 1
+            if size >= _CHUNK:
+                await self._send(chunk)
+                # (the broker numbers what it got: a write cancelled before it
+                # began takes no tags, one cancelled part way fails the connection)
+                self._next_tag += taken
+                chunk, size, taken = [], 0, 0
+        if chunk:
+            await self._send(chunk)
+            self._next_tag += taken
+
+    async def _send(self, chunk: list[bytes]) -> None:
+        """Write publishes once the broker lets us (``Channel.Flow``, ``Connection.Blocked``).
+
+        Waiting here rather than in a write stuck part way, a publish
+        cancelled (its timeout) leaves the connection usable.
+        """
+        while not self._flowing.is_set():
+            await self._flowing.wait()
+            self._check()
+        await self.client.wait_unblocked()
+        self._check()
+        await self.client.send(chunk)
 
     def _confirmed(self, tag: int, multiple: bool, ok: bool) -> None:
         for batch in list(self._batches):
@@ -360,6 +386,10 @@ class Channel:
         elif isinstance(method, commands.Basic.Cancel):
             self.fail(ConnectionError(f"the broker cancelled the consumer {method.consumer_tag!r}"))
         elif isinstance(method, commands.Channel.Flow):
+            if method.active:
+                self._flowing.set()
+            elif self._flowing.is_set():
+                self._flowing = trio.Event()
             await self.client.send_method(self.number, commands.Channel.FlowOk(method.active))
         elif self._expect and isinstance(method, self._expect):
             assert isinstance(method, Frame)
@@ -373,6 +403,7 @@ class Channel:
         if self.error is None:
             self.error = error
         self._replied.set()
+        self._flowing.set()
         for batch in self._batches:
             batch.done.set()
         self._batches.clear()
