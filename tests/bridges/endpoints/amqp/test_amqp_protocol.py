@@ -323,3 +323,29 @@ def test_any_body_size_round_trips_through_rabbitmq_at_a_small_frame_max(size: i
                 await reader.settle([("ack", delivery.delivery_tag, False)])
 
     trio.run(run)
+
+
+async def test_a_queue_deleted_under_its_consumer_ends_the_consumer_with_the_brokers_word() -> None:
+    require_amqp()
+    host, port = HOSTPORT.split(":")
+    name = unique()
+    with trio.fail_after(20):
+        async with open_client(host, int(port), Settings(heartbeat=0), within=10) as client:
+            admin = await client.channel()
+            await admin.rpc(commands.Queue.Declare(queue=name), commands.Queue.DeclareOk)
+            await admin.confirm()
+            assert await admin.publish([Publish("", name, b"1", PROPERTIES)]) == [None]
+            reader = await client.channel()
+            await reader.qos(5)
+            tag = await reader.consume(name, 5)
+            first = await reader.next_delivery()
+            await admin.rpc(commands.Queue.Delete(queue=name), commands.Queue.DeleteOk)
+            with pytest.raises(ConnectionError, match=f"cancelled the consumer '{tag}'"):
+                await reader.next_delivery()
+            with pytest.raises(ConnectionError):
+                await reader.settle([("ack", first.delivery_tag, False)])
+            # (the connection and the other channel go on)
+            assert client.error is None
+            await admin.rpc(
+                commands.Queue.Declare(queue=name, auto_delete=True), commands.Queue.DeclareOk
+            )
