@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import trio
@@ -23,6 +24,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 from pamqp.base import Frame
 
+from bridges import Context, Message
+from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig
 from bridges.endpoints.amqp._channel import Channel, Nacked, Publish, ServerClosed
 from bridges.endpoints.amqp._client import (
     Client,
@@ -349,3 +352,53 @@ async def test_a_queue_deleted_under_its_consumer_ends_the_consumer_with_the_bro
             await admin.rpc(
                 commands.Queue.Declare(queue=name, auto_delete=True), commands.Queue.DeclareOk
             )
+
+
+async def test_a_sink_write_held_by_a_resource_alarm_times_out_saying_so() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+
+    async def serve(stream: trio.SocketStream) -> None:
+        broker = Broker(stream)
+        await broker.handshake()
+        await broker.answer(commands.Channel.OpenOk())
+        await broker.answer(commands.Confirm.SelectOk())
+        await broker.send(0, commands.Connection.Blocked("low on memory"))
+        await broker.serve_until_close()
+
+    config = AmqpSinkConfig(
+        url=f"amqp://guest:guest@127.0.0.1:{port}/%2f", heartbeat=0, confirm_timeout=0.5
+    )
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(trio.serve_listeners, serve, listeners))
+            async with AmqpSink(config, Context(route="r")).open() as writer:
+                await trio.testing.wait_all_tasks_blocked()
+                with pytest.raises(TimeoutError, match="blocked publishing: low on memory"):
+                    await writer.write([Message(b"1", {}, "a")])
+            nursery.cancel_scope.cancel()
+
+
+HEADER_NAMES = st.sampled_from(["a", "x-trace", "content-type", "amqp-app-id", "k" * 200])
+HEADER_VALUES = st.text(max_size=300) | st.text(alphabet="é", max_size=150)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    headers=st.dictionaries(HEADER_NAMES | st.text(min_size=1, max_size=30), HEADER_VALUES),
+    message_id=st.text(max_size=255) | st.just(""),
+    frame_max=st.sampled_from([4096, 4200, 8192]),
+)
+def test_properties_the_sink_accepts_fit_one_frame_and_small_ones_fit_the_smallest(
+    headers: dict[str, str], message_id: str, frame_max: int
+) -> None:
+    sink = AmqpSink(AmqpSinkConfig(routing_key="q"), Context(route="r"))
+    message = Message(b"body", headers, message_id)
+    try:
+        publish = sink.prepare(message, frame_max)
+    except ValueError:
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in headers.items())
+        assert size + len(message_id.encode()) > 1000  # (only big ones are refused)
+        return
+    head = content_frames(1, publish.properties, publish.body, frame_max)[0]
+    assert len(head) <= frame_max
