@@ -7,7 +7,10 @@ Everything here is called either by the user's task (``rpc``, ``publish``,
 - a synchronous method (``Queue.Declare``...) is one :meth:`Channel.rpc` at a
   time; the reader hands its reply over and sets an event;
 - a batch of publishes on a channel in confirm mode takes consecutive
-  delivery tags; the reader marks them as ``Basic.Ack``/``Nack`` arrive
+  delivery tags (one batch writes at a time, so publishers sharing a channel
+  never count the same tags; a write waits while the broker says
+  ``Channel.Flow`` off or ``Connection.Blocked``); the reader marks them as
+  ``Basic.Ack``/``Nack`` arrive
   (``multiple`` settles every earlier tag too) and wakes the batch when all
   are settled. A ``Basic.Return`` (a ``mandatory`` message no queue took)
   comes before its ack and carries no tag: it is matched by ``message_id``,

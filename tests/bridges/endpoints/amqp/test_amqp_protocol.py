@@ -122,8 +122,11 @@ class Broker:
 
 
 @asynccontextmanager
-async def connected(heartbeat: int = 0, ours: int = 0) -> AsyncIterator[tuple[Client, Broker]]:
-    client_end, broker_end = trio.testing.memory_stream_pair()
+async def connected(
+    heartbeat: int = 0, ours: int = 0, *, lockstep: bool = False
+) -> AsyncIterator[tuple[Client, Broker]]:
+    make = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
+    client_end, broker_end = make()
     broker = Broker(broker_end)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -256,6 +259,23 @@ async def test_the_broker_closing_mid_publish_fails_every_publisher_with_its_wor
                 _, close_ok = await broker.method()
                 assert isinstance(close_ok, commands.Connection.CloseOk)
         assert [str(e) for e in errors] == ["CONNECTION_FORCED - bye (AMQP 320)"] * 3
+
+
+async def test_a_publish_cancelled_part_way_through_its_write_fails_the_connection() -> None:
+    async with connected(lockstep=True) as (client, broker):
+        channel = await confirming_channel(client, broker)
+        big = [Publish("", "q", bytes(1 << 20), PROPERTIES)]
+        with trio.move_on_after(1) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(channel.publish, big)
+                broker.buffer += await broker.stream.receive_some(1000)  # (then it stalls)
+                await trio.sleep_forever()
+        assert scope.cancelled_caught
+        # Half a frame is on the wire: nothing may follow it on this connection.
+        assert isinstance(client.error, ConnectionError)
+        with pytest.raises(ConnectionError, match="cancelled part way"):
+            await channel.publish(one())
+    # (and leaving did not wait for a CloseOk that cannot come)
 
 
 # -- a hostile broker -----------------------------------------------------------------------------
