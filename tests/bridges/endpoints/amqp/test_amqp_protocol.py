@@ -123,12 +123,12 @@ class Broker:
 
 @asynccontextmanager
 async def connected(
-    heartbeat: int = 0, ours: int = 0, *, lockstep: bool = False
+    heartbeat: int = 0, ours: int = 0, *, lockstep: bool = False, within: float = 10
 ) -> AsyncIterator[tuple[Client, Broker]]:
     make = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
     client_end, broker_end = make()
     broker = Broker(broker_end)
-    with trio.fail_after(10):
+    with trio.fail_after(within):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.handshake, heartbeat)
             async with wrap_stream(client_end, Settings(heartbeat=ours)) as client:
@@ -166,6 +166,21 @@ async def test_the_heartbeat_is_the_smaller_offer_and_our_zero_turns_it_off(
         assert client.heartbeat == agreed
         assert broker.tune_ok is not None
         assert broker.tune_ok.heartbeat == agreed
+
+
+def test_frames_of_any_kind_keep_the_connection_alive_not_only_heartbeats() -> None:
+    async def run() -> None:
+        async with connected(heartbeat=4, ours=4, within=100) as (client, broker):
+            channel = await confirming_channel(client, broker)
+            for tag in range(1, 11):  # 60 s of acks 6 s apart: never a heartbeat frame
+                await trio.sleep(6)
+                await broker.send(channel.number, commands.Basic.Ack(tag))
+            assert client.error is None
+            await trio.sleep(11)  # then silence: two intervals (and a check) pass
+            assert isinstance(client.error, ConnectionError)
+            assert "sent nothing for 8 s" in str(client.error)
+
+    trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 # -- publisher confirms -------------------------------------------------------------------------
