@@ -7,7 +7,10 @@ Everything here is called either by the user's task (``rpc``, ``publish``,
 - a synchronous method (``Queue.Declare``...) is one :meth:`Channel.rpc` at a
   time; the reader hands its reply over and sets an event;
 - a batch of publishes on a channel in confirm mode takes consecutive
-  delivery tags; the reader marks them as ``Basic.Ack``/``Nack`` arrive
+  delivery tags (one batch writes at a time, so publishers sharing a channel
+  never count the same tags; a write waits while the broker says
+  ``Channel.Flow`` off or ``Connection.Blocked``); the reader marks them as
+  ``Basic.Ack``/``Nack`` arrive
   (``multiple`` settles every earlier tag too) and wakes the batch when all
   are settled. A ``Basic.Return`` (a ``mandatory`` message no queue took)
   comes before its ack and carries no tag: it is matched by ``message_id``,
@@ -47,11 +50,16 @@ class Connection(Protocol):
     @property
     def frame_max(self) -> int: ...
 
+    @property
+    def blocked(self) -> str | None: ...
+
     async def send(self, data: bytes | Sequence[bytes]) -> None: ...
 
     async def send_method(self, channel: int, method: Frame) -> None: ...
 
     def forget(self, number: int) -> None: ...
+
+    async def wait_unblocked(self) -> None: ...
 
 
 class ServerClosed(ConnectionError):
@@ -140,6 +148,11 @@ class Channel:
         self._deliveries: trio.MemorySendChannel[Delivery] | None = None
         self._receiver: trio.MemoryReceiveChannel[Delivery] | None = None
         self._publish_cache: dict[tuple[str, str], bytes] = {}
+        #: One batch writes at a time: its tags are consecutive and follow the last batch's.
+        self._publish_lock = trio.Lock()
+        #: Cleared while the broker's ``Channel.Flow`` says stop.
+        self._flowing = trio.Event()
+        self._flowing.set()
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -224,31 +237,14 @@ class Channel:
         for index, publish in enumerate(publishes):
             if publish.properties.message_id:
                 by_id[publish.properties.message_id] = index
-        batch = _Batch(self._next_tag, count, by_id, left=count)
+        batch = _Batch(0, count, by_id, left=count)
         batch.returned = [None] * count
         batch.settled = bytearray(count)
-        if count:
-            self._batches.append(batch)
-        else:
+        if not count:
             batch.done.set()
         try:
-            frame_max = self.client.frame_max
-            chunk: list[bytes] = []
-            size = taken = 0
-            for publish in publishes:
-                chunk.append(self._publish_frame(publish.exchange, publish.routing_key))
-                chunk += content_frames(self.number, publish.properties, publish.body, frame_max)
-                size += len(publish.body)
-                taken += 1
-                if size >= _CHUNK:
-                    await self.client.send(chunk)
-                    # (the broker numbers what it got: a write cancelled before it
-                    # began takes no tags, one cancelled part way fails the connection)
-                    self._next_tag += taken
-                    chunk, size, taken = [], 0, 0
-            if chunk:
-                await self.client.send(chunk)
-                self._next_tag += taken
+            async with self._publish_lock:
+                await self._write(batch, publishes)
             await batch.done.wait()
         finally:
             if batch in self._batches:
@@ -258,6 +254,42 @@ class Channel:
         if batch.nacked:
             raise Nacked(f"the broker nacked {batch.nacked} of {count} message(s)")
         return batch.returned
+
+    async def _write(self, batch: _Batch, publishes: Sequence[Publish]) -> None:
+        """Write a batch: its tags follow the last batch's (the caller holds the lock)."""
+        batch.first = self._next_tag
+        if batch.count:
+            self._batches.append(batch)
+        frame_max = self.client.frame_max
+        chunk: list[bytes] = []
+        size = taken = 0
+        for publish in publishes:
+            chunk.append(self._publish_frame(publish.exchange, publish.routing_key))
+            chunk += content_frames(self.number, publish.properties, publish.body, frame_max)
+            size += len(publish.body)
+            taken += 1
+            if size >= _CHUNK:
+                await self._send(chunk)
+                # (the broker numbers what it got: a write cancelled before it
+                # began takes no tags, one cancelled part way fails the connection)
+                self._next_tag += taken
+                chunk, size, taken = [], 0, 0
+        if chunk:
+            await self._send(chunk)
+            self._next_tag += taken
+
+    async def _send(self, chunk: list[bytes]) -> None:
+        """Write publishes once the broker lets us (``Channel.Flow``, ``Connection.Blocked``).
+
+        Waiting here rather than in a write stuck part way, a publish
+        cancelled (its timeout) leaves the connection usable.
+        """
+        while not self._flowing.is_set():
+            await self._flowing.wait()
+            self._check()
+        await self.client.wait_unblocked()
+        self._check()
+        await self.client.send(chunk)
 
     def _confirmed(self, tag: int, multiple: bool, ok: bool) -> None:
         for batch in list(self._batches):
@@ -360,6 +392,10 @@ class Channel:
         elif isinstance(method, commands.Basic.Cancel):
             self.fail(ConnectionError(f"the broker cancelled the consumer {method.consumer_tag!r}"))
         elif isinstance(method, commands.Channel.Flow):
+            if method.active:
+                self._flowing.set()
+            elif self._flowing.is_set():
+                self._flowing = trio.Event()
             await self.client.send_method(self.number, commands.Channel.FlowOk(method.active))
         elif self._expect and isinstance(method, self._expect):
             assert isinstance(method, Frame)
@@ -373,6 +409,7 @@ class Channel:
         if self.error is None:
             self.error = error
         self._replied.set()
+        self._flowing.set()
         for batch in self._batches:
             batch.done.set()
         self._batches.clear()

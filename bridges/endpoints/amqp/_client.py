@@ -62,6 +62,8 @@ FRAME_MAX: Final = 131072
 MAX_BODY: Final = 128 * 1024 * 1024
 #: Bytes read at once.
 _READ: Final = 256 * 1024
+#: The methods of class ``connection`` (10) belong on channel 0 only.
+_CONNECTION_CLASS: Final = 10
 _CLOSED_DURING_LOGIN: Final = (
     "the broker closed the connection during login (wrong user or password?)"
 )
@@ -100,6 +102,10 @@ class Client:
         self._events: list[tuple[int, object]] = []
         self._tasks = trio.CancelScope()
         self._close_ok = trio.Event()
+        self._unblocked = trio.Event()
+        self._unblocked.set()
+        #: Why the broker blocked publishing (``Connection.Blocked``), None when it does not.
+        self.blocked: str | None = None
         #: Why the connection cannot be used any more (None while it can).
         self.error: Exception | None = None
         #: The negotiated frame_max and heartbeat.
@@ -121,11 +127,15 @@ class Client:
             raise self.error
         payload = data if isinstance(data, bytes) else b"".join(data)
         async with self._write_lock:  # (cancelled here, nothing was written)
+            if self.error is not None:
+                raise self.error  # (it broke while we waited for our turn)
             try:
                 await self._stream.send_all(payload)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                # The first failure is the cause (the broker's Connection.Close, say).
                 self.fail(ConnectionError(f"the connection broke while writing ({exc})"))
-                raise ConnectionError(f"the connection broke while writing ({exc})") from None
+                assert self.error is not None
+                raise self.error from None
             except trio.Cancelled:
                 # Part of a frame may be on the wire: nothing can follow it.
                 self.fail(ConnectionError("a write was cancelled part way"))
@@ -164,6 +174,7 @@ class Client:
             channel.fail(self.error)
         self._tasks.cancel()
         self._close_ok.set()
+        self._unblocked.set()
 
     async def aclose(self) -> None:
         """``Connection.Close`` and its ``CloseOk``, shielded and bounded; the stream closes."""
@@ -250,6 +261,7 @@ class Client:
             self.frame_max = min(settings.frame_max, tune.frame_max)
         self.frame_max = max(self.frame_max, 4096)
         self._reader.frame_max = self.frame_max
+        self.heartbeat = negotiate_heartbeat(settings.heartbeat, tune.heartbeat or 0)
         channel_max = tune.channel_max or 65535
         await self.send(
             [
@@ -281,6 +293,8 @@ class Client:
             channel = self._channels.get(number)
             if channel is None:
                 raise ProtocolError(f"the broker sent a frame on channel {number}, not open")
+            if isinstance(event, Frame) and event.index >> 16 == _CONNECTION_CLASS:
+                raise ProtocolError(f"the broker sent {event.name} on channel {number}, not 0")
             if isinstance(event, Content):
                 channel.on_content(event)
             else:
@@ -293,7 +307,30 @@ class Client:
             raise ServerClosed(event.reply_code or 0, event.reply_text or "")
         elif isinstance(event, commands.Connection.CloseOk):
             self._close_ok.set()
-        # (heartbeats, Connection.Blocked/Unblocked: the write simply waits for TCP)
+        elif isinstance(event, commands.Connection.Blocked):
+            # (a resource alarm: RabbitMQ reads nothing more from a connection that publishes)
+            self.blocked = event.reason or "resource alarm"
+            self._unblocked = trio.Event()
+        elif isinstance(event, commands.Connection.Unblocked):
+            self.blocked = None
+            self._unblocked.set()
+        elif not isinstance(event, Heartbeat):
+            name = getattr(event, "name", type(event).__name__)
+            raise ProtocolError(f"the broker sent {name} on channel 0")
+
+    async def wait_unblocked(self) -> None:
+        """Until the broker lifts its resource alarm (``Connection.Blocked``, then ``Unblocked``).
+
+        A publish waits here before it writes: blocked, RabbitMQ stops
+        reading, so a write would hang part way and could only end by failing
+        the connection; waiting here, a cancelled publish costs nothing.
+
+        Raises:
+          ConnectionError: the connection broke meanwhile.
+        """
+        await self._unblocked.wait()
+        if self.error is not None:
+            raise self.error
 
     async def _beat(self) -> None:
         interval = self.heartbeat
@@ -313,6 +350,19 @@ class Client:
                     await self.send(heartbeat_frame())
                 except ConnectionError:
                     return  # (recorded by send: every waiter raises it)
+
+
+def negotiate_heartbeat(ours: int, theirs: int) -> int:
+    """The heartbeat both ends use, s: we ask ``ours``, the broker's ``Tune`` offers ``theirs``.
+
+    Both non-zero: the smaller (AMQP 0-9-1 §2.3.3: limits settle on the
+    lowest). Ours 0: none (the client's veto, which RabbitMQ honours: the
+    setting says 0 means none). Theirs 0 only: ours (RabbitMQ's own clients'
+    rule: the non-zero value wins; we keep our dead-peer detection).
+    """
+    if not ours:
+        return 0
+    return min(ours, theirs) if theirs else ours
 
 
 @asynccontextmanager

@@ -104,10 +104,15 @@ def max_head(frame_max: int) -> int:
     """The most bytes a message's headers table may take in a content header frame.
 
     AMQP 0-9-1 sends the properties in one frame, never split: ``frame_max``
-    less the frame's own 8 bytes, the header's fixed 14, and room for every
-    other property (short strings of at most 256 bytes).
+    less the frame's own 8 bytes, the header's fixed 14 (class, weight, body
+    size, property flags), the table's length (4) and the two one-byte
+    properties (delivery mode, priority). :func:`to_amqp` counts the rest as
+    it builds them: the table's entries and each short string (1 + its bytes).
+    (Until 2026-11 it kept room for 16 short strings of 255 bytes whatever the
+    message held, which left nothing at the protocol's smallest ``frame_max``,
+    4096: every message was refused.)
     """
-    return frame_max - 8 - 14 - 16 * (SHORTSTR + 1)
+    return frame_max - 8 - 14 - 4 - 2
 
 
 def _utf8(name: str, text: str) -> bytes:
@@ -145,19 +150,23 @@ def to_amqp(
         # key (a short string), then the value as a long string: type, length, bytes
         size += key + 6 + (len(value) if value.isascii() else len(_utf8(name, value)))
         table[name] = value
-    if max_head is not None and size > max_head:
-        raise ValueError(
-            f"headers of {size} bytes: over the {max_head} that one AMQP frame leaves for "
-            "them (the connection's frame_max)"
-        )
+    message_id = message.id or uuid.uuid4().hex
     if message.id:
         table[ID_HEADER] = message.id
+        size += len(ID_HEADER) + 6 + len(_utf8(ID_HEADER, message.id))
     properties: dict[str, Any] = {
         attribute: headers[name] for attribute, name in PROPERTIES if headers.get(name)
     }
-    for name, value in (("message-id", message.id), *properties.items()):
-        if len(_utf8(name, value)) > SHORTSTR:  # (the id goes as a short string too)
+    for name, value in (("message-id", message_id), *properties.items()):
+        length = len(_utf8(name, value))
+        if length > SHORTSTR:  # (the id goes as a short string too)
             raise ValueError(f"{name} {value[:40]!r}... is longer than 255 bytes")
+        size += 1 + length
+    if max_head is not None and size > max_head:
+        raise ValueError(
+            f"headers and properties of {size} bytes: over the {max_head} that one AMQP "
+            "frame leaves for them (the connection's frame_max)"
+        )
     priority = headers.get(PRIORITY)
     if priority:
         if not (priority.isdigit() and int(priority) <= 255):
@@ -168,7 +177,7 @@ def to_amqp(
     return commands.Basic.Properties(
         headers=table,
         # (as aiormq did: a confirmed publish always has an id, which a return is matched by)
-        message_id=message.id or uuid.uuid4().hex,
+        message_id=message_id,
         delivery_mode=2 if persistent else 1,
         **properties,
     )

@@ -161,8 +161,11 @@ class _AmqpWriter:
                 with trio.fail_after(self._timeout):
                     results = await self._channel.publish(publishes)
             except trio.TooSlowError:
+                blocked = self._channel.client.blocked
+                why = f" (it blocked publishing: {blocked})" if blocked else ""
                 raise TimeoutError(
-                    f"the broker did not confirm {len(round_)} message(s) in {self._timeout:g} s"
+                    f"the broker did not confirm {len(round_)} message(s) in "
+                    f"{self._timeout:g} s{why}"
                 ) from None
             except (Nacked, ServerClosed) as exc:
                 raise ConnectionError(f"publishing failed: {one_line(exc)}") from exc
