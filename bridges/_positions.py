@@ -18,7 +18,12 @@ keeps that offset, and saves it as an ack moves it:
   loop: a fresh temporary file, fsync, a rename over the file, and an fsync
   of its folder (so a power cut leaves the old position or the new one).
   The offsets acked beyond the committed one are saved with it (at most the
-  in-flight window), so a restart also skips those.
+  in-flight window), so a restart also skips those;
+- :meth:`Positions.saved` to wait until a save holds every ack made so far.
+  A source whose envelope acks await it (after marking a whole run with
+  :meth:`ack`: one save for the run) frees an in-flight slot only once its
+  ack is on disk, so a restart repeats at most the in-flight window; without
+  it, the acks of a save still running (a slow disk) would be repeated too.
 
 The file is JSON: ``{"offset": N, "acked": [...], ...}`` plus the source's
 own fields (:attr:`Positions.extra`: the tail keeps the file's inode and how
@@ -72,6 +77,9 @@ class Positions:
         self._skip: set[int] = set()  # starts acked beyond ``committed`` before a restart
         self._saved: tuple[object, ...] | None = None
         self._dirty = trio.Event()
+        self._acks = 0  # acks (and skips) so far
+        self._acks_saved = 0  # how many of them the last finished save holds
+        self._save_done = trio.Event()
 
     @property
     def in_flight(self) -> int:
@@ -112,7 +120,18 @@ class Positions:
                 break
             del self._open[first]
             self.committed = end
+        self._acks += 1
         self._dirty.set()
+
+    async def saved(self) -> None:
+        """Return once a finished save holds every :meth:`ack` made before the call.
+
+        :meth:`save_loop` must be running (in the source's nursery); if it
+        fails, the source fails, and this waits until it is cancelled.
+        """
+        wanted = self._acks
+        while self._acks_saved < wanted:
+            await self._save_done.wait()
 
     def skip(self, start: int, reason: str) -> None:
         """The item at ``start`` can never be delivered: logged, and counted as done."""
@@ -141,11 +160,16 @@ class Positions:
 
     async def save(self) -> None:
         """Save the position now, if it changed since the last save."""
+        acks = self._acks
         state = self._state()
         if state != self._saved:
             data = json.dumps(self._fields()).encode()
             await blocking(lambda: _write(self.file, data), what=f"write {self.file}")
             self._saved = state
+        if acks > self._acks_saved:
+            self._acks_saved = acks
+            done, self._save_done = self._save_done, trio.Event()
+            done.set()
 
     def _fields(self) -> dict[str, object]:
         ahead = sorted(

@@ -32,15 +32,16 @@ from __future__ import annotations
 import collections
 import logging
 import os
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Final, Literal, Protocol
+from typing import Any, BinaryIO, Final, Literal, Protocol
 
 import attrs
 import trio
 
 from ..._fs import Refused, open_directory, open_regular
-from ..._message import Envelope, Message, UnreadableEnvelope
+from ..._message import ACKED, OPEN, Envelope, Message, UnreadableEnvelope
 from ..._positions import Extra, Positions
 from ._records import parse_record
 
@@ -179,7 +180,7 @@ class JsonlReceiver:
         origin = f"file {self._source.path}:{start}"
         if error is not None:
             return UnreadableEnvelope(message, ack=ack, nack=nack, origin=origin, error=error)
-        return Envelope(message, ack=ack, nack=nack, origin=origin)
+        return _LineEnvelope(message, start, self.positions, ack=ack, nack=nack, origin=origin)
 
     def _open_file(self) -> bool:
         path = self._source.path
@@ -267,6 +268,7 @@ class JsonlReceiver:
 
     async def _ack(self, start: int) -> None:
         self.positions.ack(start)
+        await self.positions.saved()  # the slot is freed once the ack is on disk
 
     async def _nack(
         self, start: int, end: int, line: bytes, unreadable: bool, error: BaseException | None
@@ -276,3 +278,23 @@ class JsonlReceiver:
             return
         self._again.append((start, end, line))  # (still open: the position waits for it)
         self._again.sort()
+
+
+class _LineEnvelope(Envelope):
+    """A line of one tailed file: a run of them is acked with one save of the position."""
+
+    __slots__ = ("settle_key", "start")
+
+    def __init__(self, message: Message, start: int, positions: Positions, **settle: Any) -> None:
+        super().__init__(message, **settle)
+        self.start = start
+        self.settle_key: object = positions
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        positions = self.settle_key
+        assert isinstance(positions, Positions)
+        for envelope in envelopes:
+            if envelope.state is OPEN and isinstance(envelope, _LineEnvelope):
+                envelope.state = ACKED
+                positions.ack(envelope.start)
+        await positions.saved()

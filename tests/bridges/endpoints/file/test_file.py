@@ -8,6 +8,7 @@ import itertools
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -295,6 +296,55 @@ async def test_jsonl_source_persists_its_position_only_after_acks_in_order(tmp_p
         assert again.message.body == b"three"
         await again.nack(OSError("x"))
         assert (await receiver.receive()).message.id == again.message.id
+
+
+async def test_a_jsonl_ack_returns_once_its_position_is_on_disk_one_save_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A restart repeats at most the in-flight window only if an ack frees its
+    # slot after the save that holds it: a slow save must hold the ack back.
+    from bridges import _positions
+
+    (tmp_path / "events.jsonl").write_bytes(b"".join(b"line%d\n" % i for i in range(6)))
+    config = FileSourceConfig("events.jsonl", mode="jsonl", poll_interval=0.01)
+    position = tmp_path / "events.jsonl.position"
+    gate = threading.Event()
+    saves: list[int] = []
+    real_write = _positions._write
+
+    def slow_write(file: Path, data: bytes) -> None:
+        gate.wait(10)
+        saves.append(json.loads(data)["offset"])
+        real_write(file, data)
+
+    monkeypatch.setattr(_positions, "_write", slow_write)
+    async with FileSource(config, ctx(tmp_path)).open() as receiver:
+        first, *run = await take(receiver, 6)
+        done: list[str] = []
+
+        async def settle(name: str, call: Any) -> None:
+            await call()
+            done.append(name)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(settle, "one", first.ack)
+            await trio.sleep(0.1)
+            assert done == []  # the save is still running
+            assert not position.exists()
+            gate.set()
+            await trio.sleep(0.2)
+            assert done == ["one"]
+            assert saves[-1] == 6  # (after the start's own save of offset 0, if it was due)
+            assert json.loads(position.read_text())["offset"] == 6
+            gate.clear()
+            before = len(saves)
+            nursery.start_soon(settle, "run", lambda: run[0].ack_all(run))
+            await trio.sleep(0.1)
+            assert done == ["one"]
+            gate.set()
+        assert done == ["one", "run"]
+        assert saves[before:] == [36]  # the whole run: one save
+        assert json.loads(position.read_text())["offset"] == 36
 
 
 async def test_jsonl_envelope_lines_read_what_the_sink_writes(
