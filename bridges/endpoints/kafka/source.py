@@ -9,7 +9,9 @@ nothing.
 Offsets are committed by the source, never by librdkafka (auto commit is
 off): a partition's commit is the lowest offset handed out and not yet
 acked (:mod:`._offsets`), sent asynchronously after each burst of acks and
-synchronously (shielded, bounded) when the source closes. The offsets acked
+synchronously when a partition is let go: in a rebalance, and when the
+source closes (leaving the group revokes them all; shielded, bounded: one
+round trip, not two). The offsets acked
 above it travel in the commit's metadata, so an ack stays final across a
 restart. A nack with an error offers the record again at once; a release
 (``nack(None)``, a shutdown) leaves it uncommitted: the group's next owner
@@ -456,27 +458,27 @@ class _KafkaReceiver:
             self._room.set()  # wakes the reader, which commits between two consumes
 
     async def close(self) -> None:
-        """Commit what is acked, then leave the group (in worker threads; the caller bounds it)."""
+        """Leave the group, which commits what is acked (in a worker thread; the caller bounds it).
+
+        Leaving revokes every assigned partition: :meth:`revoked` (called
+        inside ``close``) commits each one's watermark, synchronously, once.
+        (Committing here first as well was one more round trip for the same
+        offsets.)
+        """
         consumer = self.consumer
         if consumer is None:
             return
         self._closing = True
         try:
-            if self._partitions:
-                await in_thread(self._commit_sync)
-        finally:
             await in_thread(consumer.close)
+        finally:
             self.consumer = None
-
-    def _commit_sync(self) -> None:
-        offsets = self._commits()
-        consumer = self.consumer
-        if consumer is None or not offsets:
-            return
-        try:
-            consumer.commit(offsets=offsets, asynchronous=False)
-        except confluent_kafka.KafkaException as exc:
-            log.warning("%s: the last commit failed: %s", self._describe, one_line(exc))
+            if self._partitions:  # (not revoked: librdkafka lost them; the next owner reads again)
+                log.warning(
+                    "%s: partitions %s left without a last commit",
+                    self._describe,
+                    sorted(self._partitions),
+                )
 
     # -- rebalance callbacks (in the worker thread, inside consume) --------------------
 

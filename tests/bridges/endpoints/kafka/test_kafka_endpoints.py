@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
+import confluent_kafka
 import pytest
 import trio
 from kafka_servers import create_topic, produce, read_topic, require_kafka
@@ -85,6 +87,38 @@ async def test_a_rebalance_commits_what_was_acked_before_letting_go() -> None:
                 else:
                     pytest.fail("the record written after the rebalance did not arrive")
     assert acked == {body for body, _ in sent}
+
+
+@pytest.mark.deadline(60)
+async def test_closing_commits_what_was_acked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await produce(servers, topic, bodies(5, "c"))
+    waits: list[int] = []
+
+    class Counting(confluent_kafka.Consumer):
+        def commit(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("asynchronous") is False:
+                waits.append(len(kwargs.get("offsets") or ()))
+            return super().commit(*args, **kwargs)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    async with source(servers, topic, group).open() as receiver:
+        for _ in range(3):
+            await (await receiver.receive()).ack()
+    # One round trip to the group's coordinator when leaving, not two.
+    assert waits == [1]
+
+    def committed() -> int:
+        reader = confluent_kafka.Consumer({"bootstrap.servers": servers, "group.id": group})
+        try:
+            [found] = reader.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=10)
+            return found.offset
+        finally:
+            reader.close()
+
+    assert await trio.to_thread.run_sync(committed) == 3
 
 
 @pytest.mark.deadline(90)
