@@ -9,9 +9,10 @@ nothing.
 Offsets are committed by the source, never by librdkafka (auto commit is
 off): a partition's commit is the lowest offset handed out and not yet
 acked (:mod:`._offsets`), sent asynchronously after each burst of acks and
-synchronously when a partition is let go: in a rebalance, and when the
-source closes (leaving the group revokes them all; shielded, bounded: one
-round trip, not two). The offsets acked
+synchronously when a partition is let go in a rebalance. When the source
+closes (shielded, bounded), leaving the group revokes every partition:
+what the last asynchronous commit does not hold yet is committed then, and
+librdkafka's ``close`` waits for the commits in flight. The offsets acked
 above it travel in the commit's metadata, so an ack stays final across a
 restart. A nack with an error offers the record again at once; a release
 (``nack(None)``, a shutdown) leaves it uncommitted: the group's next owner
@@ -303,6 +304,8 @@ class _KafkaReceiver:
         self._closing = False
         #: Set by the commit callback; read by close().
         self._commit_error: str | None = None
+        #: Per partition, the (offset, metadata) last sent in an asynchronous commit.
+        self._sent: dict[int, tuple[int, str]] = {}
 
     def set_topic_id(self, topic_id: str) -> None:
         """The topic's id, before anything is read: ids are ``TOPIC#TOPIC_ID:PARTITION:OFFSET``."""
@@ -450,6 +453,9 @@ class _KafkaReceiver:
             # Delivered again after a restart (at least once); the next burst retries.
             log.warning("%s: commit failed: %s", self._describe, one_line(exc))
             self._dirty = True
+            return
+        for tp in offsets:
+            self._sent[tp.partition] = (tp.offset, tp.metadata or "")
 
     def commit_soon(self) -> None:
         """Acks came: the reader commits between two consumes."""
@@ -461,9 +467,10 @@ class _KafkaReceiver:
         """Leave the group, which commits what is acked (in a worker thread; the caller bounds it).
 
         Leaving revokes every assigned partition: :meth:`revoked` (called
-        inside ``close``) commits each one's watermark, synchronously, once.
-        (Committing here first as well was one more round trip for the same
-        offsets.)
+        inside ``close``) commits each one's watermark once, unless the last
+        asynchronous commit already holds it; ``close`` returns once the
+        commits in flight are answered. (Committing synchronously here first
+        and again in the callback was two round trips for the same offsets.)
         """
         consumer = self.consumer
         if consumer is None:
@@ -493,6 +500,8 @@ class _KafkaReceiver:
 
     def _assign(self, fresh: dict[int, Partition]) -> None:
         self._partitions.update(fresh)
+        for number in fresh:
+            self._sent.pop(number, None)
         log.info("%s: assigned partitions %s", self._describe, sorted(fresh))
 
     def revoked(self, consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
@@ -507,7 +516,10 @@ class _KafkaReceiver:
         offsets = trio.from_thread.run_sync(self._let_go, numbers)
         if offsets:
             try:
-                consumer.commit(offsets=offsets, asynchronous=False)
+                # Leaving the group (close): librdkafka's close waits for the commits in
+                # flight, so this one need not be waited for here (it is sent right behind
+                # the last asynchronous one instead of one round trip after it).
+                consumer.commit(offsets=offsets, asynchronous=self._closing)
             except confluent_kafka.KafkaException as exc:
                 log.warning("%s: commit at revoke failed: %s", self._describe, one_line(exc))
 
@@ -521,11 +533,15 @@ class _KafkaReceiver:
         return all(self._partitions[n].outstanding == 0 for n in numbers if n in self._partitions)
 
     def _let_go(self, numbers: set[int]) -> list[confluent_kafka.TopicPartition]:
+        """Forget ``numbers``; their commits (when closing, only those that differ
+        from the last asynchronous commit, which close waits for)."""
         offsets = []
         for number in numbers:
             partition = self._partitions.pop(number, None)
             if partition is not None and partition.watermark >= 0:
                 offset, metadata = partition.commit()
+                if self._closing and self._sent.get(number) == (offset, metadata):
+                    continue
                 offsets.append(
                     confluent_kafka.TopicPartition(self._topic, number, offset, metadata)
                 )
