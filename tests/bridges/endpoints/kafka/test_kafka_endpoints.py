@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
 from typing import Any
@@ -123,6 +124,43 @@ async def test_closing_commits_what_was_acked_without_waiting_twice(
             reader.close()
 
     assert await trio.to_thread.run_sync(committed) == 3
+
+
+@pytest.mark.deadline(60)
+async def test_the_source_has_one_commit_in_flight_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await produce(servers, topic, bodies(2000, "f"))
+    events: list[str] = []
+
+    class Watched(confluent_kafka.Consumer):
+        def __init__(self, settings: dict[str, Any]) -> None:
+            answered = settings.get("on_commit")
+
+            def answer(*args: Any) -> None:
+                events.append("answer")
+                if answered is not None:
+                    answered(*args)
+
+            super().__init__(settings | {"on_commit": answer})
+
+        def commit(self, *args: Any, **kwargs: Any) -> Any:
+            events.append("sent")
+            return super().commit(*args, **kwargs)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Watched)
+    async with source(servers, topic, group).open() as receiver:
+        for _ in range(2000):
+            await (await receiver.receive()).ack()
+            await trio.lowlevel.checkpoint()  # (the reader commits between bursts)
+    # (a commit per burst queued dozens at the coordinator, and leaving waited for them all)
+    sent = [i for i, event in enumerate(events) if event == "sent"]
+    assert len(sent) >= 2
+    for before, after in itertools.pairwise(sent):
+        assert "answer" in events[before:after], events
 
 
 @pytest.mark.deadline(90)
