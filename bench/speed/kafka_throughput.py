@@ -11,29 +11,46 @@ the median per-round ratio to the bare library in the same direction.
 
 consume (``count`` records waiting in a one-partition topic):
 
-- *confluent-kafka bare*: ``consume(window, 1 s)`` in a loop, and an
+- *confluent-kafka bare*: ``consume(window, 1 s)`` in a loop, each record's
+  value, key, headers and timestamp read (what the source hands on), and an
   asynchronous commit of what it read after each call (a group, no auto
-  commit: the same work as the source, whose commits follow the acks);
+  commit, ``read_committed``: the same work as the source, whose commits
+  follow the acks);
 - *bridge kafka source*: a route from the ``kafka`` source to a sink that
   only counts.
 
 publish (``count`` records):
 
 - *confluent-kafka bare*: ``--batch`` records produced, then ``flush`` until
-  every one is acknowledged, in a loop (acks=all, idempotent: the sink's
-  defaults, and its rule that a batch is done once each record is acked);
-- *bridge kafka sink*: a route from an in-memory source to the ``kafka`` sink;
-- *bridge kafka sink, transactional*: the same with ``transactional = true``
-  (a transaction per batch, the tail read back on open).
+  every one is acknowledged, in a loop (acks=all, idempotent, linger 5 ms:
+  the sink's defaults, and its rule that a batch is done once each record
+  is acked);
+- *bridge kafka sink*: a route from an in-memory source to the ``kafka`` sink.
+
+publish, transactional (``count`` records):
+
+- *confluent-kafka bare*: the same with a ``transactional.id``: one
+  transaction per ``--batch`` records (``begin``, produce, flush until each
+  is acknowledged, ``commit``), as the sink makes one per batch;
+- *bridge kafka sink, transactional*: the sink with ``transactional = true``
+  (a transaction per batch of the route's ``batch_count``, 100 by default;
+  the topic's tail read back on open).
+
+Each bridge run starts as ``bridges run`` starts its routes: the heap built
+so far frozen out of the garbage collector's way and young objects
+collected less often (``bridges.service.freeze_heap``); the collector's
+settings are put back for the bare runs, which run as a plain program does.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import confluent_kafka
@@ -44,6 +61,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from bridges import Context
 from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
+from bridges.service import freeze_heap
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
 CONSUME = "kafka -> (consume)"
@@ -52,6 +70,7 @@ BARE = "confluent-kafka bare"
 SOURCE = "bridge kafka source"
 SINK = "bridge kafka sink"
 SINK_ONCE = "bridge kafka sink, transactional"
+PUBLISH_ONCE = "(publish, transactional) -> kafka"
 #: The producer settings the sink ships with, for the bare producer.
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
 
@@ -84,6 +103,7 @@ def consume_bare(servers: str, topic: str, count: int, window: int) -> None:
             "group.id": f"bare-{topic}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
         }
     )
     consumer.subscribe([topic])
@@ -91,6 +111,8 @@ def consume_bare(servers: str, topic: str, count: int, window: int) -> None:
     while got < count:
         records = consumer.consume(window, 1.0)
         got += len(records)
+        for record in records:
+            record.value(), record.key(), record.headers(), record.timestamp()
         if records:
             last = records[-1]
             offsets = [confluent_kafka.TopicPartition(topic, last.partition(), last.offset() + 1)]  # type: ignore[operator,arg-type]
@@ -98,10 +120,20 @@ def consume_bare(servers: str, topic: str, count: int, window: int) -> None:
     consumer.close()
 
 
-def publish_bare(servers: str, topic: str, count: int, size: int, batch: int) -> None:
-    producer = confluent_kafka.Producer({"bootstrap.servers": servers, **PRODUCER})
+def publish_bare(
+    servers: str, topic: str, count: int, size: int, batch: int, once: bool = False
+) -> None:
+    """``once``: one transaction per ``batch`` (``transactional.id`` bare-TOPIC)."""
+    settings = {"bootstrap.servers": servers, **PRODUCER}
+    if once:
+        settings["transactional.id"] = f"bare-{topic}"
+    producer = confluent_kafka.Producer(settings)
+    if once:
+        producer.init_transactions(30)
     body = b"x" * size
     for start in range(0, count, batch):
+        if once:
+            producer.begin_transaction()
         acked = 0
 
         def report(error: Any, _record: Any) -> None:
@@ -115,17 +147,33 @@ def publish_bare(servers: str, topic: str, count: int, size: int, batch: int) ->
             producer.produce(topic, body, on_delivery=report, headers=[("bridge-id", b"b%d" % i)])
         while acked < end - start:
             producer.flush(0.1)
+        if once:
+            producer.commit_transaction(30)
+
+
+@contextmanager
+def as_bridges_run() -> Iterator[None]:
+    """The garbage collector as ``bridges run`` sets it for its routes, for the block."""
+    threshold = gc.get_threshold()
+    freeze_heap()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 def consume_bridge(servers: str, topic: str, count: int) -> None:
     config = KafkaSourceConfig(bootstrap_servers=servers, topic=topic, group=f"bridge-{topic}")
-    trio.run(run_to_count, KafkaSource(config, Context()), count, 300)
+    with as_bridges_run():
+        trio.run(run_to_count, KafkaSource(config, Context()), count, 300)
 
 
 def publish_bridge(servers: str, topic: str, count: int, size: int, once: bool = False) -> None:
     config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=once)
     sink = KafkaSink(config, Context(route=topic))
-    trio.run(run_from_memory, sink, count, size, 300)
+    with as_bridges_run():
+        trio.run(run_from_memory, sink, count, size, 300)
 
 
 def cases(servers: str, args: Any) -> list[Case]:
@@ -151,7 +199,12 @@ def cases(servers: str, args: Any) -> list[Case]:
         ),
         Case(PUBLISH, SINK, on_topic(False, lambda t: publish_bridge(servers, t, count, size))),
         Case(
-            PUBLISH,
+            PUBLISH_ONCE,
+            BARE,
+            on_topic(False, lambda t: publish_bare(servers, t, count, size, args.batch, once=True)),
+        ),
+        Case(
+            PUBLISH_ONCE,
             SINK_ONCE,
             on_topic(False, lambda t: publish_bridge(servers, t, count, size, once=True)),
         ),

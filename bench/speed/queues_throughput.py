@@ -50,6 +50,11 @@ publish (``count`` messages of ``--size`` bytes, each with its id):
 - redis bare: pipelines of ``--batch`` ``XADD``;
 - bridge: a route from an in-memory source to the family's sink.
 
+kafka: ``bench/speed/kafka_throughput.py``'s cases (its docstring says what
+each side does), with a third pair, ``publish, transactional``: a bare
+producer with one transaction per ``--batch`` records against the
+transactional sink, which makes one per batch.
+
 ``--json PATH`` writes the figures (``bench/_base.write_report``): one row
 per family and direction and side (series ``bridge`` / ``bare library``, label
 ``FAMILY source`` / ``FAMILY sink``, value the median msg/s, with the median
@@ -326,16 +331,20 @@ def kafka_cases(args: argparse.Namespace) -> list[Case]:
         Case("consume", "bridge", by_name[kafka.CONSUME, kafka.SOURCE].once),
         Case("publish", "bare", by_name[kafka.PUBLISH, kafka.BARE].once),
         Case("publish", "bridge", by_name[kafka.PUBLISH, kafka.SINK].once),
-        Case("publish", "bridge, transactional", by_name[kafka.PUBLISH, kafka.SINK_ONCE].once),
+        # (its own bare row: a bare producer with one transaction per batch, as the sink)
+        Case("publish, transactional", "bare", by_name[kafka.PUBLISH_ONCE, kafka.BARE].once),
+        Case("publish, transactional", "bridge", by_name[kafka.PUBLISH_ONCE, kafka.SINK_ONCE].once),
     ]
 
 
 # -- output ---------------------------------------------------------------------------------
 
 
-def _variant(name: str) -> str:
-    """``, transactional`` of the case ``bridge, transactional``; else nothing."""
-    return name.removeprefix("bridge") if name.startswith("bridge") else ""
+def _label(family: str, direction: str) -> str:
+    """``kafka sink`` for ``publish``; ``kafka sink, transactional`` for
+    ``publish, transactional`` (a variant with its own bare row)."""
+    base, _, variant = direction.partition(",")
+    return f"{family} {ENDPOINT[base]}{',' + variant if variant else ''}"
 
 
 def report_rows(family: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -343,7 +352,7 @@ def report_rows(family: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]
     return [
         {
             "series": "bare library" if row["name"] == "bare" else "bridge",
-            "label": f"{family} {ENDPOINT[row['direction']]}{_variant(row['name'])}",
+            "label": _label(family, row["direction"]),
             "value": round(row["rate"]),
             "ratio": round(row["ratio"], 3),
             "ratios": [round(ratio, 3) for ratio in row["ratios"]],
@@ -365,8 +374,7 @@ def print_table(results: list[dict[str, Any]], args: argparse.Namespace) -> None
     for row in results:
         by_label.setdefault(row["label"], {})[row["series"]] = row
     for label, pair in by_label.items():
-        # ("kafka sink, transactional" is judged by the bare row of "kafka sink")
-        bare, bridge = by_label[label.split(",")[0]]["bare library"], pair["bridge"]
+        bare, bridge = pair["bare library"], pair["bridge"]
         rounds = " ".join(f"{ratio:.2f}" for ratio in bridge["ratios"])
         print(
             f"| {label} | {bare['value']:,} | {bridge['value']:,} | {bare['cpu_us']} | "
@@ -414,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     private_server(redis.redis_command(args.fsync), "redis-server")
                 )
                 cases = redis_cases(f"redis://{HOST}:{port}/0", args)
-            chosen = [case for case in cases if case.direction in directions]
+            chosen = [case for case in cases if case.direction.split(",")[0] in directions]
             results += report_rows(family, in_rounds(chosen, args.rounds))
     print_table(results, args)
     if args.json:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
+from typing import Any
 
+import confluent_kafka
 import pytest
 import trio
 from kafka_servers import create_topic, produce, read_topic, require_kafka
@@ -85,6 +88,79 @@ async def test_a_rebalance_commits_what_was_acked_before_letting_go() -> None:
                 else:
                     pytest.fail("the record written after the rebalance did not arrive")
     assert acked == {body for body, _ in sent}
+
+
+@pytest.mark.deadline(60)
+@pytest.mark.parametrize("pause", [0.0, 1.0], ids=["closing-at-once", "committed-before"])
+async def test_closing_commits_what_was_acked_without_waiting_twice(
+    monkeypatch: pytest.MonkeyPatch, pause: float
+) -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await produce(servers, topic, bodies(5, "c"))
+    waits: list[int] = []
+
+    class Counting(confluent_kafka.Consumer):
+        def commit(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("asynchronous") is False:
+                waits.append(len(kwargs.get("offsets") or ()))
+            return super().commit(*args, **kwargs)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    async with source(servers, topic, group).open() as receiver:
+        for _ in range(3):
+            await (await receiver.receive()).ack()
+        await trio.sleep(pause)  # (1 s: the reader's own commit has gone out)
+    # No commit waited for when leaving (close waits for those in flight): it was two.
+    assert waits == []
+
+    def committed() -> int:
+        reader = confluent_kafka.Consumer({"bootstrap.servers": servers, "group.id": group})
+        try:
+            [found] = reader.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=10)
+            return found.offset
+        finally:
+            reader.close()
+
+    assert await trio.to_thread.run_sync(committed) == 3
+
+
+@pytest.mark.deadline(60)
+async def test_the_source_has_one_commit_in_flight_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await produce(servers, topic, bodies(2000, "f"))
+    events: list[str] = []
+
+    class Watched(confluent_kafka.Consumer):
+        def __init__(self, settings: dict[str, Any]) -> None:
+            answered = settings.get("on_commit")
+
+            def answer(*args: Any) -> None:
+                events.append("answer")
+                if answered is not None:
+                    answered(*args)
+
+            super().__init__(settings | {"on_commit": answer})
+
+        def commit(self, *args: Any, **kwargs: Any) -> Any:
+            events.append("sent")
+            return super().commit(*args, **kwargs)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Watched)
+    async with source(servers, topic, group).open() as receiver:
+        for _ in range(2000):
+            await (await receiver.receive()).ack()
+            await trio.lowlevel.checkpoint()  # (the reader commits between bursts)
+    # (a commit per burst queued dozens at the coordinator, and leaving waited for them all)
+    sent = [i for i, event in enumerate(events) if event == "sent"]
+    assert len(sent) >= 2
+    for before, after in itertools.pairwise(sent):
+        assert "answer" in events[before:after], events
 
 
 @pytest.mark.deadline(90)
