@@ -556,8 +556,11 @@ def run_target(
             stop.set()
             feeder.join()
         acked_ids = {path.name for path in done.iterdir()}
-    copies = row.drain(frozenset(acked_ids))
-    lost = acked_ids - set(copies)
+        copies = row.drain(frozenset(acked_ids))
+        lost = acked_ids - set(copies)
+        if lost and not figures["log_tail"]:
+            # (the bridge's own account of a loss, before its folder goes)
+            figures["log_tail"] = (work / "bridge.log").read_text()[-3000:]
     before_kill = figures.pop("acked_before_kill")
     return {
         "direction": "target",
