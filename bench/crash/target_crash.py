@@ -226,6 +226,7 @@ class TargetRow:
     drain: Callable[[frozenset[str]], Counter[str]]  # (the ids acknowledged upstream)
     durable: bool = True  # the table says durable: lost must be 0
     dedup: bool = False  # the target drops re-sent ids: duplicates must be 0
+    where: str = ""  # the queue (stream, topic) written to, to look at after a loss
 
 
 @dataclasses.dataclass
@@ -255,7 +256,7 @@ def stomp_row(target: Target, *, persistent: bool = True) -> TargetRow:
     def drain(expect: frozenset[str]) -> Counter[str]:
         return stomp_drain(target, queue, expect=expect)
 
-    return TargetRow(Shared(target.name), sink, drain, durable=persistent)
+    return TargetRow(Shared(target.name), sink, drain, durable=persistent, where=queue)
 
 
 def amqp_row() -> TargetRow:
@@ -505,6 +506,7 @@ def run_target(
         "direction": "target",
         "durable": row.durable,
         "dedup": row.dedup,
+        "where": row.where,
         "acked": len(acked_ids),
         "lost": len(lost),
         # Every lost id, in runs: from msg-000000 up to about the kill is what
