@@ -366,6 +366,10 @@ def target_crash_run(
         assert "error" not in result, result
         assert result["acked"] == count, result
         assert result["lost"] == 0, result
+        if result["direction"] == "target":
+            # (what was acked before the kill is known, and none of it is missing)
+            assert result["acked_before_kill"] > 0, result
+            assert result["lost_acked_before_kill"] == 0, result
         assert result["duplicates"] <= result["bound"], result
         assert result["exit_status"] == 0, result
     assert done.returncode == 0

@@ -36,6 +36,10 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import trio
+
+import trio_stomp
+
 # The layer under both bench folders (bench/: _base, _brokers, _http, _spark), for the
 # scripts here: they are run by path, so only their own folder is on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -394,3 +398,69 @@ def report_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 | along
             )
     return rows
+
+
+# -- what a target holds after a crash -------------------------------------------------------
+
+
+def stomp_drain(
+    target: Target,
+    queue: str,
+    idle: float = 2.0,
+    expect: frozenset[str] = frozenset(),
+    patience: float = 30.0,
+) -> Counter[str]:
+    """Every message in ``queue`` (acked), counted by body.
+
+    A pass ends after ``idle`` s with nothing new; passes on new connections
+    follow until one finds nothing. A broker that has just recovered a queue
+    from disk can pause longer than ``idle`` before its next delivery (seen
+    on a loaded RabbitMQ), and a message it still holds is not lost: so while
+    any of ``expect`` is missing, passes go on until ``patience`` s have
+    brought nothing new. A message missing after that is reported lost.
+    """
+
+    async def one_pass(copies: Counter[str]) -> int:
+        found = 0
+        async with trio_stomp.connect(target.url) as client:
+            window = {"prefetch-count": "1000", "activemq.prefetchSize": "1000"}
+            async with client.subscribe(queue, ack="client-individual", headers=window) as sub:
+                while True:
+                    with trio.move_on_after(idle) as waited:
+                        message = await sub.__anext__()
+                    if waited.cancelled_caught:
+                        return found
+                    copies[bytes(message.body).decode()] += 1
+                    found += 1
+                    await message.ack()
+
+    async def drain() -> Counter[str]:
+        copies: Counter[str] = Counter()
+        last_new = trio.current_time()
+        while True:
+            if await one_pass(copies):
+                last_new = trio.current_time()
+                continue
+            waiting = trio.current_time() - last_new < patience
+            if not (expect - set(copies)) or not waiting:
+                return copies
+
+    result: Counter[str] = trio.run(drain)
+    return result
+
+
+def id_ranges(ids: set[str]) -> list[str]:
+    """``ids`` (``msg-NNNNNN``) as sorted runs: ``["msg-000000..msg-000027", "msg-000031"]``.
+
+    Every lost id, short enough to print: a run from the first id up to the
+    kill is a queue that lost what it held; a run at the end is a drain that
+    stopped early; scattered ones are neither.
+    """
+    numbers = sorted(int(name.rsplit("-", 1)[1]) for name in ids)
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return [f"msg-{a:06d}" if a == b else f"msg-{a:06d}..msg-{b:06d}" for a, b in runs]

@@ -91,7 +91,9 @@ from _crash import (
     bench_command,
     bridges_command,
     environment_line,
+    id_ranges,
     route_config,
+    stomp_drain,
     stop_process,
     wait_for,
     write_report,
@@ -146,39 +148,6 @@ class Shared:
 
 
 # -- draining each target ------------------------------------------------------------------
-
-
-def stomp_drain(target: Target, queue: str, idle: float = 2.0) -> Counter[str]:
-    """Every message in ``queue`` (acked), counted by body.
-
-    A pass ends after ``idle`` s with nothing new; passes on new connections
-    follow until one finds nothing. A broker that has just recovered a queue
-    from disk can pause longer than ``idle`` before its next delivery (seen
-    on a loaded RabbitMQ), and a message it still holds is not lost.
-    """
-
-    async def one_pass(copies: Counter[str]) -> int:
-        found = 0
-        async with trio_stomp.connect(target.url) as client:
-            window = {"prefetch-count": "1000", "activemq.prefetchSize": "1000"}
-            async with client.subscribe(queue, ack="client-individual", headers=window) as sub:
-                while True:
-                    with trio.move_on_after(idle) as waited:
-                        message = await sub.__anext__()
-                    if waited.cancelled_caught:
-                        return found
-                    copies[bytes(message.body).decode()] += 1
-                    found += 1
-                    await message.ack()
-
-    async def drain() -> Counter[str]:
-        copies: Counter[str] = Counter()
-        while await one_pass(copies):
-            pass
-        return copies
-
-    result: Counter[str] = trio.run(drain)
-    return result
 
 
 def stomp_fill(target: Target, queue: str, ids: list[str]) -> None:
@@ -254,9 +223,10 @@ class TargetRow:
 
     server: Crashable
     sink: str
-    drain: Callable[[], Counter[str]]
+    drain: Callable[[frozenset[str]], Counter[str]]  # (the ids acknowledged upstream)
     durable: bool = True  # the table says durable: lost must be 0
     dedup: bool = False  # the target drops re-sent ids: duplicates must be 0
+    where: str = ""  # the queue (stream, topic) written to, to look at after a loss
 
 
 @dataclasses.dataclass
@@ -282,15 +252,18 @@ def stomp_row(target: Target, *, persistent: bool = True) -> TargetRow:
         f'passcode = "{target.passcode}", destination = "{queue}", '
         f"persistent = {str(persistent).lower()} }}"
     )
-    drain = functools.partial(stomp_drain, target, queue)
-    return TargetRow(Shared(target.name), sink, drain, durable=persistent)
+
+    def drain(expect: frozenset[str]) -> Counter[str]:
+        return stomp_drain(target, queue, expect=expect)
+
+    return TargetRow(Shared(target.name), sink, drain, durable=persistent, where=queue)
 
 
 def amqp_row() -> TargetRow:
     queue = f"target-crash-{_key()}"
     amqp_fill(queue, [])  # a durable queue
     sink = f'{{ type = "amqp", url = "{AMQP_URL}", routing_key = "{queue}", persistent = true }}'
-    return TargetRow(Shared("rabbitmq"), sink, lambda: amqp_drain(queue))
+    return TargetRow(Shared("rabbitmq"), sink, lambda _: amqp_drain(queue))
 
 
 def mqtt_row(server: Crashable, port: int, *, login: bool, durable: bool) -> TargetRow:
@@ -300,34 +273,34 @@ def mqtt_row(server: Crashable, port: int, *, login: bool, durable: bool) -> Tar
     auth = ', username = "guest", password = "guest"' if login else ""
     sink = f'{{ type = "mqtt", url = "mqtt://{HOST}:{port}"{auth}, topic = "{topic}", qos = 1 }}'
     return TargetRow(
-        server, sink, lambda: mqtt_drain(port, client_id, login=login), durable=durable
+        server, sink, lambda _: mqtt_drain(port, client_id, login=login), durable=durable
     )
 
 
 def redis_row() -> TargetRow:
     stream = f"target-crash-{_key()}"
     sink = f'{{ type = "redis", url = "{REDIS_URL}", stream = "{stream}" }}'
-    return TargetRow(Shared("redis"), sink, lambda: redis_bodies(REDIS_URL, stream), dedup=True)
+    return TargetRow(Shared("redis"), sink, lambda _: redis_bodies(REDIS_URL, stream), dedup=True)
 
 
 def nats_row() -> TargetRow:
     stream = f"TARGETCRASH{_key().upper()}"
     nats_call(NATS_URL, lambda _, js: js.add_stream(name=stream, subjects=[f"{stream}.>"]))
     sink = f'{{ type = "nats", url = "{NATS_URL}", subject = "{stream}.out" }}'
-    return TargetRow(Shared("nats"), sink, lambda: nats_bodies(NATS_URL, stream), dedup=True)
+    return TargetRow(Shared("nats"), sink, lambda _: nats_bodies(NATS_URL, stream), dedup=True)
 
 
 def embedded_row(broker: Server) -> TargetRow:
     target = Target("embedded", "embedded", broker.port, "bench", "bench")
     queue = f"/queue/target-crash-{_key()}"
     sink = f'{{ type = "stomp", url = "stomp://{HOST}:{broker.port}", destination = "{queue}" }}'
-    return TargetRow(broker, sink, lambda: stomp_drain(target, queue), dedup=True)
+    return TargetRow(broker, sink, lambda ids: stomp_drain(target, queue, expect=ids), dedup=True)
 
 
 def http_row(receiver: Server) -> TargetRow:
     url = f"http://{HOST}:{receiver.port}/hooks"
     sink = f'{{ type = "http", url = "{url}", concurrency = 8, timeout = 10.0 }}'
-    return TargetRow(receiver, sink, lambda: http_drain(receiver.work / "store.jsonl"))
+    return TargetRow(receiver, sink, lambda _: http_drain(receiver.work / "store.jsonl"))
 
 
 def source_stomp_row() -> SourceRow:
@@ -438,13 +411,20 @@ def drive(
     count: int,
     kills: int,
     rng: random.Random,
+    acked_ids: Callable[[], set[str]] | None = None,
 ) -> dict[str, Any]:
-    """``bridges run`` once, the server crashed at ``kills`` random shares of the progress."""
+    """``bridges run`` once, the server crashed at ``kills`` random shares of the progress.
+
+    With ``acked_ids``, the ids acknowledged upstream just before each kill are
+    kept (``acked_before_kill``): a message among them that the target lacks
+    at the end was receipted, then lost by the target's crash.
+    """
     (work / "bridge.toml").write_text(config)
     log_path = work / "bridge.log"
     goals = sorted(int(rng.uniform(0.05, 0.9) * count) for _ in range(kills))
     at_kill: list[int] = []
     away: list[float] = []
+    before_kill: set[str] = set()
     with log_path.open("w") as log:
         command = [*bridges_command(), "run", "bridge.toml"]
         process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
@@ -453,6 +433,8 @@ def drive(
                 wait_for(lambda goal=goal: progress() >= goal, process)  # type: ignore[misc]
                 time.sleep(rng.uniform(0.0, 0.05))
                 at_kill.append(progress())
+                if acked_ids is not None:
+                    before_kill |= acked_ids()
                 away.append(server.crash())
             wait_for(finished, process, LIMIT + count / 50)
             time.sleep(0.5)
@@ -460,6 +442,7 @@ def drive(
             stop_process(process, 60)  # (SIGTERM; SIGKILL after 60 s: status -9)
     return {
         "progress_at_kills": at_kill,
+        "acked_before_kill": before_kill,
         "seconds_away": away,
         "exit_status": process.returncode,
         "log_tail": log_path.read_text()[-1500:] if process.returncode != 0 else "",
@@ -498,28 +481,42 @@ def run_target(
         def acked() -> int:
             return sum(1 for _ in done.iterdir()) if done.exists() else 0
 
+        def names() -> set[str]:
+            return {path.name for path in done.iterdir()} if done.exists() else set()
+
         stop = threading.Event()
         feeder = threading.Thread(target=feed, args=(inbox, ids, rate, stop), daemon=True)
         feeder.start()
         try:
             figures = drive(
                 work, route_config(source, row.sink), row.server, acked,
-                lambda: acked() >= count, count, kills, rng,
+                lambda: acked() >= count, count, kills, rng, names,
             )  # fmt: skip
         finally:
             stop.set()
             feeder.join()
         acked_ids = {path.name for path in done.iterdir()}
-    copies = row.drain()
+        copies = row.drain(frozenset(acked_ids))
+        lost = acked_ids - set(copies)
+        if lost and not figures["log_tail"]:
+            # (the bridge's own account of a loss, before its folder goes)
+            figures["log_tail"] = (work / "bridge.log").read_text()[-3000:]
+    before_kill = figures.pop("acked_before_kill")
     return {
         "direction": "target",
         "durable": row.durable,
         "dedup": row.dedup,
+        "where": row.where,
         "acked": len(acked_ids),
-        "lost": len(acked_ids - set(copies)),
-        # (which ones: around the kill, or a tail the drain missed, tells a loss
-        # apart from a slow delivery)
-        "lost_first": sorted(acked_ids - set(copies))[:10],
+        "lost": len(lost),
+        # Every lost id, in runs: from msg-000000 up to about the kill is what
+        # the target held when it died; a run at the end, a drain that stopped
+        # early (the drain waits for every acked id, so that would be a bug).
+        "lost_ids": id_ranges(lost),
+        # Lost and acknowledged upstream BEFORE the kill: receipted by the
+        # target, then lost by its crash. Never a drain's artefact.
+        "lost_acked_before_kill": len(lost & before_kill),
+        "acked_before_kill": len(before_kill),
         **_copies(copies, ids),
         **figures,
     }
