@@ -393,6 +393,8 @@ class _StompWriter:
         self._transaction_limit = sink.max_transaction_bytes
         #: Set when the broker refused a write (its ERROR ends the connection).
         self.refused: BatchRefused | None = None
+        #: A SEND of this connection asked for a receipt already (see ``_send``).
+        self._receipted = False
 
     async def write(self, batch: Sequence[Message]) -> None:
         frames = prepare_each(batch, self._frame)
@@ -422,8 +424,15 @@ class _StompWriter:
                             index += 1
                 return
             last = len(frames) - 1
+            # The connection's first SEND asks for a receipt too: RabbitMQ turns a
+            # connection's publisher confirms on at its first SEND with a receipt, and
+            # a RECEIPT waits for the confirm of its own SEND only, so SENDs before that
+            # one would be in no confirm (docs/explanation/delivery-guarantees.md).
+            first = 0 if not self._receipted else -1
             for index, (destination, body, headers) in enumerate(frames):
-                await client.send(destination, body, headers=headers, receipt=index == last)
+                receipt = index in (first, last)
+                await client.send(destination, body, headers=headers, receipt=receipt)
+                self._receipted = self._receipted or receipt
         except trio_stomp.LocalProtocolError as exc:
             # The client found what the checks did not (nothing of that frame was sent).
             raise MessageRejected.each({index: f"cannot be sent over STOMP: {exc}"}) from None

@@ -239,3 +239,27 @@ async def test_the_senders_receipt_header_is_not_handed_on(
             await envelope.ack()
     assert envelope.message.headers["order"] == "7"
     assert "receipt" not in envelope.message.headers
+
+
+async def test_each_connection_s_first_send_asks_for_a_receipt_then_each_batch_s_last(
+    target: Target, unique: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RabbitMQ turns a connection's publisher confirms on at its first SEND with a
+    # receipt: a SEND before it would be in no confirm (delivery-guarantees.md).
+    asked: list[tuple[bytes, bool]] = []
+    send = trio_stomp.Client.send
+
+    async def recording(self: trio_stomp.Client, *args: object, **kwargs: object) -> None:
+        asked.append((bytes(args[1]), bool(kwargs.get("receipt"))))  # type: ignore[call-overload]
+        await send(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(trio_stomp.Client, "send", recording)
+    destination = unique("queue")
+    config = StompSinkConfig(url=target.url, destination=destination)
+    route = Route("s", FakeSource(messages(12)), StompSink(config, CTX), batch_count=5)
+    await route.run()
+    receipted = [body for body, receipt in asked if receipt]
+    assert receipted[0] == b"m0"  # the connection's first SEND
+    assert receipted[-1] == b"m11"  # the last batch's last SEND
+    assert len(receipted) < 12  # (not every SEND: one a connection, then one a batch)
+    assert len(await drain(target.url, destination, 12)) == 12
