@@ -40,7 +40,8 @@ import confluent_kafka
 
 from bridges import Envelope
 
-from .source import KafkaSource, _KafkaEnvelope, _KafkaReceiver
+from ._envelope import KafkaEnvelope as _KafkaEnvelope
+from .source import KafkaSource, _KafkaReceiver
 
 
 @attrs.frozen
@@ -84,7 +85,10 @@ def carried_offsets(envelopes: Sequence[Envelope]) -> Carried:
     for index, envelope in enumerate(envelopes):
         if not isinstance(envelope, _KafkaEnvelope):
             raise TypeError(f"{envelope!r} is not from a kafka source")
-        receiver = envelope._receiver  # noqa: SLF001 (the family's own envelope)
+        held = envelope._receiver  # noqa: SLF001 (the family's own envelope)
+        if not isinstance(held, _KafkaReceiver):
+            raise TypeError(f"{envelope!r} is not from a kafka source")
+        receiver = held
         number, partition = envelope._number, envelope._partition  # noqa: SLF001
         if receiver.holds(number, partition):
             keep.append(index)

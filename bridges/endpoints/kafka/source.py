@@ -47,7 +47,7 @@ import trio
 from attrs.validators import ge
 from confluent_kafka.admin import AdminClient
 
-from bridges import Context, Envelope, InvalidSetting, Message
+from bridges import Context, Envelope, InvalidSetting
 from bridges._message import trusted_message
 
 from ._connection import (
@@ -63,6 +63,8 @@ from ._connection import (
     in_thread,
     one_line,
 )
+from ._envelope import KafkaEnvelope as _KafkaEnvelope
+from ._envelope import envelope as _envelope
 from ._offsets import Partition
 from ._security import KafkaSecurity, security_settings
 
@@ -219,77 +221,6 @@ def _topic_id_text(topic_id: Any) -> str:
     low = topic_id.get_least_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
     raw = high.to_bytes(8, "big") + low.to_bytes(8, "big")
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-async def _unused_ack() -> None:
-    raise AssertionError("a _KafkaEnvelope settles through its receiver")
-
-
-async def _unused_nack(error: BaseException | None) -> None:
-    raise AssertionError("a _KafkaEnvelope settles through its receiver")
-
-
-class _KafkaEnvelope(Envelope):
-    """An envelope settled through its receiver (no closures per message).
-
-    Built in bulk by :meth:`_KafkaReceiver._take` through :func:`_envelope`,
-    which fills the slots directly: one per record read, on the loop's thread.
-    """
-
-    __slots__ = ("_number", "_offset", "_partition", "_receiver", "settle_key")
-
-    _receiver: _KafkaReceiver
-    _partition: Partition
-    _number: int
-    _offset: int
-
-    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
-        receiver = self._receiver
-        # (a run of acks is mostly of one partition: check it once per change)
-        partition: Partition | None = None
-        current = False
-        for envelope in envelopes:
-            if envelope.state == "open" and isinstance(envelope, _KafkaEnvelope):
-                envelope.state = "acked"
-                if envelope._partition is not partition:  # noqa: SLF001
-                    partition = envelope._partition  # noqa: SLF001
-                    current = receiver.holds(envelope._number, partition)  # noqa: SLF001
-                if current:
-                    partition.ack(envelope._offset)  # noqa: SLF001
-        receiver.commit_soon()
-
-    async def ack(self) -> None:
-        if self.state == "open":
-            self.state = "acked"
-            self._receiver.acked(self._partition, self._number, self._offset)
-
-    async def nack(self, error: BaseException | None = None) -> None:
-        if self.state == "open":
-            self.state = "nacked"
-            if error is not None:
-                self._receiver.offer_again(self)
-
-
-def _envelope(
-    message: Message, receiver: _KafkaReceiver, partition: Partition, number: int, offset: int
-) -> _KafkaEnvelope:
-    """A new open :class:`_KafkaEnvelope` (its ``__init__`` is not called: this is the hot path)."""
-    envelope: _KafkaEnvelope = _new_envelope(_KafkaEnvelope)
-    envelope.message = message
-    envelope.origin = receiver.origin
-    envelope._ack = _unused_ack  # noqa: SLF001
-    envelope._nack = _unused_nack  # noqa: SLF001
-    envelope.state = "open"
-    envelope._receiver = receiver  # noqa: SLF001
-    envelope._partition = partition  # noqa: SLF001
-    envelope._number = number  # noqa: SLF001
-    envelope._offset = offset  # noqa: SLF001
-    # Acks of one receiver: the engine hands a run of them to ack_all in one call.
-    envelope.settle_key = receiver
-    return envelope
-
-
-_new_envelope = object.__new__
 
 
 class _KafkaReceiver:

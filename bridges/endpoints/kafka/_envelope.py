@@ -1,0 +1,95 @@
+"""The kafka source's envelope: settled through its receiver, built without a closure per record."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from bridges import Envelope, Message
+
+from ._offsets import Partition
+
+
+class Settles(Protocol):
+    """What an envelope needs of the receiver that read it (``source._KafkaReceiver``)."""
+
+    origin: str
+
+    def holds(self, number: int, partition: Partition) -> bool: ...
+
+    def acked(self, partition: Partition, number: int, offset: int) -> None: ...
+
+    def offer_again(self, envelope: KafkaEnvelope) -> None: ...
+
+    def commit_soon(self) -> None: ...
+
+
+async def _unused_ack() -> None:
+    raise AssertionError("a KafkaEnvelope settles through its receiver")
+
+
+async def _unused_nack(error: BaseException | None) -> None:
+    raise AssertionError("a KafkaEnvelope settles through its receiver")
+
+
+class KafkaEnvelope(Envelope):
+    """An envelope settled through its receiver (no closures per message).
+
+    Built in bulk by the source's receiver through :func:`envelope`,
+    which fills the slots directly: one per record read, on the loop's thread.
+    """
+
+    __slots__ = ("_number", "_offset", "_partition", "_receiver", "settle_key")
+
+    _receiver: Settles
+    _partition: Partition
+    _number: int
+    _offset: int
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        receiver = self._receiver
+        # (a run of acks is mostly of one partition: check it once per change)
+        partition: Partition | None = None
+        current = False
+        for envelope in envelopes:
+            if envelope.state == "open" and isinstance(envelope, KafkaEnvelope):
+                envelope.state = "acked"
+                if envelope._partition is not partition:  # noqa: SLF001
+                    partition = envelope._partition  # noqa: SLF001
+                    current = receiver.holds(envelope._number, partition)  # noqa: SLF001
+                if current:
+                    partition.ack(envelope._offset)  # noqa: SLF001
+        receiver.commit_soon()
+
+    async def ack(self) -> None:
+        if self.state == "open":
+            self.state = "acked"
+            self._receiver.acked(self._partition, self._number, self._offset)
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state == "open":
+            self.state = "nacked"
+            if error is not None:
+                self._receiver.offer_again(self)
+
+
+def envelope(
+    message: Message, receiver: Settles, partition: Partition, number: int, offset: int
+) -> KafkaEnvelope:
+    """A new open :class:`KafkaEnvelope` (its ``__init__`` is not called: this is the hot path)."""
+    envelope: KafkaEnvelope = _new_envelope(KafkaEnvelope)
+    envelope.message = message
+    envelope.origin = receiver.origin
+    envelope._ack = _unused_ack  # noqa: SLF001
+    envelope._nack = _unused_nack  # noqa: SLF001
+    envelope.state = "open"
+    envelope._receiver = receiver  # noqa: SLF001
+    envelope._partition = partition  # noqa: SLF001
+    envelope._number = number  # noqa: SLF001
+    envelope._offset = offset  # noqa: SLF001
+    # Acks of one receiver: the engine hands a run of them to ack_all in one call.
+    envelope.settle_key = receiver
+    return envelope
+
+
+_new_envelope = object.__new__
