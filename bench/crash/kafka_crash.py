@@ -50,16 +50,13 @@ import trio
 from _crash import Direct, Factory, Scenario, free_port, main
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from http_crash import IN_FLIGHT, Bridge, post_until_stored
-from queues_crash import amqp_depth, amqp_drain, amqp_fill
+from once_crash import through_broker
+from queues_crash import FILE_SINK, JSONL_SOURCE, amqp_depth, amqp_drain, amqp_fill, outbox_bodies
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
 #: RabbitMQ's STOMP port (``scripts/brokers up``), for kafka-stomp.
 STOMP_PORT: Final = int(os.environ.get("TRIO_STOMP_RABBITMQ_STOMP_PORT", "61613"))
 ROOT = Path(__file__).resolve().parents[2]
-JSONL_SOURCE: Final = (
-    '{ type = "file", path = "events.jsonl", mode = "jsonl", poll_interval = 0.05 }'
-)
-FILE_SINK: Final = '{ type = "file", path = "outbox", format = "jsonl", rotate_bytes = 65536 }'
 
 
 def create_topic() -> str:
@@ -134,18 +131,6 @@ def fill(topic: str, ids: list[str]) -> None:
         raise RuntimeError("fill: records not acknowledged")
 
 
-def outbox_bodies(outbox: Path) -> Counter[str]:
-    copies: Counter[str] = Counter()
-    for path in outbox.glob("messages-*.jsonl*"):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # a .part renamed under us
-            continue
-        for line in data[: data.rfind(b"\n") + 1].splitlines():
-            copies[json.loads(line)["body"]] += 1
-    return copies
-
-
 def restart_kafka() -> None:
     """SIGKILL Kafka, then start it again on its data (what it acknowledged must be there)."""
     brokers = str(ROOT / "scripts" / "brokers")
@@ -186,13 +171,18 @@ def kafka_once(work: Path, ids: list[str]) -> Scenario:
     )
 
 
-def kafka_source(work: Path, ids: list[str]) -> Scenario:
-    topic = create_topic()
-    fill(topic, ids)
-    source = (
+def group_source(topic: str) -> str:
+    """The kafka source on TOPIC, a consumer group of its own."""
+    return (
         f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
         f'group = "crash-{topic}" }}'
     )
+
+
+def kafka_source(work: Path, ids: list[str]) -> Scenario:
+    topic = create_topic()
+    fill(topic, ids)
+    source = group_source(topic)
     outbox = work / "outbox"
     return Scenario(
         source,
@@ -211,10 +201,7 @@ def kafka_stomp(work: Path, ids: list[str]) -> Scenario:
     fill(topic, ids)
     queue = f"kafka-crash-{uuid.uuid4().hex[:10]}"
     amqp_fill(queue, [])  # (the durable queue RabbitMQ's STOMP ``/queue/NAME`` sends to)
-    source = (
-        f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
-        f'group = "crash-{topic}" }}'
-    )
+    source = group_source(topic)
     sink = (
         f'{{ type = "stomp", url = "stomp://127.0.0.1:{STOMP_PORT}", login = "guest", '
         f'passcode = "guest", destination = "/queue/{queue}", persistent = true }}'
@@ -234,6 +221,14 @@ def kafka_stomp(work: Path, ids: list[str]) -> Scenario:
     )
 
 
+def kafka_broker(work: Path, ids: list[str]) -> Scenario:
+    """kafka -> the bridge's own embedded broker -> jsonl: both de-duplications on, 0
+    duplicates (once_crash.py's file-to-broker-to-jsonl with a kafka source)."""
+    topic = create_topic()
+    fill(topic, ids)
+    return through_broker(work, ids, group_source(topic), restart_kafka)
+
+
 def webhook_config(port: int, topic: str) -> str:
     return f"""
 [bridge]
@@ -249,14 +244,31 @@ sink = {{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}" }}
 """
 
 
+async def restart_kafka_at(topic: str, goals: list[int]) -> None:
+    """Kafka SIGKILLed and started again (under the running bridge) each time the topic
+    passed one of GOALS, in turn."""
+    for goal in goals:
+        while True:  # (Kafka is polled: nothing here could set an Event)
+            if await trio.to_thread.run_sync(stored, topic) >= goal:
+                break
+            await trio.sleep(0.2)
+        await trio.to_thread.run_sync(restart_kafka)
+
+
 async def post_webhooks(
-    work: Path, topic: str, count: int, kills: int, rng: random.Random
+    work: Path, topic: str, count: int, kills: int, restarts: int, rng: random.Random
 ) -> dict[str, Any]:
-    """Webhooks posted until each got a 2xx while the bridge is SIGKILLed ``kills`` times."""
+    """Webhooks posted until each got a 2xx while the bridge is SIGKILLed ``kills`` times
+    (and Kafka ``restarts`` times, at random moments of its own)."""
     port = free_port()
     bridge = Bridge(work, webhook_config(port, topic))
     url = f"http://127.0.0.1:{port}/hooks"
-    stored, _answers, _moments, at_kill = await post_until_stored(bridge, url, count, kills, rng)
+    goals = sorted(int(rng.uniform(0.1, 0.8) * count) for _ in range(restarts))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(restart_kafka_at, topic, goals)
+        stored, _answers, _moments, at_kill = await post_until_stored(
+            bridge, url, count, kills, rng
+        )
     status = await bridge.stop()
     return {
         "stored": stored,
@@ -266,12 +278,12 @@ async def post_webhooks(
     }
 
 
-def webhook_kafka(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
+def webhook_kafka(count: int, kills: int, rng: random.Random, restarts: int = 0) -> dict[str, Any]:
     """webhook -> kafka: every webhook answered 2xx is in the topic (read by its ``id``)."""
     topic = create_topic()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="crash-webhook-kafka-") as tmp:
-        posted = trio.run(post_webhooks, Path(tmp), topic, count, kills, rng)
+        posted = trio.run(post_webhooks, Path(tmp), topic, count, kills, restarts, rng)
     copies: Counter[str] = Counter()
     for body, n in bodies(topic).items():
         copies[json.loads(body)["id"]] += n
@@ -280,7 +292,7 @@ def webhook_kafka(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
     return {
         "messages": count,
         "kills": kills,
-        "server_restarted": False,
+        "server_restarts": restarts,
         "held_at_kills": posted["held_at_kills"],
         "arrived": len(stored & set(copies)),
         # (a webhook that got its 2xx and is not in the topic is lost)
@@ -294,7 +306,14 @@ def webhook_kafka(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-SCENARIOS: Final = ["kafka-sink", "kafka-once", "kafka-source", "kafka-stomp", "webhook-kafka"]
+SCENARIOS: Final = [
+    "kafka-sink",
+    "kafka-once",
+    "kafka-source",
+    "kafka-broker",
+    "kafka-stomp",
+    "webhook-kafka",
+]
 
 
 @contextmanager
@@ -305,10 +324,11 @@ def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
         "kafka-sink": kafka_sink,
         "kafka-once": kafka_once,
         "kafka-source": kafka_source,
+        "kafka-broker": kafka_broker,
         "kafka-stomp": kafka_stomp,
-        "webhook-kafka": Direct(webhook_kafka),
+        "webhook-kafka": Direct(webhook_kafka, restarts=True),
     }
 
 
 if __name__ == "__main__":
-    sys.exit(main(__doc__ or "", SCENARIOS, setup))
+    sys.exit(main(__doc__ or "", SCENARIOS, setup, restarts=3))
