@@ -50,7 +50,7 @@ import trio
 from _crash import Direct, Factory, Scenario, free_port, main
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from http_crash import IN_FLIGHT, Bridge, post_until_stored
-from once_crash import through_broker
+from once_crash import chain, through_broker
 from queues_crash import FILE_SINK, JSONL_SOURCE, amqp_depth, amqp_drain, amqp_fill, outbox_bodies
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
@@ -169,6 +169,18 @@ def kafka_once(work: Path, ids: list[str]) -> Scenario:
         restart_kafka,
         once=True,
     )
+
+
+def kafka_chain(work: Path, ids: list[str]) -> Scenario:
+    """file -> kafka (transactional) -> kafka source -> jsonl, two routes in one bridge: the
+    sink's read-back and the jsonl sink's make 0 duplicates end to end."""
+    topic = create_topic()
+    (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
+    sink = (
+        f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
+        "transactional = true }"
+    )
+    return chain(work, ids, (JSONL_SOURCE, sink), group_source(topic), restart_kafka)
 
 
 def group_source(topic: str) -> str:
@@ -310,6 +322,7 @@ SCENARIOS: Final = [
     "kafka-sink",
     "kafka-once",
     "kafka-source",
+    "kafka-chain",
     "kafka-broker",
     "kafka-stomp",
     "webhook-kafka",
@@ -324,6 +337,7 @@ def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
         "kafka-sink": kafka_sink,
         "kafka-once": kafka_once,
         "kafka-source": kafka_source,
+        "kafka-chain": kafka_chain,
         "kafka-broker": kafka_broker,
         "kafka-stomp": kafka_stomp,
         "webhook-kafka": Direct(webhook_kafka, restarts=True),

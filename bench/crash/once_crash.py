@@ -177,6 +177,33 @@ def nats_to_redis(
     )
 
 
+def chain(
+    work: Path,
+    ids: list[str],
+    route: tuple[str, str],
+    back: str,
+    restart_server: Callable[[], None],
+    *,
+    off: bool = False,
+    extra: str = "",
+) -> Scenario:
+    """Two routes in one bridge: ROUTE (source, sink), then BACK (the source reading what
+    that sink wrote) -> file outbox/, JSON lines, read back on open (OFF: not; a control).
+    EXTRA is more config (the broker the two routes share)."""
+    outbox = work / "outbox"
+    sink = FILE_SINK.replace(" }", ", dedup_window = 0 }") if off else FILE_SINK
+    return Scenario(
+        *route,
+        lambda: sum(outbox_bodies(outbox).values()),
+        lambda: outbox_bodies(outbox),
+        lambda: len(outbox_bodies(outbox)) >= len(ids),
+        restart_server,
+        once=not off,
+        extra=extra + route_table("deliver", back, sink),
+        routes=2,
+    )
+
+
 def through_broker(
     work: Path,
     ids: list[str],
@@ -186,30 +213,18 @@ def through_broker(
     off: bool = False,
 ) -> Scenario:
     """SOURCE -> stomp sink into the bridge's own embedded broker (``[broker]``, its data
-    dir and its duplicate window on ``bridge-id``) -> a second route -> file outbox/, JSON
-    lines (read back on open): the broker dies with every SIGKILL of the bridge. OFF turns
-    both de-duplications off (a control). Shared with ``kafka_crash.py``'s kafka-broker."""
-    outbox = work / "outbox"
+    dir and its duplicate window on ``bridge-id``; OFF: no window) -> :func:`chain`'s
+    jsonl outbox: the broker dies with every SIGKILL of the bridge. Shared with
+    ``kafka_crash.py``'s kafka-broker."""
     stomp = '{ type = "stomp", url = "embedded", destination = "/queue/once" }'
-    sink = FILE_SINK.replace(" }", ", dedup_window = 0 }") if off else FILE_SINK
-    extra = f"""
+    broker = f"""
 [broker]
 embedded = true
 listen = "{HOST}:{free_port()}"
 data_dir = "state"
 duplicate_window = {0 if off else max(10_000, len(ids))}
-{route_table("deliver", stomp, sink)}"""
-    return Scenario(
-        source,
-        stomp,
-        lambda: sum(outbox_bodies(outbox).values()),
-        lambda: outbox_bodies(outbox),
-        lambda: len(outbox_bodies(outbox)) >= len(ids),
-        restart_server,
-        once=not off,
-        extra=extra,
-        routes=2,
-    )
+"""
+    return chain(work, ids, (source, stomp), stomp, restart_server, off=off, extra=broker)
 
 
 def file_to_broker_to_jsonl(work: Path, ids: list[str], *, off: bool = False) -> Scenario:
