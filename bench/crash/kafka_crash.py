@@ -1,15 +1,21 @@
 """Crash test for the kafka endpoints: ``bridges run`` killed with SIGKILL again and again.
 
     .venv/bin/python bench/crash/kafka_crash.py [--count 10000] [--kills 5]
-        [--only kafka-sink,kafka-once,kafka-source,kafka-stomp,webhook-kafka]
-        [--restart] [--seed N] [--json]
+        [--only kafka-sink,kafka-once,kafka-source,kafka-chain,kafka-broker,kafka-stomp,
+        webhook-kafka] [--restart [--restarts 3]] [--seed N] [--json] [--report PATH]
 
-One route per scenario; in the first three the other side is a JSON-lines
-file (fsynced per batch) so that only the endpoint under test talks to Kafka:
+In the first three scenarios the other side is a JSON-lines file (fsynced per
+batch) so that only the endpoint under test talks to Kafka; the next two are
+two routes in one bridge, de-duplicating at each step:
 
     kafka-sink:    file events.jsonl (one id per line)  ->  kafka (acks=all, idempotent)
     kafka-once:    the same into the transactional sink: 0 duplicates (its tail read back)
     kafka-source:  topic of ``count`` records (a consumer group)  ->  file outbox/
+    kafka-chain:   file events.jsonl  ->  kafka (transactional)  ->  kafka source  ->  file
+                   outbox/ (JSON lines, read back): 0 duplicates end to end
+    kafka-broker:  topic of ``count`` records  ->  stomp sink into the bridge's own embedded
+                   broker (data dir, duplicate window)  ->  stomp source  ->  file outbox/:
+                   0 duplicates (once_crash.py's file-to-broker-to-jsonl, a kafka source)
     kafka-stomp:   topic of ``count`` records  ->  stomp on RabbitMQ (a durable queue, persistent)
     webhook-kafka: webhooks (an http source, 32 senders posting until a 2xx)  ->  kafka;
                    every webhook that got its 2xx must be in the topic
@@ -19,14 +25,16 @@ with a fresh topic per run. ``bridges run`` is started and killed with SIGKILL
 once the far side holds a random share of the messages (plus 0-50 ms),
 ``--kills`` times, then runs until everything arrived and is stopped with
 SIGTERM (a clean exit is required). With ``--restart`` Kafka itself is also
-killed with SIGKILL once mid-run and started again on its data
-(``scripts/brokers kill kafka``, then ``start kafka``: it disturbs everything
-else using that Kafka; not in CI).
+killed with SIGKILL, under the running bridge, ``--restarts`` times (3 unless
+told) and started again on its data (``scripts/brokers kill kafka``, then
+``start kafka``, about 20 s: it disturbs everything else using that Kafka;
+not in CI): just before 3 of the bridge's kills, or for webhook-kafka once
+the topic holds a random share of the webhooks.
 
 Figures: arrived (must be all), duplicates and the most copies of one id,
-against the bound at-least-once promises (``kills * in_flight``): the sink is
-at least once (a batch written again after a kill is in the topic twice).
-The harness is ``bench/crash/_crash.py``.
+against the bound at-least-once promises (``kills * in_flight`` per route), 0
+for kafka-once, kafka-chain and kafka-broker. The harness is
+``bench/crash/_crash.py``.
 """
 
 from __future__ import annotations
@@ -134,9 +142,10 @@ def fill(topic: str, ids: list[str]) -> None:
 def restart_kafka() -> None:
     """SIGKILL Kafka, then start it again on its data (what it acknowledged must be there)."""
     brokers = str(ROOT / "scripts" / "brokers")
-    subprocess.run([brokers, "kill", "kafka"], check=True)
+    # (its lines to stderr: --json's stdout is one object per line)
+    subprocess.run([brokers, "kill", "kafka"], check=True, stdout=sys.stderr)
     time.sleep(1)
-    subprocess.run([brokers, "start", "kafka"], check=True)
+    subprocess.run([brokers, "start", "kafka"], check=True, stdout=sys.stderr)
 
 
 def kafka_sink(work: Path, ids: list[str]) -> Scenario:
