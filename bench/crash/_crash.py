@@ -5,9 +5,10 @@ scenarios, each a function that fills the near side, says the route's
 source and sink, and how to watch the far side (:class:`Scenario`). This
 module runs them all the same way: ``bridges run`` is started and killed
 with SIGKILL once the far side holds a random share of the messages (plus
-0-50 ms), ``--kills`` times (with ``--restart`` the server is also restarted
-once, at one of the kills), then runs until everything arrived and is
-stopped with SIGTERM (a clean exit is required). Figures: arrived (must be
+0-50 ms), ``--kills`` times (with ``--restart`` the server is also restarted,
+under the running bridge, just before ``--restarts`` of the kills: one by
+default), then runs until everything arrived and is stopped with SIGTERM (a
+clean exit is required). Figures: arrived (must be
 all), missing, duplicates and the most copies of one id, against the bound
 at-least-once promises (``kills * in_flight``, per route), or 0 for a scenario whose
 source and sink claim effectively once together (``Scenario.once``).
@@ -169,10 +170,13 @@ class Scenario:
 class Direct:
     """A scenario with a harness of its own (a webhook sender, an HTTP receiver).
 
-    ``run(count, kills, rng)`` gives a result with the keys :func:`run_scenario`'s has.
+    ``run(count, kills, rng)`` gives a result with the keys :func:`run_scenario`'s has;
+    with ``restarts`` set it is called as ``run(count, kills, rng, restarts=N)``, N the
+    server restarts ``--restart`` asks for (0 without it).
     """
 
-    run: Callable[[int, int, random.Random], dict[str, Any]]
+    run: Callable[..., dict[str, Any]]
+    restarts: bool = False
 
 
 #: Builds a scenario in a working directory for the message ids (or runs it: Direct).
@@ -201,7 +205,7 @@ def _kill_at_random_moments(
     scenario: Scenario,
     run: Callable[[], subprocess.Popen[bytes]],
     goals: list[int],
-    restart_at: int,
+    restart_at: set[int],
     rng: random.Random,
 ) -> list[int]:
     progress = []
@@ -209,7 +213,7 @@ def _kill_at_random_moments(
         process = run()
         wait_for(lambda goal=goal: scenario.held() >= goal, process)  # type: ignore[misc]
         time.sleep(rng.uniform(0.0, 0.05))
-        if n == restart_at:
+        if n in restart_at:
             scenario.restart_server()
             time.sleep(1.0)
         if process.poll() is not None:
@@ -243,10 +247,12 @@ def _run_to_the_end(
 
 
 def run_scenario(
-    name: str, make: Factory, count: int, kills: int, restart: bool, rng: random.Random
+    name: str, make: Factory, count: int, kills: int, restarts: int, rng: random.Random
 ) -> dict[str, Any]:
+    """One run of scenario NAME; the server restarted at RESTARTS of the KILLS (0: never)."""
     if isinstance(make, Direct):
-        return {"scenario": name, **make.run(count, kills, rng)}
+        more = {"restarts": restarts} if make.restarts else {}
+        return {"scenario": name, **make.run(count, kills, rng, **more)}
     ids = [f"msg-{i:06d}" for i in range(count)]
     with tempfile.TemporaryDirectory(prefix=f"crash-{name}-") as tmp:
         work = Path(tmp)
@@ -258,7 +264,7 @@ def run_scenario(
         started = time.monotonic()
         shares = sorted(rng.uniform(0.05, 0.9) for _ in range(kills))
         goals = [int(share * count) for share in shares]
-        restart_at = rng.randrange(kills) if restart and kills else -1
+        restart_at = set(rng.sample(range(kills), min(restarts, kills)))
         with log_path.open("w") as log:
 
             def run() -> subprocess.Popen[bytes]:
@@ -274,7 +280,7 @@ def run_scenario(
             "scenario": name,
             "messages": count,
             "kills": kills,
-            "server_restarted": restart_at >= 0,
+            "server_restarts": len(restart_at),
             "held_at_kills": progress,
             "arrived": len(set(copies) & set(ids)),
             "missing": len(set(ids) - set(copies)),
@@ -312,7 +318,7 @@ def print_table(title: str, results: list[dict[str, Any]]) -> None:
             continue
         print(
             f"| {r['scenario']:<{width}} | {r['messages']:>8,} | {r['kills']:>5} "
-            f"| {'yes' if r['server_restarted'] else 'no':>7} | {r['arrived']:>7,} "
+            f"| {r['server_restarts']:>7} | {r['arrived']:>7,} "
             f"| {r['missing']:>7} | {r['duplicates']:>10} | {r['max_copies']:>10} "
             f"| {r['bound']:>9,} | {r['exit_status']:>4} | {r['seconds']:>7} "
             f"| {'ok' if ok(r) else 'FAIL':<7} |"
@@ -325,9 +331,10 @@ def main(
     doc: str,
     scenarios: list[str],
     setup: Callable[[list[str]], AbstractContextManager[Mapping[str, Factory]]],
+    restarts: int = 1,
 ) -> int:
-    """A crash script's command line: ``--count --kills --only --restart --seed --json
-    --report``.
+    """A crash script's command line: ``--count --kills --only --restart --restarts --seed
+    --json --report`` (RESTARTS: ``--restarts``' default).
 
     SETUP, given the scenario names to run, yields a factory for each (having
     started what they need: servers, a broker). ``--seed A,B`` runs every
@@ -338,7 +345,13 @@ def main(
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--only", default=",".join(scenarios))
-    parser.add_argument("--restart", action="store_true", help="restart the server once, too")
+    parser.add_argument("--restart", action="store_true", help="restart the server, too")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=restarts,
+        help=f"with --restart: at how many of the kills (default {restarts})",
+    )
     parser.add_argument("--seed", default=None, help="a seed, or several: 11,12")
     parser.add_argument("--json", action="store_true", help="one JSON object per run")
     parser.add_argument("--report", metavar="PATH", help="write the figures here (JSON)")
@@ -357,7 +370,12 @@ def main(
             for name in names:
                 try:
                     result = run_scenario(
-                        name, factories[name], args.count, args.kills, args.restart, rng
+                        name,
+                        factories[name],
+                        args.count,
+                        args.kills,
+                        args.restarts if args.restart else 0,
+                        rng,
                     )
                 except BenchError as exc:
                     result = {"scenario": name, "error": str(exc)}

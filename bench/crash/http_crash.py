@@ -119,6 +119,8 @@ class Bridge:
         self.work = work
         self.process: trio.Process | None = None
         self._started_at = 0
+        #: how long :func:`wait_for` waits for progress (longer while a server restarts)
+        self.step_limit = STEP_LIMIT
 
     async def start(self) -> None:
         command = [*bridges_command(), "run", str(self.path)]
@@ -160,13 +162,13 @@ class Bridge:
 
 
 async def wait_for(condition: Callable[[], bool], bridge: Bridge, what: str) -> None:
-    deadline = trio.current_time() + STEP_LIMIT
+    deadline = trio.current_time() + bridge.step_limit
     while not condition():
         process = bridge.process
         if process is not None and process.returncode is not None:
             raise BenchError(f"bridges exited ({process.returncode}) before {what}")
         if trio.current_time() > deadline:
-            raise BenchError(f"no progress to {what} in {STEP_LIMIT:g} s")
+            raise BenchError(f"no progress to {what} in {bridge.step_limit:g} s")
         await trio.sleep(0.005)
 
 

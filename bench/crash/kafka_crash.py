@@ -1,15 +1,21 @@
 """Crash test for the kafka endpoints: ``bridges run`` killed with SIGKILL again and again.
 
     .venv/bin/python bench/crash/kafka_crash.py [--count 10000] [--kills 5]
-        [--only kafka-sink,kafka-once,kafka-source,kafka-stomp,webhook-kafka]
-        [--restart] [--seed N] [--json]
+        [--only kafka-sink,kafka-once,kafka-source,kafka-chain,kafka-broker,kafka-stomp,
+        webhook-kafka] [--restart [--restarts 3]] [--seed N] [--json] [--report PATH]
 
-One route per scenario; in the first three the other side is a JSON-lines
-file (fsynced per batch) so that only the endpoint under test talks to Kafka:
+In the first three scenarios the other side is a JSON-lines file (fsynced per
+batch) so that only the endpoint under test talks to Kafka; the next two are
+two routes in one bridge, de-duplicating at each step:
 
     kafka-sink:    file events.jsonl (one id per line)  ->  kafka (acks=all, idempotent)
     kafka-once:    the same into the transactional sink: 0 duplicates (its tail read back)
     kafka-source:  topic of ``count`` records (a consumer group)  ->  file outbox/
+    kafka-chain:   file events.jsonl  ->  kafka (transactional)  ->  kafka source  ->  file
+                   outbox/ (JSON lines, read back): 0 duplicates end to end
+    kafka-broker:  topic of ``count`` records  ->  stomp sink into the bridge's own embedded
+                   broker (data dir, duplicate window)  ->  stomp source  ->  file outbox/:
+                   0 duplicates (once_crash.py's file-to-broker-to-jsonl, a kafka source)
     kafka-stomp:   topic of ``count`` records  ->  stomp on RabbitMQ (a durable queue, persistent)
     webhook-kafka: webhooks (an http source, 32 senders posting until a 2xx)  ->  kafka;
                    every webhook that got its 2xx must be in the topic
@@ -19,14 +25,16 @@ with a fresh topic per run. ``bridges run`` is started and killed with SIGKILL
 once the far side holds a random share of the messages (plus 0-50 ms),
 ``--kills`` times, then runs until everything arrived and is stopped with
 SIGTERM (a clean exit is required). With ``--restart`` Kafka itself is also
-killed with SIGKILL once mid-run and started again on its data
-(``scripts/brokers kill kafka``, then ``start kafka``: it disturbs everything
-else using that Kafka; not in CI).
+killed with SIGKILL, under the running bridge, ``--restarts`` times (3 unless
+told) and started again on its data (``scripts/brokers kill kafka``, then
+``start kafka``, about 20 s: it disturbs everything else using that Kafka;
+not in CI): just before 3 of the bridge's kills, or for webhook-kafka once
+the topic holds a random share of the webhooks.
 
 Figures: arrived (must be all), duplicates and the most copies of one id,
-against the bound at-least-once promises (``kills * in_flight``): the sink is
-at least once (a batch written again after a kill is in the topic twice).
-The harness is ``bench/crash/_crash.py``.
+against the bound at-least-once promises (``kills * in_flight`` per route), 0
+for kafka-once, kafka-chain and kafka-broker. The harness is
+``bench/crash/_crash.py``.
 """
 
 from __future__ import annotations
@@ -47,19 +55,16 @@ from typing import Any, Final
 
 import confluent_kafka
 import trio
-from _crash import Direct, Factory, Scenario, free_port, main
+from _crash import BenchError, Direct, Factory, Scenario, free_port, main
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from http_crash import IN_FLIGHT, Bridge, post_until_stored
-from queues_crash import amqp_depth, amqp_drain, amqp_fill
+from once_crash import chain, through_broker
+from queues_crash import FILE_SINK, JSONL_SOURCE, amqp_depth, amqp_drain, amqp_fill, outbox_bodies
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
 #: RabbitMQ's STOMP port (``scripts/brokers up``), for kafka-stomp.
 STOMP_PORT: Final = int(os.environ.get("TRIO_STOMP_RABBITMQ_STOMP_PORT", "61613"))
 ROOT = Path(__file__).resolve().parents[2]
-JSONL_SOURCE: Final = (
-    '{ type = "file", path = "events.jsonl", mode = "jsonl", poll_interval = 0.05 }'
-)
-FILE_SINK: Final = '{ type = "file", path = "outbox", format = "jsonl", rotate_bytes = 65536 }'
 
 
 def create_topic() -> str:
@@ -134,24 +139,13 @@ def fill(topic: str, ids: list[str]) -> None:
         raise RuntimeError("fill: records not acknowledged")
 
 
-def outbox_bodies(outbox: Path) -> Counter[str]:
-    copies: Counter[str] = Counter()
-    for path in outbox.glob("messages-*.jsonl*"):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # a .part renamed under us
-            continue
-        for line in data[: data.rfind(b"\n") + 1].splitlines():
-            copies[json.loads(line)["body"]] += 1
-    return copies
-
-
 def restart_kafka() -> None:
     """SIGKILL Kafka, then start it again on its data (what it acknowledged must be there)."""
     brokers = str(ROOT / "scripts" / "brokers")
-    subprocess.run([brokers, "kill", "kafka"], check=True)
+    # (its lines to stderr: --json's stdout is one object per line)
+    subprocess.run([brokers, "kill", "kafka"], check=True, stdout=sys.stderr)
     time.sleep(1)
-    subprocess.run([brokers, "start", "kafka"], check=True)
+    subprocess.run([brokers, "start", "kafka"], check=True, stdout=sys.stderr)
 
 
 def kafka_sink(work: Path, ids: list[str]) -> Scenario:
@@ -186,13 +180,30 @@ def kafka_once(work: Path, ids: list[str]) -> Scenario:
     )
 
 
-def kafka_source(work: Path, ids: list[str]) -> Scenario:
+def kafka_chain(work: Path, ids: list[str]) -> Scenario:
+    """file -> kafka (transactional) -> kafka source -> jsonl, two routes in one bridge: the
+    sink's read-back and the jsonl sink's make 0 duplicates end to end."""
     topic = create_topic()
-    fill(topic, ids)
-    source = (
+    (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
+    sink = (
+        f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
+        "transactional = true }"
+    )
+    return chain(work, ids, (JSONL_SOURCE, sink), group_source(topic), restart_kafka)
+
+
+def group_source(topic: str) -> str:
+    """The kafka source on TOPIC, a consumer group of its own."""
+    return (
         f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
         f'group = "crash-{topic}" }}'
     )
+
+
+def kafka_source(work: Path, ids: list[str]) -> Scenario:
+    topic = create_topic()
+    fill(topic, ids)
+    source = group_source(topic)
     outbox = work / "outbox"
     return Scenario(
         source,
@@ -211,10 +222,7 @@ def kafka_stomp(work: Path, ids: list[str]) -> Scenario:
     fill(topic, ids)
     queue = f"kafka-crash-{uuid.uuid4().hex[:10]}"
     amqp_fill(queue, [])  # (the durable queue RabbitMQ's STOMP ``/queue/NAME`` sends to)
-    source = (
-        f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
-        f'group = "crash-{topic}" }}'
-    )
+    source = group_source(topic)
     sink = (
         f'{{ type = "stomp", url = "stomp://127.0.0.1:{STOMP_PORT}", login = "guest", '
         f'passcode = "guest", destination = "/queue/{queue}", persistent = true }}'
@@ -234,6 +242,14 @@ def kafka_stomp(work: Path, ids: list[str]) -> Scenario:
     )
 
 
+def kafka_broker(work: Path, ids: list[str]) -> Scenario:
+    """kafka -> the bridge's own embedded broker -> jsonl: both de-duplications on, 0
+    duplicates (once_crash.py's file-to-broker-to-jsonl with a kafka source)."""
+    topic = create_topic()
+    fill(topic, ids)
+    return through_broker(work, ids, group_source(topic), restart_kafka)
+
+
 def webhook_config(port: int, topic: str) -> str:
     return f"""
 [bridge]
@@ -249,14 +265,33 @@ sink = {{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}" }}
 """
 
 
+async def restart_kafka_at(topic: str, goals: list[int]) -> None:
+    """Kafka SIGKILLed and started again (under the running bridge) each time the topic
+    passed one of GOALS, in turn."""
+    for goal in goals:
+        while True:  # (Kafka is polled: nothing here could set an Event)
+            if await trio.to_thread.run_sync(stored, topic) >= goal:
+                break
+            await trio.sleep(0.2)
+        await trio.to_thread.run_sync(restart_kafka)
+
+
 async def post_webhooks(
-    work: Path, topic: str, count: int, kills: int, rng: random.Random
+    work: Path, topic: str, count: int, kills: int, restarts: int, rng: random.Random
 ) -> dict[str, Any]:
-    """Webhooks posted until each got a 2xx while the bridge is SIGKILLed ``kills`` times."""
+    """Webhooks posted until each got a 2xx while the bridge is SIGKILLed ``kills`` times
+    (and Kafka ``restarts`` times, at random moments of its own)."""
     port = free_port()
     bridge = Bridge(work, webhook_config(port, topic))
+    if restarts:  # (no webhook is stored while Kafka is away, 16 to 25 s, nor just after)
+        bridge.step_limit = 180.0
     url = f"http://127.0.0.1:{port}/hooks"
-    stored, _answers, _moments, at_kill = await post_until_stored(bridge, url, count, kills, rng)
+    goals = sorted(int(rng.uniform(0.1, 0.8) * count) for _ in range(restarts))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(restart_kafka_at, topic, goals)
+        stored, _answers, _moments, at_kill = await post_until_stored(
+            bridge, url, count, kills, rng
+        )
     status = await bridge.stop()
     return {
         "stored": stored,
@@ -266,12 +301,18 @@ async def post_webhooks(
     }
 
 
-def webhook_kafka(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
+def webhook_kafka(count: int, kills: int, rng: random.Random, restarts: int = 0) -> dict[str, Any]:
     """webhook -> kafka: every webhook answered 2xx is in the topic (read by its ``id``)."""
     topic = create_topic()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="crash-webhook-kafka-") as tmp:
-        posted = trio.run(post_webhooks, Path(tmp), topic, count, kills, rng)
+        try:
+            posted = trio.run(post_webhooks, Path(tmp), topic, count, kills, restarts, rng)
+        except* BenchError as group:  # (from the nursery: the harness reports it as an error)
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
     copies: Counter[str] = Counter()
     for body, n in bodies(topic).items():
         copies[json.loads(body)["id"]] += n
@@ -280,7 +321,7 @@ def webhook_kafka(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
     return {
         "messages": count,
         "kills": kills,
-        "server_restarted": False,
+        "server_restarts": restarts,
         "held_at_kills": posted["held_at_kills"],
         "arrived": len(stored & set(copies)),
         # (a webhook that got its 2xx and is not in the topic is lost)
@@ -294,7 +335,15 @@ def webhook_kafka(count: int, kills: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-SCENARIOS: Final = ["kafka-sink", "kafka-once", "kafka-source", "kafka-stomp", "webhook-kafka"]
+SCENARIOS: Final = [
+    "kafka-sink",
+    "kafka-once",
+    "kafka-source",
+    "kafka-chain",
+    "kafka-broker",
+    "kafka-stomp",
+    "webhook-kafka",
+]
 
 
 @contextmanager
@@ -305,10 +354,12 @@ def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
         "kafka-sink": kafka_sink,
         "kafka-once": kafka_once,
         "kafka-source": kafka_source,
+        "kafka-chain": kafka_chain,
+        "kafka-broker": kafka_broker,
         "kafka-stomp": kafka_stomp,
-        "webhook-kafka": Direct(webhook_kafka),
+        "webhook-kafka": Direct(webhook_kafka, restarts=True),
     }
 
 
 if __name__ == "__main__":
-    sys.exit(main(__doc__ or "", SCENARIOS, setup))
+    sys.exit(main(__doc__ or "", SCENARIOS, setup, restarts=3))

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -177,29 +177,59 @@ def nats_to_redis(
     )
 
 
-def file_to_broker_to_jsonl(work: Path, ids: list[str], *, off: bool = False) -> Scenario:
-    (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
+def chain(
+    work: Path,
+    ids: list[str],
+    route: tuple[str, str],
+    back: str,
+    restart_server: Callable[[], None],
+    *,
+    off: bool = False,
+    extra: str = "",
+) -> Scenario:
+    """Two routes in one bridge: ROUTE (source, sink), then BACK (the source reading what
+    that sink wrote) -> file outbox/, JSON lines, read back on open (OFF: not; a control).
+    EXTRA is more config (the broker the two routes share)."""
     outbox = work / "outbox"
-    stomp = '{ type = "stomp", url = "embedded", destination = "/queue/once" }'
     sink = FILE_SINK.replace(" }", ", dedup_window = 0 }") if off else FILE_SINK
-    extra = f"""
+    return Scenario(
+        *route,
+        lambda: sum(outbox_bodies(outbox).values()),
+        lambda: outbox_bodies(outbox),
+        lambda: len(outbox_bodies(outbox)) >= len(ids),
+        restart_server,
+        once=not off,
+        extra=extra + route_table("deliver", back, sink),
+        routes=2,
+    )
+
+
+def through_broker(
+    work: Path,
+    ids: list[str],
+    source: str,
+    restart_server: Callable[[], None],
+    *,
+    off: bool = False,
+) -> Scenario:
+    """SOURCE -> stomp sink into the bridge's own embedded broker (``[broker]``, its data
+    dir and its duplicate window on ``bridge-id``; OFF: no window) -> :func:`chain`'s
+    jsonl outbox: the broker dies with every SIGKILL of the bridge. Shared with
+    ``kafka_crash.py``'s kafka-broker."""
+    stomp = '{ type = "stomp", url = "embedded", destination = "/queue/once" }'
+    broker = f"""
 [broker]
 embedded = true
 listen = "{HOST}:{free_port()}"
 data_dir = "state"
-duplicate_window = {0 if off else 10_000}
-{route_table("deliver", stomp, sink)}"""
-    return Scenario(
-        JSONL_SOURCE,
-        stomp,
-        lambda: sum(outbox_bodies(outbox).values()),
-        lambda: outbox_bodies(outbox),
-        lambda: len(outbox_bodies(outbox)) >= len(ids),
-        lambda: None,
-        once=not off,
-        extra=extra,
-        routes=2,
-    )
+duplicate_window = {0 if off else max(10_000, len(ids))}
+"""
+    return chain(work, ids, (source, stomp), stomp, restart_server, off=off, extra=broker)
+
+
+def file_to_broker_to_jsonl(work: Path, ids: list[str], *, off: bool = False) -> Scenario:
+    (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
+    return through_broker(work, ids, JSONL_SOURCE, lambda: None, off=off)
 
 
 def _http_result(result: dict[str, Any], **figures: Any) -> dict[str, Any]:
@@ -207,7 +237,7 @@ def _http_result(result: dict[str, Any], **figures: Any) -> dict[str, Any]:
     return {
         "messages": result["messages"],
         "kills": result["kills"],
-        "server_restarted": False,
+        "server_restarts": 0,
         "held_at_kills": result["done_at_kills"],
         "arrived": result["acknowledged"] - result["lost"],
         "missing": result["lost"] + result["unexpected"],
