@@ -338,7 +338,12 @@ def crash_run(script: str, scenarios: Sequence[str], count: int, seed: int) -> l
 
 
 def target_crash_run(
-    rows: Sequence[str], servers: Sequence[str], count: int = 300, seed: int = 31
+    rows: Sequence[str],
+    servers: Sequence[str],
+    count: int = 300,
+    seed: int = 31,
+    *,
+    open_loss: bool = False,
 ) -> list[dict[str, Any]]:
     """``bench/crash/target_crash.py`` for ROWS: COUNT messages, the server SIGKILLed once.
 
@@ -348,6 +353,11 @@ def target_crash_run(
     row: every message acknowledged upstream, none of them lost, duplicates
     within the bound, a clean stop. The shared SERVERS are started again
     afterwards whatever happens, so the tests after this one find them up.
+
+    ``open_loss``: the target has an open, documented loss of what it
+    receipted just before the kill (RabbitMQ 3.10.8: delivery-guarantees.md,
+    "What RabbitMQ's STOMP plugin does"); every lost message must then be one
+    acknowledged before the kill, and anything acknowledged after it must be there.
     """
     command = [sys.executable, str(BENCH / "target_crash.py"), "--count", str(count)]
     command += ["--kills", "1", "--rate", "100", "--seed", str(seed)]
@@ -365,14 +375,19 @@ def target_crash_run(
     for result in results:
         assert "error" not in result, result
         assert result["acked"] == count, result
-        assert result["lost"] == 0, result
         if result["direction"] == "target":
             # (what was acked before the kill is known, and none of it is missing)
             assert result["acked_before_kill"] > 0, result
-            assert result["lost_acked_before_kill"] == 0, result
+            if not open_loss:
+                assert result["lost_acked_before_kill"] == 0, result
+        if open_loss:
+            assert result["lost"] == result["lost_acked_before_kill"], result
+        else:
+            assert result["lost"] == 0, result
         assert result["duplicates"] <= result["bound"], result
         assert result["exit_status"] == 0, result
-    assert done.returncode == 0
+    if not (open_loss and any(result["lost"] for result in results)):
+        assert done.returncode == 0
     return results
 
 

@@ -534,6 +534,7 @@ def run_source(row: SourceRow, count: int, kills: int, rng: random.Random) -> di
             count, kills, rng,
         )  # fmt: skip
         copies = files_bodies(outbox)
+    figures.pop("acked_before_kill")  # (a set, and only a target's crash makes it mean anything)
     return {
         "direction": "source",
         "durable": True,
