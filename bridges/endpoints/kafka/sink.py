@@ -56,6 +56,7 @@ from ._connection import (
     in_thread,
     one_line,
 )
+from ._refusals import Refusals
 from ._security import KafkaSecurity, security_settings
 from ._tail import WrittenIds, read_tail
 
@@ -222,14 +223,17 @@ class KafkaSink:
         committed tail is read back (:mod:`._tail`).
         """
         config = self._config
-        producer = confluent_kafka.Producer(self.settings())
-        writer = _KafkaWriter(self, producer)
+        refusals = Refusals()
+        producer = confluent_kafka.Producer(self.settings() | {"error_cb": refusals.note})
+        writer = _KafkaWriter(self, producer, refusals)
         try:
             if config.transactional:
                 try:
                     await in_thread(producer.init_transactions, config.timeout)
                 except confluent_kafka.KafkaException as exc:
-                    raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
+                    refusals.check(self.describe())
+                    failed = refusals.explain(exc)
+                    raise KafkaEndpointError(f"{self.describe()}: {failed}") from None
                 if config.dedup_window:
                     writer.written = await in_thread(
                         read_tail,
@@ -311,9 +315,13 @@ def _is_text(name: str) -> bool:
 
 
 class _KafkaWriter:
-    def __init__(self, sink: KafkaSink, producer: confluent_kafka.Producer) -> None:
+    def __init__(
+        self, sink: KafkaSink, producer: confluent_kafka.Producer, refusals: Refusals
+    ) -> None:
         self._sink = sink
         self._producer = producer
+        #: The producer's ``error_cb``: a refused connection fails a write at once.
+        self._refusals = refusals
         self._describe = sink.describe()
         self._transactional = sink._config.transactional  # noqa: SLF001 (part of its sink)
         self._timeout = sink._config.timeout  # noqa: SLF001
@@ -388,15 +396,18 @@ class _KafkaWriter:
                 refused[index] = f"kafka {topic!r}: {one_line(exc)}"
         wanted = len(records) - len(refused)
         committed = False
+        self._refusals.refused = None  # (each write meets the brokers' answer anew)
         while len(results) < wanted:
             committed = await in_thread(self._wait, results, wanted, commit and not refused)
+            if len(results) < wanted:
+                self._refusals.check(self._describe)
         for index, error in sorted(results.items()):
             if error is None:
                 continue
             if error.code() in _REFUSALS:
                 refused[index] = f"kafka {records[where.index(index)][0]!r}: {one_line(error)}"
             else:
-                raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
+                raise KafkaEndpointError(f"{self._describe}: {self._refusals.explain(error)}")
         if refused:
             raise MessageRejected.each(refused)
         return committed

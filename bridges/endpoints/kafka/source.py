@@ -66,6 +66,7 @@ from ._connection import (
 from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
 from ._offsets import Partition
+from ._refusals import Refusals
 from ._security import KafkaSecurity, security_settings
 
 log = logging.getLogger("bridges.kafka")
@@ -151,7 +152,7 @@ class KafkaSource:
             "logger": log,
         } | self._security
 
-    async def topic_id(self, consumer: confluent_kafka.Consumer) -> str:
+    async def topic_id(self, consumer: confluent_kafka.Consumer, refusals: Refusals) -> str:
         """The topic's id (Kafka's UUID of it), asked once per open.
 
         A topic that does not exist yet is waited for (asked again every
@@ -160,20 +161,28 @@ class KafkaSource:
         operator may.
 
         Raises:
-          KafkaEndpointError: no broker answered, or the client may not see it.
+          KafkaEndpointError: no broker answered, the brokers refused the
+            connection (``refusals``: at once) or the client may not see it.
         """
         settings: dict[str, Any] = {
             "bootstrap.servers": self._servers,
             "client.id": self._client_id,
             "logger": log,
+            "error_cb": refusals.note,
         } | self._security
         admin = AdminClient(settings)
         topics = confluent_kafka.TopicCollection([self._config.topic])
         said = False
         while True:
-            future = admin.describe_topics(topics, request_timeout=self._config.timeout)
+            future = admin.describe_topics(topics, request_timeout=self._config.timeout)[
+                self._config.topic
+            ]
+            while not future.done():
+                # (its error_cb runs in a poll: a refused connection fails now, not at the timeout)
+                await in_thread(admin.poll, _POLL)
+                refusals.check(self.describe())
             try:
-                description = await in_thread(future[self._config.topic].result)
+                description = future.result()
             except confluent_kafka.KafkaException as exc:
                 unknown = confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
                 if exc.args and exc.args[0].code() == unknown:
@@ -185,21 +194,23 @@ class KafkaSource:
                     await in_thread(consumer.list_topics, self._config.topic, 1.0)
                     await trio.sleep(1.0)
                     continue
-                raise KafkaEndpointError(f"{self.describe()}: {one_line(exc)}") from None
+                raise KafkaEndpointError(f"{self.describe()}: {refusals.explain(exc)}") from None
             return _topic_id_text(description.topic_id)
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_KafkaReceiver]:
         """Join the group and read in the receiver's own task; leaving commits and leaves."""
         receiver = _KafkaReceiver(self)
-        consumer = confluent_kafka.Consumer(self.settings() | {"on_commit": receiver.answered})
+        consumer = confluent_kafka.Consumer(
+            self.settings() | {"on_commit": receiver.answered, "error_cb": receiver.refusals.note}
+        )
         receiver.consumer = consumer
         try:
             # (subscribing first: where the broker allows it, that creates a missing topic)
             consumer.subscribe(
                 [self._config.topic], on_assign=receiver.assigned, on_revoke=receiver.revoked
             )
-            receiver.set_topic_id(await self.topic_id(consumer))
+            receiver.set_topic_id(await self.topic_id(consumer, receiver.refusals))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.read)
                 try:
@@ -245,6 +256,8 @@ class _KafkaReceiver:
         self._closing = False
         #: Set by the commit callback; read by close().
         self._commit_error: str | None = None
+        #: The consumer's ``error_cb``: a refused connection fails the source at once.
+        self.refusals = Refusals()
         #: Offsets committed by the sink's transactions, never here (see ``._carry``).
         self._carried = source.offsets_carried
         #: The group's metadata at the last assignment (what a transaction's offsets carry).
@@ -306,6 +319,8 @@ class _KafkaReceiver:
         while True:
             room = await self._wait_for_room()
             records = await in_thread(consumer.consume, room, wait)
+            if not records:
+                self.refusals.check(self._describe)
             wait = _BUSY_POLL if records else _POLL
             self._take(records)
             if self._dirty:

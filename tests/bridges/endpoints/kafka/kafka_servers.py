@@ -1,7 +1,10 @@
 """The Kafka broker for the kafka endpoint tests: the project's, started by scripts/brokers.
 
 ``scripts/brokers up kafka`` starts it on 127.0.0.1:9092
-(``TRIO_STOMP_KAFKA_SERVERS`` points elsewhere). When it does not answer, tests
+(``TRIO_STOMP_KAFKA_SERVERS`` points elsewhere), with TLS (a client
+certificate required) two ports up and SASL SCRAM over TLS three ports up,
+their test CA and certificates in ``TRIO_STOMP_BROKERS_DIR``'s
+``kafka-tls`` folder (scripts/brokers's state folder). When it does not answer, tests
 skip, or fail under ``STOMP_REQUIRE_BROKERS=1`` (CI never silently skips).
 What every family shares is in ``tests/family_kit.py``.
 """
@@ -13,13 +16,16 @@ import socket
 import struct
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from family_kit import require_server
+from family_kit import require_server, unavailable
 
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
+#: scripts/brokers's test CA (ca.pem), client certificate (client.pem, client-key.pem).
+TLS = Path(os.environ.get("TRIO_STOMP_BROKERS_DIR", "/tmp/trio-stomp-brokers")) / "kafka-tls"
 
 
 def _probe(host: str, port: int) -> str | None:
@@ -39,6 +45,21 @@ def _probe(host: str, port: int) -> str | None:
 def require_kafka() -> str:
     """The shared broker's servers; skip (locally) or fail (CI) when it is not up."""
     return require_server(f"kafka://{SERVERS}", 9092, _probe).split("//", 1)[1]
+
+
+def require_kafka_listeners() -> tuple[str, str, str]:
+    """The shared broker's plaintext, TLS and SASL_SSL servers (skip locally, fail in CI)."""
+    servers = require_kafka()
+    host, _, port = servers.rpartition(":")
+    found = [f"{host}:{int(port) + 2}", f"{host}:{int(port) + 3}"]
+    for where in found:
+        try:
+            socket.create_connection((host, int(where.rpartition(":")[2])), timeout=3).close()
+        except OSError as exc:
+            unavailable(f"kafka has no TLS listener on {where} ({exc}); `scripts/brokers up kafka`")
+    if not (TLS / "client-key.pem").is_file():
+        unavailable(f"no kafka test certificates in {TLS}; `scripts/brokers up kafka` makes them")
+    return servers, found[0], found[1]
 
 
 def create_topic(servers: str, partitions: int = 1, **config: str) -> str:

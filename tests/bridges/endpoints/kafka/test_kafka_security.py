@@ -168,7 +168,8 @@ def test_the_password_may_come_from_a_file_and_is_a_secret(tmp_path: Path) -> No
 
 @pytest.mark.deadline(60)
 async def test_the_settings_reach_librdkafka_tls_to_a_plaintext_broker_fails() -> None:
-    # (the project's broker speaks plaintext only: a TLS client cannot get a record in)
+    # (a TLS client on the plaintext listener cannot get a record in; test_kafka_tls.py
+    # uses the TLS listeners)
     servers = require_kafka()
     config = KafkaSinkConfig(
         bootstrap_servers=servers, topic="never-written", security_protocol="ssl", timeout=2.0
