@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,21 @@ def test_every_path_and_link_of_the_readmes_exists() -> None:
     assert "examples/quickstart.toml" in named_anywhere  # a literalinclude: the sweep sees them
     assert any(path.startswith("tests/") for path in named_anywhere)
     assert not problems, "doc paths that lead nowhere:\n" + "\n".join(problems)
+
+
+def test_every_extra_is_named_in_the_readme_and_on_the_install_page() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    endpoint_extras = set(extras) - {"dev", "docs", "bench", "service", "http", "bridges"}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    sentence = readme[readme.index("Each further endpoint family has its extra") :][:300]
+    table = (ROOT / "docs" / "howto" / "install.md").read_text()
+    assert "kafka" in endpoint_extras
+    missing = sorted(e for e in endpoint_extras if f"`{e}`" not in sentence)
+    unlisted = sorted(e for e in extras if f"| `{e}` |" not in table and e not in ("dev", "docs"))
+    assert not missing, f"README's list of extras lacks {missing}"
+    assert not unlisted, f"docs/howto/install.md's table of extras lacks {unlisted}"
 
 
 def test_the_complete_config_file_passes_check_with_and_without_a_durable_broker(
