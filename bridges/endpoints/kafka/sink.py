@@ -169,6 +169,7 @@ class KafkaSink:
         self._checked: set[str] = set()
         self._transactional_id = config.transactional_id or f"bridge-{context.route}"
         self._config = config
+        self._max_bytes = config.max_bytes
         self._servers = check_servers(config.bootstrap_servers)
         #: librdkafka's TLS and SASL settings (checked: every problem at once).
         self._security = security_settings(config, context)
@@ -203,6 +204,7 @@ class KafkaSink:
                 "message.max.bytes": max(config.max_bytes, 1000) + 512,
                 "linger.ms": config.linger * 1000,
                 "message.timeout.ms": timeout_ms,
+                "delivery.report.only.error": True,
                 "socket.timeout.ms": timeout_ms,
                 "logger": log,
             }
@@ -257,34 +259,38 @@ class KafkaSink:
         Raises:
           ValueError: it can never be written (why, in one line).
         """
-        topic = self._topic_of(message)
+        if message.destination or self._fixed_topic is None:
+            topic = self._topic_of(message)
+        else:
+            topic = self._fixed_topic
         partition = -1
         if self._partition is not None:
             text = self._partition.render(message)
             if not text.isdigit() or len(text) > 9:
                 raise ValueError(f"partition {text[:20]!r} is not a number")
             partition = int(text)
+        fields = message.headers
+        key: bytes | None = None
         if self._key is not None:
-            key: bytes | None = self._key.render(message).encode("utf-8", "surrogateescape")
-        elif KEY_HEADER in message.headers:
-            key = message.headers[KEY_HEADER].encode("utf-8", "surrogateescape")
-        else:
-            key = None
-        size = len(message.body) + len(key or b"")
+            key = self._key.render(message).encode("utf-8", "surrogateescape")
+        elif fields and KEY_HEADER in fields:
+            key = fields[KEY_HEADER].encode("utf-8", "surrogateescape")
+        size = len(message.body) + (len(key) if key else 0)
         headers: list[tuple[str, str | bytes | None]] = []
-        for name, value in message.headers.items():
-            if name in DELIVERY_HEADERS or name == ID_HEADER:
-                continue
-            if (not name.isascii() and not _is_text(name)) or "\0" in name:
-                # (a Kafka header name is a string; librdkafka takes it as a C string)
-                raise ValueError(f"header name {name[:40]!r} is not UTF-8 text without NUL")
-            encoded = value.encode("utf-8", "surrogateescape")
-            headers.append((name, encoded))
-            size += len(name) + len(encoded)
+        if fields:
+            for name, value in fields.items():
+                if name in DELIVERY_HEADERS or name == ID_HEADER:
+                    continue
+                if (not name.isascii() and not _is_text(name)) or "\0" in name:
+                    # (a Kafka header name is a string; librdkafka takes it as a C string)
+                    raise ValueError(f"header name {name[:40]!r} is not UTF-8 text without NUL")
+                encoded = value.encode("utf-8", "surrogateescape")
+                headers.append((name, encoded))
+                size += len(name) + len(encoded)
         if message.id:
             headers.append((ID_HEADER, message.id.encode("utf-8", "surrogateescape")))
-        if size > self._config.max_bytes:
-            raise ValueError(f"record of {size} bytes is over max_bytes ({self._config.max_bytes})")
+        if size > self._max_bytes:
+            raise ValueError(f"record of {size} bytes is over max_bytes ({self._max_bytes})")
         return topic, partition, key, message.body, headers
 
     def _topic_of(self, message: Message) -> str:
@@ -376,14 +382,14 @@ class _KafkaWriter:
         call as the last wait when every record was acknowledged (one thread
         hop per batch less); returns whether it was.
         """
-        results: dict[int, confluent_kafka.KafkaError | None] = {}
+        failed: dict[int, confluent_kafka.KafkaError] = {}
         refused: dict[int, str] = {}
         producer = self._producer
-        where = list(positions) or list(range(len(records)))
+        where = positions or range(len(records))
         for index, (topic, partition, key, value, headers) in zip(where, records, strict=True):
 
             def report(error: Any, _record: Any, index: int = index) -> None:
-                results[index] = error
+                failed[index] = error
 
             try:
                 producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
@@ -394,16 +400,14 @@ class _KafkaWriter:
                 if exc.args[0].code() not in _REFUSALS:
                     raise KafkaEndpointError(f"{self._describe}: {one_line(exc)}") from None
                 refused[index] = f"kafka {topic!r}: {one_line(exc)}"
-        wanted = len(records) - len(refused)
-        committed = False
+        commit = commit and not refused
+        committed: bool | None = None if len(refused) < len(records) else False
         self._refusals.refused = None  # (each write meets the brokers' answer anew)
-        while len(results) < wanted:
-            committed = await in_thread(self._wait, results, wanted, commit and not refused)
-            if len(results) < wanted:
+        while committed is None:
+            committed = await in_thread(self._wait, failed, commit)
+            if committed is None:
                 self._refusals.check(self._describe)
-        for index, error in sorted(results.items()):
-            if error is None:
-                continue
+        for index, error in sorted(failed.items()):
             if error.code() in _REFUSALS:
                 refused[index] = f"kafka {records[where.index(index)][0]!r}: {one_line(error)}"
             else:
@@ -412,13 +416,13 @@ class _KafkaWriter:
             raise MessageRejected.each(refused)
         return committed
 
-    def _wait(
-        self, results: dict[int, confluent_kafka.KafkaError | None], wanted: int, commit: bool
-    ) -> bool:
-        """In a worker thread: wait up to ``_POLL`` for acknowledgements; then, with
-        ``commit`` and every record acknowledged, commit the transaction (returns True)."""
-        self._producer.flush(_POLL)
-        if commit and len(results) >= wanted and all(e is None for e in results.values()):
+    def _wait(self, failed: dict[int, confluent_kafka.KafkaError], commit: bool) -> bool | None:
+        """In a worker thread: wait up to ``_POLL`` for Kafka's reports; None while
+        some record has none yet. Then, with ``commit`` and no record failed, commit
+        the transaction (returns True)."""
+        if self._producer.flush(_POLL):
+            return None
+        if commit and not failed:
             self._commit()
             return True
         return False
