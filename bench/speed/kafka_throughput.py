@@ -48,7 +48,9 @@ import argparse
 import contextlib
 import gc
 import os
+import statistics
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -73,6 +75,10 @@ SOURCE = "bridge kafka source"
 SINK = "bridge kafka sink"
 SINK_ONCE = "bridge kafka sink, transactional"
 PUBLISH_ONCE = "(publish, transactional) -> kafka"
+#: When the current publish run had its first batch acknowledged (time.perf_counter).
+FIRST_ACK: list[float] = []
+#: Per publish case, each round's (s to its first acknowledged batch, msg/s after it).
+STARTS: dict[str, list[tuple[float, float]]] = {}
 #: The producer settings the sink ships with, for the bare producer.
 PRODUCER = {
     "acks": "all",
@@ -154,6 +160,8 @@ def publish_bare(
             raise RuntimeError(f"records not written: {failed[0]}")
         if once:
             producer.commit_transaction(30)
+        if not FIRST_ACK:
+            FIRST_ACK.append(time.perf_counter())
 
 
 @contextmanager
@@ -186,6 +194,8 @@ class _RunEnvelope(Envelope):
                 envelope.state = "acked"
                 acked += 1
         self.settle_key.acked += acked
+        if not FIRST_ACK:
+            FIRST_ACK.append(time.perf_counter())
 
 
 class MemorySource:
@@ -254,14 +264,21 @@ def cases(servers: str, args: Any) -> list[Case]:
     count, size = args.count, args.size
 
     def on_topic(
-        filled: bool, runner: Callable[[str], None], bridges_gc: bool = False
+        filled: bool, runner: Callable[[str], None], bridges_gc: bool = False, case: str = ""
     ) -> Callable[[], tuple[float, float]]:
         def once() -> tuple[float, float]:
             topic = create_topic(servers)
             if filled:
                 fill(servers, topic, count, size)
             with as_bridges_run() if bridges_gc else contextlib.nullcontext():
-                return timed(lambda: runner(topic), count)
+                FIRST_ACK.clear()
+                start = time.perf_counter()
+                rate, cpu = timed(lambda: runner(topic), count)
+                if case and FIRST_ACK:
+                    end = start + count / rate
+                    after = (count - args.batch) / (end - FIRST_ACK[0])
+                    STARTS.setdefault(case, []).append((FIRST_ACK[0] - start, after))
+                return rate, cpu
 
         return once
 
@@ -271,17 +288,28 @@ def cases(servers: str, args: Any) -> list[Case]:
         Case(
             PUBLISH,
             BARE,
-            on_topic(False, lambda t: publish_bare(servers, t, count, size, args.batch)),
+            on_topic(
+                False, lambda t: publish_bare(servers, t, count, size, args.batch), case=PUBLISH
+            ),
         ),
         Case(
             PUBLISH,
             SINK,
-            on_topic(False, lambda t: publish_bridge(servers, t, count, size), bridges_gc=True),
+            on_topic(
+                False,
+                lambda t: publish_bridge(servers, t, count, size),
+                bridges_gc=True,
+                case=SINK,
+            ),
         ),
         Case(
             PUBLISH_ONCE,
             BARE,
-            on_topic(False, lambda t: publish_bare(servers, t, count, size, args.batch, once=True)),
+            on_topic(
+                False,
+                lambda t: publish_bare(servers, t, count, size, args.batch, once=True),
+                case=PUBLISH_ONCE,
+            ),
         ),
         Case(
             PUBLISH_ONCE,
@@ -290,6 +318,7 @@ def cases(servers: str, args: Any) -> list[Case]:
                 False,
                 lambda t: publish_bridge(servers, t, count, size, once=True),
                 bridges_gc=True,
+                case=SINK_ONCE,
             ),
         ),
     ]
@@ -313,7 +342,26 @@ def main() -> int:
             f"| {row['direction']} | {row['name']} | {row['rate']:,.0f} | "
             f"{row['cpu_us']:.1f} | **{row['ratio']:.2f}** | {rounds} |"
         )
+    print_starts()
     return 0
+
+
+def print_starts() -> None:
+    """The publish cases' first batches and their rates after it (see the module docs)."""
+    print("\npublish: the first batch acknowledged at (ms, each round); msg/s after it (median)")
+    print("| case | first batch, ms | msg/s after it | ratio after it, per round |")
+    print("|---|---|---:|---|")
+    for case, bare in ((SINK, PUBLISH), (SINK_ONCE, PUBLISH_ONCE)):
+        for name in (bare, case):
+            runs = STARTS.get(name, [])
+            if not runs:
+                continue
+            ratios = [mine[1] / theirs[1] for mine, theirs in zip(runs, STARTS[bare], strict=False)]
+            firsts = " ".join(f"{first * 1000:.0f}" for first, _ in runs)
+            after = statistics.median(rate for _, rate in runs)
+            per_round = " ".join(f"{ratio:.2f}" for ratio in ratios)
+            label = f"{BARE}, {name}" if name == bare else name
+            print(f"| {label} | {firsts} | {after:,.0f} | {per_round} |")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 import trio
 from kafka_servers import create_topic, produce, read_topic, require_kafka
 
-from bridges import Context, Envelope, InvalidSetting, Message
+from bridges import Context, Envelope, InvalidSetting, Message, MessageRejected
 from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
 from bridges.endpoints.kafka._connection import KafkaEndpointError
 
@@ -199,3 +199,42 @@ def test_a_sink_with_an_invalid_fixed_topic_is_refused_when_built() -> None:
     config = KafkaSinkConfig(topic="no spaces allowed")
     with pytest.raises(InvalidSetting, match="topic"):
         KafkaSink(config, Context(route="t"))
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+@pytest.mark.deadline(90)
+async def test_a_record_kafka_refuses_is_named_alone_among_acknowledged_ones(
+    transactional: bool,
+) -> None:
+    # The sink asks librdkafka for delivery reports on errors only: a batch is
+    # done once the producer's queue is empty, and a record the broker refused
+    # (over the topic's max.message.bytes) must still be named, with Kafka's
+    # reason, and the others written.
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(
+        lambda: create_topic(servers, 2, **{"max.message.bytes": "4000"})
+    )
+    small = [Message(f"ok-{i}".encode(), {"p": "0"}, f"ok-{i}") for i in range(4)]
+    big = Message(b"x" * 20_000, {"p": "1"}, "big")
+    if transactional:
+        # One transaction per batch: the refused record aborts its own; the
+        # engine then opens the sink again and writes the rest.
+        config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=True)
+        async with KafkaSink(config, Context(route=topic)).open() as writer:
+            with pytest.raises(MessageRejected) as refused:
+                await writer.write([big])
+        async with KafkaSink(config, Context(route=topic)).open() as writer:
+            await writer.write(small)
+        where = 0
+    else:
+        # (the refused record alone in its partition's request: the broker judges
+        # a request's records together)
+        config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, partition="{header:p}")
+        async with KafkaSink(config, Context(route=topic)).open() as writer:
+            with pytest.raises(MessageRejected) as refused:
+                await writer.write([*small[:2], big, *small[2:]])
+        where = 2
+    assert refused.value.indices == (where,)
+    assert re.search(r"MSG_SIZE_TOO_LARGE", refused.value.reason_for(where))
+    held = sorted(body for body, _ in await read_topic(servers, topic))
+    assert held == sorted(m.body for m in small)
