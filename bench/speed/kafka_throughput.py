@@ -21,11 +21,16 @@ consume (``count`` records waiting in a one-partition topic):
 
 publish (``count`` records):
 
-- *confluent-kafka bare*: ``--batch`` records produced, then ``flush`` until
-  every one is acknowledged, in a loop (acks=all, idempotent, linger 5 ms:
-  the sink's defaults, and its rule that a batch is done once each record
-  is acked);
-- *bridge kafka sink*: a route from an in-memory source to the ``kafka`` sink.
+- *confluent-kafka bare*: ``--batch`` records produced, each with a
+  ``bridge-id`` header and a delivery callback, then ``flush`` until the
+  queue is empty, in a loop (acks=all, idempotent, linger 5 ms, delivery
+  reports for errors only: the sink's settings, and its rule that a batch
+  is done once each record is acked);
+- *bridge kafka sink*: a route to the ``kafka`` sink from an in-memory
+  source that hands out and acks messages in bulk (:class:`MemorySource`),
+  as the kafka, nats and stomp sources do: what such a source costs the
+  route, without its I/O (``publish_bridge(single=True)``: from the other
+  benches' one-at-a-time ``ListSource``).
 
 publish, transactional (``count`` records):
 
@@ -38,8 +43,19 @@ publish, transactional (``count`` records):
 
 Each bridge run starts as ``bridges run`` starts its routes: the heap built
 so far frozen out of the garbage collector's way and young objects
-collected less often (``bridges.service.freeze_heap``); the collector's
-settings are put back for the bare runs, which run as a plain program does.
+collected less often (``bridges.service.freeze_heap``; for the publish
+cases before the clock starts, as ``bridges run`` does it once, not per
+run); the collector's settings are put back for the bare runs, which run as
+a plain program does.
+
+A second table gives, for each publish run, when its first batch was
+acknowledged and the rate after it. An idempotent producer's first batch
+waits for its producer id: librdkafka asks at once, and if no broker is
+connected yet, again 500 ms later; a producer whose first ``produce``
+comes a few ms after it was made mostly gets its id in about 55 ms. The
+bare producer produces at once and nearly always waits the 500 ms; the
+bridge, whose route starts first, mostly does not. Each row of the first
+table carries that chance; the second shows the rates without it.
 """
 
 from __future__ import annotations

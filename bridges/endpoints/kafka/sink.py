@@ -5,10 +5,14 @@ default: the partition leader acknowledges a record only once every
 in-sync replica has it, and a record librdkafka sends again (a lost
 acknowledgement, a reconnect) is written once. ``write`` queues the batch
 (``produce`` only queues: it runs on the event loop), then waits in a
-worker thread, 100 ms at a time, until librdkafka reported every record's
-fate. A record Kafka acknowledged is durable as far as the cluster's
-replication makes it (on one broker: in its page cache, which survives the
-broker's SIGKILL but not a power cut; see the guarantee table).
+worker thread, 100 ms at a time, until librdkafka's queue is empty: every
+record was then acknowledged or failed. librdkafka is asked to report
+only failures (``delivery.report.only.error``: no Python call per
+acknowledged record; confluent-kafka still frees each record's state), so a
+record of the batch with no report was acknowledged. A record Kafka
+acknowledged is durable as far as the cluster's replication makes it (on
+one broker: in its page cache, which survives the broker's SIGKILL but not
+a power cut; see the guarantee table).
 
 A record Kafka can never take (over ``max_bytes`` or the topic's
 ``max.message.bytes``, an invalid topic, a topic the client may not write)
