@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from bridges import Envelope, Message
+from bridges import Envelope, Message, UnreadableEnvelope
 
 from ._offsets import Partition
 
@@ -93,3 +94,29 @@ def envelope(
 
 
 _new_envelope = object.__new__
+
+log = logging.getLogger("bridges.kafka")
+
+
+def unreadable(
+    message: Message, receiver: Settles, partition: Partition, number: int, offset: int
+) -> UnreadableEnvelope:
+    """The record at ``offset`` whose headers the client cannot read (a name that is not
+    UTF-8), as ``message`` (its value, no headers of its own): to the dead-letter sink.
+
+    Acked (dead-lettered), its offset is done; nacked with an error (no
+    dead-letter sink), it is skipped, logged: reading it again would fail
+    again. Released (``nack(None)``), it stays uncommitted.
+    """
+
+    async def ack() -> None:
+        receiver.acked(partition, number, offset)
+
+    async def nack(error: BaseException | None) -> None:
+        if error is not None:
+            log.error("%s: %s; skipped (no dead-letter sink)", message.id, error)
+            receiver.acked(partition, number, offset)
+
+    error = ValueError("a header name is not UTF-8 (the record's headers cannot be read)")
+    origin = f"{receiver.origin}:{number}:{offset}"
+    return UnreadableEnvelope(message, ack=ack, nack=nack, origin=origin, error=error)

@@ -47,7 +47,7 @@ import trio
 from attrs.validators import ge
 from confluent_kafka.admin import AdminClient
 
-from bridges import Context, Envelope, InvalidSetting
+from bridges import Context, Envelope, InvalidSetting, UnreadableEnvelope
 from bridges._message import trusted_message
 
 from ._connection import (
@@ -65,6 +65,7 @@ from ._connection import (
 )
 from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
+from ._envelope import unreadable as _unreadable
 from ._offsets import Partition
 from ._refusals import Refusals
 from ._security import KafkaSecurity, security_settings
@@ -366,7 +367,12 @@ class _KafkaReceiver:
                 continue  # not ours (revoked meanwhile) or acked before a restart
             headers: dict[str, str] = {}
             stable = ""
-            raw = record.headers()
+            try:
+                raw = record.headers()
+            except (SystemError, UnicodeDecodeError):  # a header name that is not UTF-8
+                ready.append(self._unreadable(record, partition, number, offset))
+                taken += 1
+                continue
             if raw:
                 for name, value in raw:
                     headers[name] = value.decode("utf-8", "surrogateescape") if value else ""
@@ -387,6 +393,14 @@ class _KafkaReceiver:
             taken += 1
         if taken:
             self._more.set()
+
+    def _unreadable(
+        self, record: Any, partition: Partition, number: int, offset: int
+    ) -> UnreadableEnvelope:
+        at = {TOPIC_HEADER: self._topic, PARTITION_HEADER: str(number), OFFSET_HEADER: str(offset)}
+        stable = f"{self._prefix}:{number}:{offset}"
+        message = trusted_message(record.value() or b"", at, stable)
+        return _unreadable(message, self, partition, number, offset)
 
     # -- committing --------------------------------------------------------------
 

@@ -1,0 +1,60 @@
+"""The kafka endpoints against records a hostile producer writes, and an unlucky operator's topics."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import trio
+from kafka_servers import create_topic, require_kafka
+from raw_records import produce_raw
+
+from bridges import Context, UnreadableEnvelope
+from bridges.endpoints.kafka import KafkaSource, KafkaSourceConfig
+
+
+def source(servers: str, topic: str, **settings: object) -> KafkaSource:
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    config = KafkaSourceConfig(bootstrap_servers=servers, topic=topic, group=group, **settings)  # type: ignore[arg-type]
+    return KafkaSource(config, Context(route="t", in_flight=100))
+
+
+@pytest.mark.deadline(60)
+async def test_a_header_name_that_is_not_utf8_is_one_unreadable_record_not_a_dead_source() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    records = [
+        (None, b"before", [(b"n", b"1")]),
+        (None, b"hostile", [(b"\xff\xfe", b"x"), (b"n", b"2")]),
+        (None, b"after", [(b"n", b"3")]),
+    ]
+    await trio.to_thread.run_sync(produce_raw, servers, topic, records)
+    async with source(servers, topic).open() as receiver:
+        got = [await receiver.receive() for _ in range(3)]
+    assert [e.message.body for e in got] == [b"before", b"hostile", b"after"]
+    assert [type(e) is UnreadableEnvelope for e in got] == [False, True, False]
+    assert "header name is not UTF-8" in str(got[1].error)
+    assert got[1].message.headers["kafka-offset"] == "1"
+    assert got[1].message.id.endswith(":0:1")
+    assert got[2].message.headers["n"] == "3"
+
+
+@pytest.mark.deadline(60)
+async def test_repeated_headers_none_values_binary_keys_and_tombstones_as_documented() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    records = [
+        (b"\xff\x00k", b"v", [(b"a", b"first"), (b"a", b"last"), (b"none", None)]),
+        (b"gone", None, []),
+    ]
+    await trio.to_thread.run_sync(produce_raw, servers, topic, records)
+    async with source(servers, topic).open() as receiver:
+        first, tombstone = [(await receiver.receive()).message for _ in range(2)]
+    # A repeated name: the last value (Kafka's lastHeader); a null value: "".
+    assert first.headers["a"] == "last"
+    assert first.headers["none"] == ""
+    # A key that is not UTF-8 keeps its bytes (surrogateescape), as a header value would.
+    assert first.headers["kafka-key"].encode("utf-8", "surrogateescape") == b"\xff\x00k"
+    # A tombstone (null value) is an empty body, with no other mark.
+    assert tombstone.body == b""
+    assert tombstone.headers["kafka-key"] == "gone"
