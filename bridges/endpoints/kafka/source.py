@@ -68,6 +68,7 @@ from ._envelope import envelope as _envelope
 from ._envelope import unreadable as _unreadable
 from ._offsets import Partition
 from ._refusals import Refusals
+from ._retention import lost_to_retention
 from ._security import KafkaSecurity, security_settings
 
 log = logging.getLogger("bridges.kafka")
@@ -122,6 +123,12 @@ class KafkaSource:
         #: Set by a transactional kafka sink of the route on the same cluster, which
         #: commits the offsets inside its transactions: the source then commits none.
         self.offsets_carried = False
+        #: Records deleted (retention) before the group read them, skipped: see ``._retention``.
+        self.lost = 0
+
+    def count_lost(self, count: int) -> None:
+        """``count`` more records were lost to retention (on the loop's thread)."""
+        self.lost += count
 
     @property
     def servers(self) -> str:
@@ -246,6 +253,8 @@ class _KafkaReceiver:
         self._prefix = config.topic
         self._window = source._window  # noqa: SLF001
         self._revoke_timeout = config.revoke_timeout
+        self._reset = config.auto_offset_reset
+        self._source = source
         self._describe = source.describe()
         #: Assigned partitions by number (only those: a revoked one is removed).
         self._partitions: dict[int, Partition] = {}
@@ -503,6 +512,8 @@ class _KafkaReceiver:
     def assigned(self, consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
         """Partitions assigned: read their committed offsets and metadata first."""
         committed = consumer.committed(partitions, timeout=30)
+        if lost := lost_to_retention(consumer, committed, self._reset, self._describe, 30):
+            trio.from_thread.run_sync(self._source.count_lost, lost)
         fresh: dict[int, Partition] = {}
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else -1

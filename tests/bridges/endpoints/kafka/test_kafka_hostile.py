@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
 import trio
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka_servers import create_topic, require_kafka
 from raw_records import produce_raw
 
@@ -58,3 +61,37 @@ async def test_repeated_headers_none_values_binary_keys_and_tombstones_as_docume
     # A tombstone (null value) is an empty body, with no other mark.
     assert tombstone.body == b""
     assert tombstone.headers["kafka-key"] == "gone"
+
+
+@pytest.mark.deadline(90)
+async def test_offsets_deleted_before_the_group_read_them_are_reported_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    await trio.to_thread.run_sync(
+        produce_raw, servers, topic, [(None, f"r-{i}".encode(), []) for i in range(10)]
+    )
+    reader = source(servers, topic)
+    group = reader.settings()["group.id"]
+
+    def commit_then_delete() -> None:
+        consumer = Consumer({"bootstrap.servers": servers, "group.id": group})
+        consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+        consumer.close()
+        admin = AdminClient({"bootstrap.servers": servers})
+        done = admin.delete_records([TopicPartition(topic, 0, 6)], request_timeout=30)
+        for future in done.values():
+            future.result(30)
+
+    await trio.to_thread.run_sync(commit_then_delete)
+    caplog.set_level(logging.INFO, logger="bridges.kafka")
+    async with reader.open() as receiver:
+        first = await receiver.receive()
+    assert first.message.body == b"r-6"
+    lost = [r for r in caplog.records if "deleted" in r.getMessage()]
+    assert lost, [r.getMessage() for r in caplog.records]
+    assert lost[0].levelno == logging.WARNING
+    assert "4 record(s) lost" in lost[0].getMessage()
+    assert "offsets 2 to 5" in lost[0].getMessage()
+    assert reader.lost == 4
