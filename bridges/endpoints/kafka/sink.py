@@ -80,6 +80,8 @@ _REFUSALS: Final = frozenset(
         confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
         confluent_kafka.KafkaError.TOPIC_EXCEPTION,
         confluent_kafka.KafkaError._INVALID_ARG,  # noqa: SLF001 (librdkafka's local errors)
+        # (a partition template's number the topic does not have, by the client's metadata)
+        confluent_kafka.KafkaError._UNKNOWN_PARTITION,  # noqa: SLF001
     }
 )
 

@@ -9,11 +9,11 @@ import pytest
 import trio
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka_servers import create_topic, require_kafka
+from kafka_servers import create_topic, read_topic, require_kafka
 from raw_records import produce_raw
 
-from bridges import Context, UnreadableEnvelope
-from bridges.endpoints.kafka import KafkaSource, KafkaSourceConfig
+from bridges import Context, Message, MessageRejected, UnreadableEnvelope
+from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
 
 
 def source(servers: str, topic: str, **settings: object) -> KafkaSource:
@@ -95,3 +95,20 @@ async def test_offsets_deleted_before_the_group_read_them_are_reported_lost(
     assert "4 record(s) lost" in lost[0].getMessage()
     assert "offsets 2 to 5" in lost[0].getMessage()
     assert reader.lost == 4
+
+
+@pytest.mark.deadline(60)
+async def test_a_partition_the_topic_does_not_have_rejects_that_message_alone() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    config = KafkaSinkConfig(
+        bootstrap_servers=servers, topic=topic, partition="{header:p}", timeout=5.0
+    )
+    sink = KafkaSink(config, Context(route="t", role="sink"))
+    batch = [Message(b"a", {"p": "0"}, "i-0"), Message(b"b", {"p": "7"}, "i-1")]
+    async with sink.open() as writer:
+        with pytest.raises(MessageRejected) as rejected:
+            await writer.write(batch)
+    assert list(rejected.value.indices or ()) == [1]
+    assert "partition" in rejected.value.reason_for(1).lower()
+    assert [body for body, _ in await read_topic(servers, topic)] == [b"a"]
