@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from bridges import Envelope, Message, UnreadableEnvelope
+from bridges import Envelope, Message
 
 from ._offsets import Partition
 
@@ -98,25 +98,33 @@ _new_envelope = object.__new__
 log = logging.getLogger("bridges.kafka")
 
 
-def unreadable(
-    message: Message, receiver: Settles, partition: Partition, number: int, offset: int
-) -> UnreadableEnvelope:
-    """The record at ``offset`` whose headers the client cannot read (a name that is not
-    UTF-8), as ``message`` (its value, no headers of its own): to the dead-letter sink.
+class UnreadableKafkaEnvelope(KafkaEnvelope):
+    """A record whose headers the client cannot read (a name that is not UTF-8): its value
+    alone, for the dead-letter sink (the engine never writes it to the sink).
 
-    Acked (dead-lettered), its offset is done; nacked with an error (no
-    dead-letter sink), it is skipped, logged: reading it again would fail
-    again. Released (``nack(None)``), it stays uncommitted.
+    Acked (dead-lettered), its offset is done, as any record's; nacked with
+    an error (no dead-letter sink), it is skipped, logged: reading it again
+    would fail again. Released (``nack(None)``), it stays uncommitted.
     """
 
-    async def ack() -> None:
-        receiver.acked(partition, number, offset)
+    __slots__ = ()
 
-    async def nack(error: BaseException | None) -> None:
-        if error is not None:
-            log.error("%s: %s; skipped (no dead-letter sink)", message.id, error)
-            receiver.acked(partition, number, offset)
+    error: BaseException | None = ValueError(
+        "a header name is not UTF-8 (the record's headers cannot be read)"
+    )
 
-    error = ValueError("a header name is not UTF-8 (the record's headers cannot be read)")
-    origin = f"{receiver.origin}:{number}:{offset}"
-    return UnreadableEnvelope(message, ack=ack, nack=nack, origin=origin, error=error)
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state == "open":
+            self.state = "nacked"
+            if error is not None:
+                log.error("%s: %s; skipped (no dead-letter sink)", self.message.id, self.error)
+                self._receiver.acked(self._partition, self._number, self._offset)
+
+
+def unreadable(
+    message: Message, receiver: Settles, partition: Partition, number: int, offset: int
+) -> KafkaEnvelope:
+    """A new open :class:`UnreadableKafkaEnvelope`."""
+    built = envelope(message, receiver, partition, number, offset)
+    built.__class__ = UnreadableKafkaEnvelope
+    return built

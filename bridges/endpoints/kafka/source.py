@@ -47,7 +47,7 @@ import trio
 from attrs.validators import ge
 from confluent_kafka.admin import AdminClient
 
-from bridges import Context, Envelope, InvalidSetting, UnreadableEnvelope
+from bridges import Context, Envelope, InvalidSetting
 from bridges._message import trusted_message
 
 from ._connection import (
@@ -405,7 +405,7 @@ class _KafkaReceiver:
 
     def _unreadable(
         self, record: Any, partition: Partition, number: int, offset: int
-    ) -> UnreadableEnvelope:
+    ) -> _KafkaEnvelope:
         at = {TOPIC_HEADER: self._topic, PARTITION_HEADER: str(number), OFFSET_HEADER: str(offset)}
         stable = f"{self._prefix}:{number}:{offset}"
         message = trusted_message(record.value() or b"", at, stable)

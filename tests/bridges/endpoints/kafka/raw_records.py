@@ -44,7 +44,10 @@ def _field(data: bytes | None) -> bytes:
 
 
 def _record(
-    delta: int, key: bytes | None, value: bytes | None, headers: Sequence[tuple[bytes, bytes | None]]
+    delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[bytes, bytes | None]],
 ) -> bytes:
     body = b"\0" + _varint(0) + _varint(delta) + _field(key) + _field(value)
     body += _varint(len(headers)) + b"".join(_field(n) + _field(v) for n, v in headers)
