@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+import subprocess
 import uuid
+from pathlib import Path
 
+import httpx
 import pytest
 import trio
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from family_kit import bridges_command, free_port
 from kafka_servers import create_topic, read_topic, require_kafka
 from raw_records import produce_raw
 
@@ -63,28 +69,26 @@ async def test_repeated_headers_none_values_binary_keys_and_tombstones_as_docume
     assert tombstone.headers["kafka-key"] == "gone"
 
 
+def commit_then_delete(servers: str, topic: str, group: str) -> None:
+    """Ten records; ``group`` committed at 2; offsets 0 to 5 deleted (as retention would)."""
+    produce_raw(servers, topic, [(None, f"r-{i}".encode(), []) for i in range(10)])
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    consumer.close()
+    admin = AdminClient({"bootstrap.servers": servers})
+    done = admin.delete_records([TopicPartition(topic, 0, 6)], request_timeout=30)
+    for future in done.values():
+        future.result(30)
+
+
 @pytest.mark.deadline(90)
 async def test_offsets_deleted_before_the_group_read_them_are_reported_lost(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     servers = require_kafka()
     topic = await trio.to_thread.run_sync(create_topic, servers)
-    await trio.to_thread.run_sync(
-        produce_raw, servers, topic, [(None, f"r-{i}".encode(), []) for i in range(10)]
-    )
     reader = source(servers, topic)
-    group = reader.settings()["group.id"]
-
-    def commit_then_delete() -> None:
-        consumer = Consumer({"bootstrap.servers": servers, "group.id": group})
-        consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
-        consumer.close()
-        admin = AdminClient({"bootstrap.servers": servers})
-        done = admin.delete_records([TopicPartition(topic, 0, 6)], request_timeout=30)
-        for future in done.values():
-            future.result(30)
-
-    await trio.to_thread.run_sync(commit_then_delete)
+    await trio.to_thread.run_sync(commit_then_delete, servers, topic, reader.settings()["group.id"])
     caplog.set_level(logging.INFO, logger="bridges.kafka")
     async with reader.open() as receiver:
         first = await receiver.receive()
@@ -112,3 +116,43 @@ async def test_a_partition_the_topic_does_not_have_rejects_that_message_alone() 
     assert list(rejected.value.indices or ()) == [1]
     assert "partition" in rejected.value.reason_for(1).lower()
     assert [body for body, _ in await read_topic(servers, topic)] == [b"a"]
+
+
+@pytest.mark.deadline(60)
+async def test_records_lost_to_retention_are_counted_in_the_metrics(tmp_path: Path) -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await trio.to_thread.run_sync(commit_then_delete, servers, topic, group)
+    port = free_port()
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f"""
+[bridge]
+http = "127.0.0.1:{port}"
+
+[routes.k]
+source = {{ type = "kafka", bootstrap_servers = "{servers}", topic = "{topic}", group = "{group}" }}
+sink = {{ type = "file", path = "outbox", format = "files" }}
+"""
+    )
+    command = [*bridges_command(), "run", str(config)]
+    process = await trio.lowlevel.open_process(command, cwd=tmp_path, stderr=subprocess.DEVNULL)
+    try:
+        pattern = re.compile(r'^bridges_source_lost_total\{route="k"\} (\S+)$', re.MULTILINE)
+        async with httpx.AsyncClient() as http:
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+                    found = pattern.search(text)
+                    if found and float(found.group(1)) > 0:
+                        break
+                await trio.sleep(0.1)
+        assert float(found.group(1)) == 4
+        outbox = tmp_path / "outbox"
+        while len(list(outbox.glob("*"))) < 4:  # noqa: ASYNC110 (the four records kept)
+            await trio.sleep(0.05)
+    finally:
+        process.terminate()
+        with trio.CancelScope(shield=True):
+            await process.wait()
