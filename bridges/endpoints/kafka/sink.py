@@ -85,6 +85,15 @@ _REFUSALS: Final = frozenset(
     }
 )
 
+#: A transactional producer fenced by a newer one with its ``transactional.id``.
+_FENCED: Final = frozenset(
+    {
+        confluent_kafka.KafkaError._FENCED,  # noqa: SLF001
+        confluent_kafka.KafkaError.PRODUCER_FENCED,
+        confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH,
+    }
+)
+
 
 @attrs.frozen
 class KafkaSinkConfig(KafkaSecurity):
@@ -327,6 +336,7 @@ class _KafkaWriter:
         self._describe = sink.describe()
         self._transactional = sink._config.transactional  # noqa: SLF001 (part of its sink)
         self._timeout = sink._config.timeout  # noqa: SLF001
+        self._transactional_id = sink._transactional_id  # noqa: SLF001
         #: Transactional: the ids in the topic's committed tail, and those written since.
         self.written = WrittenIds(max(1, sink._config.dedup_window))  # noqa: SLF001
         self.in_transaction = False
@@ -352,7 +362,10 @@ class _KafkaWriter:
         self.skipped = len(batch) - len(fresh)
         if not fresh and not (self._carry and self._carry.offsets):
             return
-        self._producer.begin_transaction()
+        try:
+            self._producer.begin_transaction()
+        except confluent_kafka.KafkaException as exc:  # (fenced: fatal, every write after it)
+            raise KafkaEndpointError(self._failed(exc)) from None
         self.in_transaction = True
         try:
             if not await self._write([records[i] for i in fresh], fresh, commit=True):
@@ -362,11 +375,23 @@ class _KafkaWriter:
                 with trio.CancelScope(shield=True):
                     await self.abort()
             if isinstance(exc, confluent_kafka.KafkaException):
-                raise KafkaEndpointError(f"{self._describe}: {one_line(exc)}") from None
+                raise KafkaEndpointError(self._failed(exc)) from None
             raise
         self.in_transaction = False
         for index in fresh:
             self.written.add(batch[index].id)
+
+    def _failed(self, exc: confluent_kafka.KafkaException) -> str:
+        """A transaction's failure in one line; fenced: by whom, and what follows."""
+        text = f"{self._describe}: {one_line(exc)}"
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, confluent_kafka.KafkaError) and error.code() in _FENCED:
+            text += (
+                f"; another producer with transactional_id {self._transactional_id!r} "
+                "took over (a second bridge or replica of this route?): each reopen "
+                "fences the other"
+            )
+        return text
 
     async def _write(
         self, records: Sequence[_Record], positions: Sequence[int] = (), commit: bool = False

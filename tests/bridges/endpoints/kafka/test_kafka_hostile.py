@@ -20,6 +20,7 @@ from raw_records import produce_raw
 
 from bridges import Context, Message, MessageRejected
 from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
+from bridges.endpoints.kafka._connection import KafkaEndpointError
 
 
 def source(servers: str, topic: str, **settings: object) -> KafkaSource:
@@ -156,3 +157,21 @@ sink = {{ type = "file", path = "outbox", format = "files" }}
         process.terminate()
         with trio.CancelScope(shield=True):
             await process.wait()
+
+
+@pytest.mark.deadline(90)
+async def test_a_fenced_transactional_sink_names_its_id_and_every_later_write_fails_alike() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=True)
+    first, second = (KafkaSink(config, Context(route=topic)) for _ in range(2))
+    async with first.open() as old:
+        await old.write([Message(b"before", {}, "a")])
+        async with second.open() as new:
+            for label in (b"zombie", b"zombie again"):
+                with pytest.raises(KafkaEndpointError) as failed:
+                    await old.write([Message(label, {}, label.decode())])
+                assert f"transactional_id 'bridge-{topic}'" in str(failed.value)
+                assert "another producer" in str(failed.value)
+            await new.write([Message(b"after", {}, "c")])
+    assert [body for body, _ in await read_topic(servers, topic)] == [b"before", b"after"]
