@@ -175,3 +175,18 @@ async def test_a_fenced_transactional_sink_names_its_id_and_every_later_write_fa
                 assert "another producer" in str(failed.value)
             await new.write([Message(b"after", {}, "c")])
     assert [body for body, _ in await read_topic(servers, topic)] == [b"before", b"after"]
+
+
+@pytest.mark.deadline(60)
+async def test_header_values_with_nul_or_bytes_that_are_not_utf8_round_trip() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    raw = b"a\x00b\xff\xfe"
+    headers = {"nul": "x\x00y", "bytes": raw.decode("utf-8", "surrogateescape"), "empty": ""}
+    sink = KafkaSink(KafkaSinkConfig(bootstrap_servers=servers, topic=topic), Context(route="t"))
+    async with sink.open() as writer:
+        await writer.write([Message(b"body", headers, "id-1")])
+    async with source(servers, topic).open() as receiver:
+        got = (await receiver.receive()).message
+    assert {name: got.headers[name] for name in headers} == headers
+    assert got.id == "id-1"
