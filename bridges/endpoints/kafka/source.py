@@ -79,6 +79,8 @@ _POLL: Final = 0.1
 #: as asked or this long, so a stream that slows down (or ends, or a route that stops)
 #: waits this, not ``_POLL``; an idle one goes back to ``_POLL`` after one empty call.
 _BUSY_POLL: Final = 0.01
+#: How often the consumer refreshes the topic's metadata (new partitions), ms.
+_METADATA_REFRESH_MS: Final = 10_000
 #: Bound on the last commit and the group leave when the source closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
 
@@ -156,6 +158,8 @@ class KafkaSource:
             "auto.offset.reset": self._config.auto_offset_reset,
             "isolation.level": "read_committed",
             "allow.auto.create.topics": True,
+            # (a partition added to the topic is assigned within 10 s, not librdkafka's 5 min)
+            "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
             "socket.timeout.ms": timeout_ms,
             "logger": log,
         } | self._security
