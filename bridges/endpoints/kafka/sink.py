@@ -82,6 +82,10 @@ _REFUSALS: Final = frozenset(
         confluent_kafka.KafkaError._INVALID_ARG,  # noqa: SLF001 (librdkafka's local errors)
         # (a partition template's number the topic does not have, by the client's metadata)
         confluent_kafka.KafkaError._UNKNOWN_PARTITION,  # noqa: SLF001
+        # (a topic still missing after topic.metadata.propagation.max.ms: auto-creation off,
+        # or a name the broker will not create)
+        confluent_kafka.KafkaError._UNKNOWN_TOPIC,  # noqa: SLF001
+        confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
 
@@ -214,6 +218,9 @@ class KafkaSink:
                 "message.max.bytes": max(config.max_bytes, 1000) + 512,
                 "linger.ms": config.linger * 1000,
                 "message.timeout.ms": timeout_ms,
+                # (a missing topic fails its records with _UNKNOWN_TOPIC, rejected alone,
+                # before the batch's timeout fails them all)
+                "topic.metadata.propagation.max.ms": timeout_ms // 2,
                 "socket.timeout.ms": timeout_ms,
                 "logger": log,
             }

@@ -243,3 +243,27 @@ async def test_a_partition_added_under_a_running_source_is_read_within_seconds()
             got = await receiver.receive()
     assert got.message.body == b"p1"
     assert got.message.headers["kafka-partition"] == "1"
+
+
+@pytest.mark.deadline(60)
+async def test_a_destination_topic_the_broker_will_not_create_rejects_that_message_alone() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    # Kafka refuses to create a topic whose name collides with one that exists ("." vs
+    # "_"): as with auto.create.topics.enable = false, the topic never appears.
+    taken = await trio.to_thread.run_sync(create_topic, servers)
+    await trio.to_thread.run_sync(create_topic_named, servers, f"{taken}_x")
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, timeout=5.0)
+    sink = KafkaSink(config, Context(route="t", role="sink"))
+    batch = [Message(b"a", {}, "i-0"), Message(b"b", {}, "i-1", destination=f"{taken}.x")]
+    async with sink.open() as writer:
+        with pytest.raises(MessageRejected) as rejected:
+            await writer.write(batch)
+    assert list(rejected.value.indices or ()) == [1]
+    assert "unknown topic" in rejected.value.reason_for(1).lower()
+    assert [body for body, _ in await read_topic(servers, topic)] == [b"a"]
+
+
+def create_topic_named(servers: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": servers})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
