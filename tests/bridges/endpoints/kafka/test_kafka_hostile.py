@@ -41,14 +41,32 @@ async def test_a_header_name_that_is_not_utf8_is_one_unreadable_record_not_a_dea
         (None, b"after", [(b"n", b"3")]),
     ]
     await trio.to_thread.run_sync(produce_raw, servers, topic, records)
-    async with source(servers, topic).open() as receiver:
+    reader = source(servers, topic)
+    async with reader.open() as receiver:
         got = [await receiver.receive() for _ in range(3)]
+        # No dead-letter sink: the engine nacks it with its error; it is skipped, not offered again.
+        await got[1].nack(got[1].error)
+        await got[0].ack()
+        await got[2].ack()
+        with trio.move_on_after(1):
+            again = await receiver.receive()
+            raise AssertionError(f"offered again: {again!r}")
     assert [e.message.body for e in got] == [b"before", b"hostile", b"after"]
+    assert await trio.to_thread.run_sync(committed, servers, topic, reader) == 3
     assert [e.error is not None for e in got] == [False, True, False]
     assert "header name is not UTF-8" in str(got[1].error)
     assert got[1].message.headers["kafka-offset"] == "1"
     assert got[1].message.id.endswith(":0:1")
     assert got[2].message.headers["n"] == "3"
+
+
+def committed(servers: str, topic: str, reader: KafkaSource) -> int:
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": reader.settings()["group.id"]})
+    try:
+        offset: int = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+        return offset
+    finally:
+        consumer.close()
 
 
 @pytest.mark.deadline(60)
