@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Protocol
 
 from bridges import Envelope, Message
@@ -130,24 +128,3 @@ def unreadable(
     built = envelope(message, receiver, partition, number, offset)
     built.__class__ = UnreadableKafkaEnvelope
     return built
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No garbage collection inside (the envelopes of one ``consume`` are built in it).
-
-    confluent-kafka's ``Message.headers()`` does not check the decoding of a
-    header name: for one that is not UTF-8 it returns a list holding a NULL
-    with a UnicodeDecodeError set, which Python turns into a SystemError (the
-    record is then :func:`unreadable`). A collection that starts inside that
-    call clears the error and the NULL is returned: iterating it crashes the
-    process. Collections wait until the batch is built.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

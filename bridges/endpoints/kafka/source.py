@@ -65,7 +65,6 @@ from ._connection import (
 )
 from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
-from ._envelope import gc_paused as _gc_paused
 from ._envelope import unreadable as _unreadable
 from ._offsets import Partition
 from ._refusals import Refusals
@@ -337,8 +336,7 @@ class _KafkaReceiver:
             if not records:
                 self.refusals.check(self._describe)
             wait = _BUSY_POLL if records else _POLL
-            with _gc_paused():  # (see gc_paused: a header name that is not UTF-8)
-                self._take(records)
+            self._take(records)
             if self._dirty:
                 self._commit()
 
