@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 from bridges import Envelope, Message
 
@@ -97,6 +98,21 @@ _new_envelope = object.__new__
 
 log = logging.getLogger("bridges.kafka")
 
+#: The objects a tuple holds, NULLs left out (a safe look at a header pair).
+_referents: Final = gc.get_referents
+
+
+def pairs(record: Any) -> Any:
+    """``record.headers()``, checked for a pair holding a NULL (see :func:`unreadable`).
+
+    Raises:
+      SystemError: a header name is not UTF-8.
+    """
+    raw = record.headers()
+    if raw and len(_referents(*raw)) != 2 * len(raw):
+        raise SystemError("a header pair holds a NULL")
+    return raw
+
 
 class UnreadableKafkaEnvelope(KafkaEnvelope):
     """A record whose headers the client cannot read (a name that is not UTF-8): its value
@@ -124,7 +140,16 @@ class UnreadableKafkaEnvelope(KafkaEnvelope):
 def unreadable(
     message: Message, receiver: Settles, partition: Partition, number: int, offset: int
 ) -> KafkaEnvelope:
-    """A new open :class:`UnreadableKafkaEnvelope`."""
+    """A new open :class:`UnreadableKafkaEnvelope`.
+
+    (confluent-kafka's ``Message.headers()`` does not check the decoding of a
+    header name: for one that is not UTF-8 it builds a pair holding a NULL
+    and sets a UnicodeDecodeError, which Python mostly reports as a
+    SystemError; when that error was cleared meanwhile, the list comes back
+    with the NULL in it, and reading the pair would crash the process. The
+    source counts each pair's objects with ``gc.get_referents``, which skips
+    a NULL, before it reads them.)
+    """
     built = envelope(message, receiver, partition, number, offset)
     built.__class__ = UnreadableKafkaEnvelope
     return built

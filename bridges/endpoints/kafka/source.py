@@ -65,6 +65,7 @@ from ._connection import (
 )
 from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
+from ._envelope import pairs as _pairs
 from ._envelope import unreadable as _unreadable
 from ._offsets import Partition
 from ._refusals import Refusals
@@ -381,7 +382,7 @@ class _KafkaReceiver:
             headers: dict[str, str] = {}
             stable = ""
             try:
-                raw = record.headers()
+                raw = _pairs(record)
             except (SystemError, UnicodeDecodeError):  # a header name that is not UTF-8
                 ready.append(self._unreadable(record, partition, number, offset))
                 taken += 1
