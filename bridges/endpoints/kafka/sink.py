@@ -50,6 +50,7 @@ from ._connection import (
     DELIVERY_HEADERS,
     ID_HEADER,
     KEY_HEADER,
+    TOMBSTONE_HEADER,
     KafkaEndpointError,
     check_servers,
     check_topic,
@@ -143,7 +144,7 @@ class KafkaSinkConfig(KafkaSecurity):
 
 
 #: What one message becomes: topic, partition (-1: the partitioner's), key, value, headers.
-_Record = tuple[str, int, bytes | None, bytes, list[tuple[str, str | bytes | None]]]
+_Record = tuple[str, int, bytes | None, bytes | None, list[tuple[str, str | bytes | None]]]
 
 
 def _template(name: str, text: str | None) -> Template | None:
@@ -303,7 +304,9 @@ class KafkaSink:
             headers.append((ID_HEADER, message.id.encode("utf-8", "surrogateescape")))
         if size > self._config.max_bytes:
             raise ValueError(f"record of {size} bytes is over max_bytes ({self._config.max_bytes})")
-        return topic, partition, key, message.body, headers
+        # (a tombstone a kafka source read is written as one: a null value)
+        tombstone = not message.body and TOMBSTONE_HEADER in message.headers
+        return topic, partition, key, None if tombstone else message.body, headers
 
     def _topic_of(self, message: Message) -> str:
         """The record's topic: the message's destination, else the ``topic`` template's.

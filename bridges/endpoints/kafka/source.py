@@ -56,6 +56,7 @@ from ._connection import (
     OFFSET_HEADER,
     PARTITION_HEADER,
     TIMESTAMP_HEADER,
+    TOMBSTONE_HEADER,
     TOPIC_HEADER,
     KafkaEndpointError,
     check_servers,
@@ -353,7 +354,7 @@ class _KafkaReceiver:
                 self._room = trio.Event()
             await self._room.wait()
 
-    def _take(self, records: Sequence[Any]) -> None:
+    def _take(self, records: Sequence[Any]) -> None:  # noqa: C901 (the hot loop, one body)
         """Envelopes for ``records`` (one ``consume``'s), on the loop's thread: per record,
         only what its message needs."""
         prefix = self._prefix
@@ -400,9 +401,11 @@ class _KafkaReceiver:
             kind, stamp = record.timestamp()
             if kind != no_stamp:
                 headers[TIMESTAMP_HEADER] = str(stamp)
-            message = trusted_message(
-                record.value() or b"", headers, stable or f"{prefix}:{last[2]}:{text}"
-            )
+            value = record.value()
+            if value is None:  # a tombstone: said, so that a kafka sink writes one again
+                headers[TOMBSTONE_HEADER] = "true"
+                value = b""
+            message = trusted_message(value, headers, stable or f"{prefix}:{last[2]}:{text}")
             ready.append(_envelope(message, self, partition, number, offset))
             taken += 1
         if taken:

@@ -9,6 +9,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import httpx
@@ -94,9 +95,41 @@ async def test_repeated_headers_none_values_binary_keys_and_tombstones_as_docume
     assert first.headers["none"] == ""
     # A key that is not UTF-8 keeps its bytes (surrogateescape), as a header value would.
     assert first.headers["kafka-key"].encode("utf-8", "surrogateescape") == b"\xff\x00k"
-    # A tombstone (null value) is an empty body, with no other mark.
+    # A tombstone (null value) is an empty body and the header kafka-tombstone.
     assert tombstone.body == b""
     assert tombstone.headers["kafka-key"] == "gone"
+    assert tombstone.headers["kafka-tombstone"] == "true"
+    assert "kafka-tombstone" not in first.headers
+
+
+@pytest.mark.deadline(60)
+async def test_a_tombstone_read_by_a_kafka_source_is_written_as_a_tombstone() -> None:
+    servers = require_kafka()
+    topic, copy = [await trio.to_thread.run_sync(create_topic, servers) for _ in range(2)]
+    records: list[Any] = [(b"k1", None, []), (b"k2", b"", [])]
+    await trio.to_thread.run_sync(produce_raw, servers, topic, records)
+    async with source(servers, topic).open() as receiver:
+        read = [(await receiver.receive()).message for _ in range(2)]
+    sink = KafkaSink(KafkaSinkConfig(bootstrap_servers=servers, topic=copy), Context(route="t"))
+    async with sink.open() as writer:
+        await writer.write(read)
+
+    def values() -> list[tuple[bytes | None, bytes | None, list[str]]]:
+        group = f"r-{uuid.uuid4().hex[:8]}"
+        consumer = Consumer(
+            {"bootstrap.servers": servers, "group.id": group, "auto.offset.reset": "earliest"}
+        )
+        consumer.subscribe([copy])
+        found: list[Any] = []
+        try:
+            while len(found) < 2:
+                found += consumer.consume(2, 5)
+            return [(r.key(), r.value(), [n for n, _ in r.headers() or ()]) for r in found]
+        finally:
+            consumer.close()
+
+    got = await trio.to_thread.run_sync(values)
+    assert got == [(b"k1", None, ["bridge-id"]), (b"k2", b"", ["bridge-id"])]
 
 
 def commit_then_delete(servers: str, topic: str, group: str) -> None:
