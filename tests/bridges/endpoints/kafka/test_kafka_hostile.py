@@ -282,7 +282,7 @@ async def test_a_topic_deleted_and_created_again_under_a_running_source_gets_new
         await trio.to_thread.run_sync(delete_and_create)
         await produce(servers, topic, [(b"new-0", {}), (b"new-1", {})])
         new = []
-        with trio.move_on_after(20):
+        with trio.move_on_after(10):
             new = [await receiver.receive() for _ in range(2)]
     assert [e.message.body for e in new] == [b"new-0", b"new-1"]
     assert not {e.message.id for e in old} & {e.message.id for e in new}
