@@ -40,6 +40,10 @@ Metrics (label ``route`` on each ``bridges_route_*``):
   ``max_per_peer``, ``evicted``, ``min_body_rate``, ``body_timeout``,
   ``max_body``, ``unauthorized``: :mod:`bridges.endpoints.http.admission`);
   read from a source's ``refused`` counts, for routes whose source has them.
+- ``bridges_source_lost_total{route=...}``: records a source could no longer
+  read, skipped (a ``kafka`` source's records deleted by retention before
+  its group read them); read from a source's ``lost`` count, for routes
+  whose source has one.
 - ``bridges_event_loop_lag_seconds``, ``bridges_healthy``.
 """
 
@@ -97,6 +101,7 @@ class RouteMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._retired: dict[str, dict[str, int]] = {}
         self._retired_refused: dict[str, dict[str, int]] = {}
+        self._retired_lost: dict[str, int] = {}
         labels = ["route"]
         self.batch_size = Histogram(
             "bridges_route_batch_size",
@@ -150,6 +155,9 @@ class RouteMetrics:
             kept = self._retired_refused.setdefault(route.name, {})
             for reason, count in refused.items():
                 kept[reason] = kept.get(reason, 0) + count
+        lost = _lost(route)
+        if lost is not None:
+            self._retired_lost[route.name] = self._retired_lost.get(route.name, 0) + lost
 
     def collect(self) -> Iterator[Metric]:
         """The counters and gauges, read from the routes now (prometheus-client's Collector)."""
@@ -168,6 +176,7 @@ class RouteMetrics:
             acked.add_metric([route.name], sum(self._count(route, f) for f in fields))
         yield acked
         yield self._refusals(routes)
+        yield self._losses(routes)
         yield from self._gauges(routes)
         yield GaugeMetricFamily(
             "bridges_event_loop_lag_seconds", "How late the last health tick was, s.", health.lag
@@ -197,6 +206,18 @@ class RouteMetrics:
             for reason in sorted(refused.keys() | kept.keys()):
                 count = refused.get(reason, 0) + kept.get(reason, 0)
                 family.add_metric([route.name, reason], count)
+        return family
+
+    def _losses(self, routes: list[Route]) -> Metric:
+        family = CounterMetricFamily(
+            "bridges_source_lost",
+            "Records the source could no longer read (deleted before it read them), skipped.",
+            labels=["route"],
+        )
+        for route in routes:
+            lost = _lost(route)
+            if lost is not None:
+                family.add_metric([route.name], lost + self._retired_lost.get(route.name, 0))
         return family
 
     def _gauges(self, routes: list[Route]) -> Iterator[Metric]:
@@ -276,6 +297,12 @@ def _refused(route: Route) -> Mapping[str, int] | None:
     """A source's refusal counts by reason (the http source has them), or None."""
     refused: Any = getattr(route.source, "refused", None)
     return refused if isinstance(refused, Mapping) else None
+
+
+def _lost(route: Route) -> int | None:
+    """A source's count of records lost before it read them (the kafka source has one), or None."""
+    lost: Any = getattr(route.source, "lost", None)
+    return lost if isinstance(lost, int) and not isinstance(lost, bool) else None
 
 
 async def serve_metrics(

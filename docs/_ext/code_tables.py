@@ -235,6 +235,7 @@ def scrape() -> list[tuple[str, str, list[str], str]]:
     async def collect() -> list[Any]:
         source = FakeSource()
         source.refused = {"max_pending": 0}  # type: ignore[attr-defined]  # (as http's has)
+        source.lost = 0  # type: ignore[attr-defined]  # (as kafka's has)
         route = Route("example", source, FakeSink())
         service = Service(Notifier(), Health([route], 60.0))
         async with open_broker(port=0) as broker:

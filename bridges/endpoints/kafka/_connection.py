@@ -32,8 +32,10 @@ PARTITION_HEADER: Final = "kafka-partition"
 OFFSET_HEADER: Final = "kafka-offset"
 TIMESTAMP_HEADER: Final = "kafka-timestamp"
 KEY_HEADER: Final = "kafka-key"
+#: A tombstone (a record with a null value): its body is empty, this header says it was null.
+TOMBSTONE_HEADER: Final = "kafka-tombstone"
 DELIVERY_HEADERS: Final = frozenset(
-    {TOPIC_HEADER, PARTITION_HEADER, OFFSET_HEADER, TIMESTAMP_HEADER, KEY_HEADER}
+    {TOPIC_HEADER, PARTITION_HEADER, OFFSET_HEADER, TIMESTAMP_HEADER, KEY_HEADER, TOMBSTONE_HEADER}
 )
 #: Kafka's own rule for topic names.
 _TOPIC: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 from bridges import Envelope, Message
 
@@ -93,3 +95,61 @@ def envelope(
 
 
 _new_envelope = object.__new__
+
+log = logging.getLogger("bridges.kafka")
+
+#: The objects a tuple holds, NULLs left out (a safe look at a header pair).
+_referents: Final = gc.get_referents
+
+
+def pairs(record: Any) -> Any:
+    """``record.headers()``, checked for a pair holding a NULL (see :func:`unreadable`).
+
+    Raises:
+      SystemError: a header name is not UTF-8.
+    """
+    raw = record.headers()
+    if raw and len(_referents(*raw)) != 2 * len(raw):
+        raise SystemError("a header pair holds a NULL")
+    return raw
+
+
+class UnreadableKafkaEnvelope(KafkaEnvelope):
+    """A record whose headers the client cannot read (a name that is not UTF-8): its value
+    alone, for the dead-letter sink (the engine never writes it to the sink).
+
+    Acked (dead-lettered), its offset is done, as any record's; nacked with
+    an error (no dead-letter sink), it is skipped, logged: reading it again
+    would fail again. Released (``nack(None)``), it stays uncommitted.
+    """
+
+    __slots__ = ()
+
+    error: BaseException | None = ValueError(
+        "a header name is not UTF-8 (the record's headers cannot be read)"
+    )
+
+    async def nack(self, error: BaseException | None = None) -> None:
+        if self.state == "open":
+            self.state = "nacked"
+            if error is not None:
+                log.error("%s: %s; skipped (no dead-letter sink)", self.message.id, self.error)
+                self._receiver.acked(self._partition, self._number, self._offset)
+
+
+def unreadable(
+    message: Message, receiver: Settles, partition: Partition, number: int, offset: int
+) -> KafkaEnvelope:
+    """A new open :class:`UnreadableKafkaEnvelope`.
+
+    (confluent-kafka's ``Message.headers()`` does not check the decoding of a
+    header name: for one that is not UTF-8 it builds a pair holding a NULL
+    and sets a UnicodeDecodeError, which Python mostly reports as a
+    SystemError; when that error was cleared meanwhile, the list comes back
+    with the NULL in it, and reading the pair would crash the process. The
+    source counts each pair's objects with ``gc.get_referents``, which skips
+    a NULL, before it reads them.)
+    """
+    built = envelope(message, receiver, partition, number, offset)
+    built.__class__ = UnreadableKafkaEnvelope
+    return built

@@ -29,7 +29,7 @@ text keeps its bytes through ``surrogateescape``), its stable id in
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -54,6 +54,7 @@ from ._connection import (
     DELIVERY_HEADERS,
     ID_HEADER,
     KEY_HEADER,
+    TOMBSTONE_HEADER,
     KafkaEndpointError,
     check_servers,
     check_topic,
@@ -84,6 +85,21 @@ _REFUSALS: Final = frozenset(
         confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
         confluent_kafka.KafkaError.TOPIC_EXCEPTION,
         confluent_kafka.KafkaError._INVALID_ARG,  # noqa: SLF001 (librdkafka's local errors)
+        # (a partition template's number the topic does not have, by the client's metadata)
+        confluent_kafka.KafkaError._UNKNOWN_PARTITION,  # noqa: SLF001
+        # (a topic still missing after topic.metadata.propagation.max.ms: auto-creation off,
+        # or a name the broker will not create)
+        confluent_kafka.KafkaError._UNKNOWN_TOPIC,  # noqa: SLF001
+        confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+#: A transactional producer fenced by a newer one with its ``transactional.id``.
+_FENCED: Final = frozenset(
+    {
+        confluent_kafka.KafkaError._FENCED,  # noqa: SLF001
+        confluent_kafka.KafkaError.PRODUCER_FENCED,
+        confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH,
     }
 )
 
@@ -132,7 +148,7 @@ class KafkaSinkConfig(KafkaSecurity):
 
 
 #: What one message becomes: topic, partition (-1: the partitioner's), key, value, headers.
-_Record = tuple[str, int, bytes | None, bytes, list[tuple[str, str | bytes | None]]]
+_Record = tuple[str, int, bytes | None, bytes | None, list[tuple[str, str | bytes | None]]]
 
 
 def _template(name: str, text: str | None) -> Template | None:
@@ -209,6 +225,9 @@ class KafkaSink:
                 "linger.ms": config.linger * 1000,
                 "message.timeout.ms": timeout_ms,
                 "delivery.report.only.error": True,
+                # (a missing topic fails its records with _UNKNOWN_TOPIC, rejected alone,
+                # before the batch's timeout fails them all)
+                "topic.metadata.propagation.max.ms": timeout_ms // 2,
                 "socket.timeout.ms": timeout_ms,
                 "logger": log,
             }
@@ -279,22 +298,15 @@ class KafkaSink:
             key = self._key.render(message).encode("utf-8", "surrogateescape")
         elif fields and KEY_HEADER in fields:
             key = fields[KEY_HEADER].encode("utf-8", "surrogateescape")
-        size = len(message.body) + (len(key) if key else 0)
-        headers: list[tuple[str, str | bytes | None]] = []
-        if fields:
-            for name, value in fields.items():
-                if name in DELIVERY_HEADERS or name == ID_HEADER:
-                    continue
-                if (not name.isascii() and not _is_text(name)) or "\0" in name:
-                    # (a Kafka header name is a string; librdkafka takes it as a C string)
-                    raise ValueError(f"header name {name[:40]!r} is not UTF-8 text without NUL")
-                encoded = value.encode("utf-8", "surrogateescape")
-                headers.append((name, encoded))
-                size += len(name) + len(encoded)
+        headers, size = _record_headers(fields) if fields else ([], 0)
+        size += len(message.body) + (len(key) if key else 0)
         if message.id:
             headers.append((ID_HEADER, message.id.encode("utf-8", "surrogateescape")))
         if size > self._max_bytes:
             raise ValueError(f"record of {size} bytes is over max_bytes ({self._max_bytes})")
+        if not message.body and fields and TOMBSTONE_HEADER in fields:
+            # (a tombstone a kafka source read is written as one: a null value)
+            return topic, partition, key, None, headers
         return topic, partition, key, message.body, headers
 
     def _topic_of(self, message: Message) -> str:
@@ -316,6 +328,27 @@ class KafkaSink:
         return topic
 
 
+def _record_headers(fields: Mapping[str, str]) -> tuple[list[tuple[str, str | bytes | None]], int]:
+    """A message's headers as a record's (the delivery headers and the id left out),
+    and their size in bytes.
+
+    Raises:
+      ValueError: a name Kafka cannot carry.
+    """
+    headers: list[tuple[str, str | bytes | None]] = []
+    size = 0
+    for name, value in fields.items():
+        if name in DELIVERY_HEADERS or name == ID_HEADER:
+            continue
+        if (not name.isascii() and not _is_text(name)) or "\0" in name:
+            # (a Kafka header name is a string; librdkafka takes it as a C string)
+            raise ValueError(f"header name {name[:40]!r} is not UTF-8 text without NUL")
+        encoded = value.encode("utf-8", "surrogateescape")
+        headers.append((name, encoded))
+        size += len(name) + len(encoded)
+    return headers, size
+
+
 def _is_text(name: str) -> bool:
     try:
         name.encode()
@@ -335,6 +368,7 @@ class _KafkaWriter:
         self._describe = sink.describe()
         self._transactional = sink._config.transactional  # noqa: SLF001 (part of its sink)
         self._timeout = sink._config.timeout  # noqa: SLF001
+        self._transactional_id = sink._transactional_id  # noqa: SLF001
         #: Transactional: the ids in the topic's committed tail, and those written since.
         self.written = WrittenIds(max(1, sink._config.dedup_window))  # noqa: SLF001
         self.in_transaction = False
@@ -360,7 +394,10 @@ class _KafkaWriter:
         self.skipped = len(batch) - len(fresh)
         if not fresh and not (self._carry and self._carry.offsets):
             return
-        self._producer.begin_transaction()
+        try:
+            self._producer.begin_transaction()
+        except confluent_kafka.KafkaException as exc:  # (fenced: fatal, every write after it)
+            raise KafkaEndpointError(self._failed(exc)) from None
         self.in_transaction = True
         try:
             if not await self._write([records[i] for i in fresh], fresh, commit=True):
@@ -370,11 +407,23 @@ class _KafkaWriter:
                 with trio.CancelScope(shield=True):
                     await self.abort()
             if isinstance(exc, confluent_kafka.KafkaException):
-                raise KafkaEndpointError(f"{self._describe}: {one_line(exc)}") from None
+                raise KafkaEndpointError(self._failed(exc)) from None
             raise
         self.in_transaction = False
         for index in fresh:
             self.written.add(batch[index].id)
+
+    def _failed(self, exc: confluent_kafka.KafkaException) -> str:
+        """A transaction's failure in one line; fenced: by whom, and what follows."""
+        text = f"{self._describe}: {one_line(exc)}"
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, confluent_kafka.KafkaError) and error.code() in _FENCED:
+            text += (
+                f"; another producer with transactional_id {self._transactional_id!r} "
+                "took over (a second bridge or replica of this route?): each reopen "
+                "fences the other"
+            )
+        return text
 
     async def _write(
         self, records: Sequence[_Record], positions: Sequence[int] = (), commit: bool = False

@@ -56,6 +56,7 @@ from ._connection import (
     OFFSET_HEADER,
     PARTITION_HEADER,
     TIMESTAMP_HEADER,
+    TOMBSTONE_HEADER,
     TOPIC_HEADER,
     KafkaEndpointError,
     check_servers,
@@ -65,8 +66,11 @@ from ._connection import (
 )
 from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
+from ._envelope import pairs as _pairs
+from ._envelope import unreadable as _unreadable
 from ._offsets import Partition
 from ._refusals import Refusals
+from ._retention import lost_to_retention
 from ._security import KafkaSecurity, security_settings
 
 log = logging.getLogger("bridges.kafka")
@@ -77,6 +81,8 @@ _POLL: Final = 0.1
 #: as asked or this long, so a stream that slows down (or ends, or a route that stops)
 #: waits this, not ``_POLL``; an idle one goes back to ``_POLL`` after one empty call.
 _BUSY_POLL: Final = 0.01
+#: How often the consumer refreshes the topic's metadata (new partitions), ms.
+_METADATA_REFRESH_MS: Final = 10_000
 #: Bound on the last commit and the group leave when the source closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
 
@@ -121,6 +127,12 @@ class KafkaSource:
         #: Set by a transactional kafka sink of the route on the same cluster, which
         #: commits the offsets inside its transactions: the source then commits none.
         self.offsets_carried = False
+        #: Records deleted (retention) before the group read them, skipped: see ``._retention``.
+        self.lost = 0
+
+    def count_lost(self, count: int) -> None:
+        """``count`` more records were lost to retention (on the loop's thread)."""
+        self.lost += count
 
     @property
     def servers(self) -> str:
@@ -148,6 +160,8 @@ class KafkaSource:
             "auto.offset.reset": self._config.auto_offset_reset,
             "isolation.level": "read_committed",
             "allow.auto.create.topics": True,
+            # (a partition added to the topic is assigned within 10 s, not librdkafka's 5 min)
+            "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
             "socket.timeout.ms": timeout_ms,
             "logger": log,
         } | self._security
@@ -245,6 +259,8 @@ class _KafkaReceiver:
         self._prefix = config.topic
         self._window = source._window  # noqa: SLF001
         self._revoke_timeout = config.revoke_timeout
+        self._reset = config.auto_offset_reset
+        self._source = source
         self._describe = source.describe()
         #: Assigned partitions by number (only those: a revoked one is removed).
         self._partitions: dict[int, Partition] = {}
@@ -338,7 +354,7 @@ class _KafkaReceiver:
                 self._room = trio.Event()
             await self._room.wait()
 
-    def _take(self, records: Sequence[Any]) -> None:
+    def _take(self, records: Sequence[Any]) -> None:  # noqa: C901 (the hot loop, one body)
         """Envelopes for ``records`` (one ``consume``'s), on the loop's thread: per record,
         only what its message needs."""
         prefix = self._prefix
@@ -366,7 +382,12 @@ class _KafkaReceiver:
                 continue  # not ours (revoked meanwhile) or acked before a restart
             headers: dict[str, str] = {}
             stable = ""
-            raw = record.headers()
+            try:
+                raw = _pairs(record)
+            except (SystemError, UnicodeDecodeError):  # a header name that is not UTF-8
+                ready.append(self._unreadable(record, partition, number, offset))
+                taken += 1
+                continue
             if raw:
                 for name, value in raw:
                     headers[name] = value.decode("utf-8", "surrogateescape") if value else ""
@@ -380,13 +401,23 @@ class _KafkaReceiver:
             kind, stamp = record.timestamp()
             if kind != no_stamp:
                 headers[TIMESTAMP_HEADER] = str(stamp)
-            message = trusted_message(
-                record.value() or b"", headers, stable or f"{prefix}:{last[2]}:{text}"
-            )
+            value = record.value()
+            if value is None:  # a tombstone: said, so that a kafka sink writes one again
+                headers[TOMBSTONE_HEADER] = "true"
+                value = b""
+            message = trusted_message(value, headers, stable or f"{prefix}:{last[2]}:{text}")
             ready.append(_envelope(message, self, partition, number, offset))
             taken += 1
         if taken:
             self._more.set()
+
+    def _unreadable(
+        self, record: Any, partition: Partition, number: int, offset: int
+    ) -> _KafkaEnvelope:
+        at = {TOPIC_HEADER: self._topic, PARTITION_HEADER: str(number), OFFSET_HEADER: str(offset)}
+        stable = f"{self._prefix}:{number}:{offset}"
+        message = trusted_message(record.value() or b"", at, stable)
+        return _unreadable(message, self, partition, number, offset)
 
     # -- committing --------------------------------------------------------------
 
@@ -489,6 +520,8 @@ class _KafkaReceiver:
     def assigned(self, consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
         """Partitions assigned: read their committed offsets and metadata first."""
         committed = consumer.committed(partitions, timeout=30)
+        if lost := lost_to_retention(consumer, committed, self._reset, self._describe, 30):
+            trio.from_thread.run_sync(self._source.count_lost, lost)
         fresh: dict[int, Partition] = {}
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else -1
