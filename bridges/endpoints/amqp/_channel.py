@@ -21,8 +21,10 @@ Everything here is called either by the user's task (``rpc``, ``publish``,
   broker that broke its word, which fails the connection rather than stall
   the reader;
 - the broker closing the channel (``Channel.Close``: a missing exchange, a
-  message too big) is answered with ``CloseOk`` and every waiter of the
-  channel raises :class:`ServerClosed` with the broker's reply text.
+  message too big) fails every waiter of the channel at once with
+  :class:`ServerClosed` (the broker's reply text), and its ``CloseOk``, like
+  ``Channel.Flow``'s ``FlowOk``, is queued for the connection to write
+  (:meth:`Connection.answer`): the reader never waits on a write.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class Connection(Protocol):
     async def send(self, data: bytes | Sequence[bytes]) -> None: ...
 
     async def send_method(self, channel: int, method: Frame) -> None: ...
+
+    def answer(self, frame: bytes) -> None: ...
 
     def forget(self, number: int) -> None: ...
 
@@ -376,19 +380,16 @@ class Channel:
             self._returned(method, content)
         # (Basic.GetOk: never asked for)
 
-    async def on_method(self, method: object) -> None:
-        """A method frame for this channel (called by the reader)."""
+    def on_method(self, method: object) -> None:
+        """A method frame for this channel (called by the reader, which never waits here)."""
         if isinstance(method, commands.Basic.Ack):
             self._confirmed(method.delivery_tag or 0, bool(method.multiple), ok=True)
         elif isinstance(method, commands.Basic.Nack):
             self._confirmed(method.delivery_tag or 0, bool(method.multiple), ok=False)
         elif isinstance(method, commands.Channel.Close):
-            try:
-                await self.client.send_method(self.number, commands.Channel.CloseOk())
-            except ConnectionError:
-                pass
             self.fail(ServerClosed(method.reply_code or 0, method.reply_text or ""))
             self.client.forget(self.number)
+            self.client.answer(method_frame(self.number, commands.Channel.CloseOk()))
         elif isinstance(method, commands.Basic.Cancel):
             self.fail(ConnectionError(f"the broker cancelled the consumer {method.consumer_tag!r}"))
         elif isinstance(method, commands.Channel.Flow):
@@ -396,7 +397,7 @@ class Channel:
                 self._flowing.set()
             elif self._flowing.is_set():
                 self._flowing = trio.Event()
-            await self.client.send_method(self.number, commands.Channel.FlowOk(method.active))
+            self.client.answer(method_frame(self.number, commands.Channel.FlowOk(method.active)))
         elif self._expect and isinstance(method, self._expect):
             assert isinstance(method, Frame)
             self._reply = method

@@ -28,6 +28,7 @@ from bridges import Context, Message
 from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig
 from bridges.endpoints.amqp._channel import Channel, Nacked, Publish, ServerClosed
 from bridges.endpoints.amqp._client import (
+    MAX_ANSWERS,
     Client,
     Settings,
     negotiate_heartbeat,
@@ -291,6 +292,75 @@ async def test_a_publish_cancelled_part_way_through_its_write_fails_the_connecti
         with pytest.raises(ConnectionError, match="cancelled part way"):
             await channel.publish(one())
     # (and leaving did not wait for a CloseOk that cannot come)
+
+
+# -- a broker that reads nothing -------------------------------------------------------------------
+
+
+async def stuck_publish(client: Client, broker: Broker, nursery: trio.Nursery) -> Channel:
+    """A publish whose write the broker stops reading (lockstep: after 1,000 bytes)."""
+    channel = await confirming_channel(client, broker)
+
+    async def publish() -> None:
+        try:
+            outcomes.append(await channel.publish([Publish("", "q", bytes(1 << 20), PROPERTIES)]))
+        except ConnectionError as exc:
+            outcomes.append(exc)
+
+    outcomes: list[object] = []
+    channel.outcomes = outcomes  # type: ignore[attr-defined]
+    nursery.start_soon(publish)
+    broker.buffer += await broker.stream.receive_some(1000)
+    await trio.testing.wait_all_tasks_blocked()
+    return channel
+
+
+async def test_a_write_stuck_on_a_broker_that_reads_nothing_never_stops_the_reader() -> None:
+    async with connected(lockstep=True) as (client, broker):
+        other = await confirming_channel(client, broker)
+        async with trio.open_nursery() as nursery:
+            stuck = await stuck_publish(client, broker, nursery)
+            # The broker reads nothing more, but speaks: every method is read and acted on.
+            await broker.send(stuck.number, commands.Channel.Flow(active=False))
+            await broker.send(other.number, commands.Channel.Close(404, "NOT_FOUND - gone", 0, 0))
+            await broker.send(stuck.number, commands.Channel.Flow(active=True))
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(ServerClosed, match="NOT_FOUND - gone"):
+                await other.publish(one())
+            assert client.error is None
+            # It reads again: the publish, then the answers in the order they were owed.
+            answers: list[Frame] = []
+            while len(answers) < 3:
+                _, method = await broker.method()
+                if not isinstance(method, commands.Basic.Publish):
+                    answers.append(method)
+            assert broker.publishes() == 1
+            await broker.send(stuck.number, commands.Basic.Ack(1))
+        assert [type(frame).__name__ for frame in answers] == ["FlowOk", "CloseOk", "FlowOk"]
+        assert stuck.outcomes == [[None]]  # type: ignore[attr-defined]
+
+
+async def test_the_brokers_close_under_a_stuck_write_fails_its_publisher_at_once() -> None:
+    async with connected(lockstep=True) as (client, broker):
+        async with trio.open_nursery() as nursery:
+            stuck = await stuck_publish(client, broker, nursery)
+            await broker.send(0, commands.Connection.Close(320, "CONNECTION_FORCED - bye", 0, 0))
+        assert [str(e) for e in stuck.outcomes] == [  # type: ignore[attr-defined]
+            "CONNECTION_FORCED - bye (AMQP 320)"
+        ]
+        assert isinstance(client.error, ServerClosed)
+    # (half a frame is on the wire: no CloseOk follows it, the socket just closes)
+
+
+async def test_a_broker_that_keeps_asking_and_reads_nothing_fails_the_connection() -> None:
+    async with connected(lockstep=True) as (client, broker):
+        async with trio.open_nursery() as nursery:
+            stuck = await stuck_publish(client, broker, nursery)
+            flow = method_frame(stuck.number, commands.Channel.Flow(active=True))
+            await broker.stream.send_all(flow * (MAX_ANSWERS + 1))
+        assert isinstance(client.error, ProtocolError)
+        assert "MAX_ANSWERS" in str(client.error)
+        assert [type(e) for e in stuck.outcomes] == [ProtocolError]  # type: ignore[attr-defined]
 
 
 # -- a hostile broker -----------------------------------------------------------------------------
