@@ -212,6 +212,63 @@ async def test_publishers_sharing_a_channel_each_get_their_own_confirm() -> None
         ]
 
 
+async def returned(broker: Broker, channel: int, message_id: str) -> None:
+    """A ``Basic.Return`` (NO_ROUTE) of the message ``message_id``."""
+    method = commands.Basic.Return(312, "NO_ROUTE", "", "q")
+    properties = commands.Basic.Properties(message_id=message_id)
+    frames = [method_frame(channel, method), *content_frames(channel, properties, b"x", 4096)]
+    await broker.stream.send_all(b"".join(frames))
+
+
+@pytest.mark.parametrize("multiple", [False, True])
+async def test_a_late_return_of_a_timed_out_batch_never_marks_its_retry(multiple: bool) -> None:
+    async with connected() as (client, broker):
+        channel = await confirming_channel(client, broker)
+        with trio.move_on_after(0.1):  # (the batch's timeout: nobody waits for tag 1 now)
+            await channel.publish(one("m"))
+        async with trio.open_nursery() as nursery:
+            outcomes: list[list[str | None]] = []
+
+            async def retry() -> None:
+                outcomes.append(await channel.publish(one("m") + one("n")))
+
+            nursery.start_soon(retry)
+            while broker.publishes() < 3:
+                await broker.frame()
+            # Tag 1 (the first try) was unroutable: its return, then its ack, come late.
+            await returned(broker, channel.number, "m")
+            if multiple:  # (and the same ack settles the retry's first publish too)
+                await broker.send(channel.number, commands.Basic.Ack(2, multiple=True))
+            else:
+                await broker.send(channel.number, commands.Basic.Ack(1))
+                await broker.send(channel.number, commands.Basic.Ack(2))
+            # The retry's second publish is unroutable: its return comes before its ack.
+            await returned(broker, channel.number, "n")
+            await broker.send(channel.number, commands.Basic.Ack(3))
+        assert outcomes == [[None, "NO_ROUTE"]]
+
+
+async def test_a_return_belongs_to_the_publish_its_ack_settles_not_an_earlier_one() -> None:
+    async with connected() as (client, broker):
+        channel = await confirming_channel(client, broker)
+        with trio.move_on_after(0.1):
+            await channel.publish(one("m"))  # tag 1: routed, its ack still to come
+        async with trio.open_nursery() as nursery:
+            outcomes: list[list[str | None]] = []
+
+            async def retry() -> None:
+                outcomes.append(await channel.publish(one("m")))
+
+            nursery.start_soon(retry)
+            while broker.publishes() < 2:
+                await broker.frame()
+            # Tag 2 (the retry) is unroutable: confirmed at once, tag 1 waits for a disk.
+            await returned(broker, channel.number, "m")
+            await broker.send(channel.number, commands.Basic.Ack(2))
+            await broker.send(channel.number, commands.Basic.Ack(1))
+        assert outcomes == [["NO_ROUTE"]]
+
+
 # -- the broker holding publishes back ----------------------------------------------------------
 
 
