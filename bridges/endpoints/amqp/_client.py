@@ -80,7 +80,7 @@ CLOSE_TIMEOUT: Final = 5.0
 #: The largest frame we offer, bytes (RabbitMQ's default); the broker may ask for less.
 #: A bigger frame from the broker fails the connection before it is read.
 MAX_FRAME: Final = 131072
-#: The largest message we take from the broker, bytes (RabbitMQ 3.x's own largest);
+#: The largest message we take from the broker, bytes (RabbitMQ 3.x's max_message_size);
 #: a content header announcing more fails the connection before the body is read.
 MAX_BODY: Final = 128 * 1024 * 1024
 #: Answers (CloseOk, FlowOk, heartbeats) owed to a broker that reads none of our bytes;
