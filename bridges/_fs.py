@@ -417,7 +417,9 @@ def unwritable(path: Path, *, timeout: float | None = None) -> tuple[Path, str] 
         return run_bounded(
             lambda: _unwritable(path, looking), timeout=limit, what=f"checking {path}"
         )
-    except FileRefused:
+    except FileRefused as exc:
+        if "still stuck" in str(exc):  # (run_bounded refused at once: MAX_STUCK)
+            return looking[-1], f"{_NO_ANSWER}: earlier checks there are still stuck"
         return looking[-1], f"{_NO_ANSWER} within {limit:g} s (WRITABLE_TIMEOUT)"
 
 

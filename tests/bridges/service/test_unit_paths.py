@@ -25,6 +25,7 @@ import bridges._fs
 from bridges._builtins import default_registry
 from bridges._cli import EXIT_CONFIG
 from bridges._cli import main as cli_main
+from bridges._readfile import MAX_STUCK
 
 CONFIG = """
 [broker]
@@ -165,5 +166,19 @@ def test_a_folder_on_a_mount_that_hangs_fails_the_check_in_bounded_time_naming_i
         monkeypatch.chdir(tmp_path)
         assert cli_main(["check", str(config)]) == EXIT_CONFIG
         assert f"{hung / 'outbox'} cannot be checked" in capsys.readouterr().err
+        # Checks stuck there are capped (MAX_STUCK threads): the next is refused at once.
+        said = None
+        for _ in range(MAX_STUCK):
+            started = time.monotonic()
+            said = bridges._fs.unwritable_problem(hung / "more")
+            assert said is not None
+            if "still stuck" in said:
+                break
+        assert said == (
+            f"{hung / 'more'} cannot be checked: the file system did not answer: earlier "
+            f"checks there are still stuck at {hung / 'more'} (statvfs or access hung there: "
+            "a network mount that is down?)"
+        )
+        assert time.monotonic() - started < 0.2
     finally:
         release.set()

@@ -409,6 +409,19 @@ async def test_the_brokers_close_under_a_stuck_write_fails_its_publisher_at_once
     # (half a frame is on the wire: no CloseOk follows it, the socket just closes)
 
 
+def test_a_stuck_write_never_stops_the_heartbeat_from_noticing_a_silent_broker() -> None:
+    async def run() -> None:
+        async with connected(heartbeat=4, ours=4, lockstep=True, within=100) as (client, broker):
+            async with trio.open_nursery() as nursery:
+                stuck = await stuck_publish(client, broker, nursery)
+                await trio.sleep(9)  # (a heartbeat owed, not written: the broker reads nothing)
+            assert isinstance(client.error, ConnectionError)
+            assert "sent nothing for 8 s" in str(client.error)
+            assert stuck.outcomes == [client.error]  # type: ignore[attr-defined]
+
+    trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
 async def test_a_broker_that_keeps_asking_and_reads_nothing_fails_the_connection() -> None:
     async with connected(lockstep=True) as (client, broker):
         async with trio.open_nursery() as nursery:
