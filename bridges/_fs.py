@@ -415,7 +415,7 @@ def unwritable(path: Path, *, timeout: float | None = None) -> tuple[Path, str] 
     looking = [path]
     try:
         return run_bounded(
-            lambda: _unwritable(path, looking), timeout=limit, what=f"checking {path}"
+            lambda: _unwritable(path, looking), timeout=limit, what=f"checking {path}", pool="check"
         )
     except FileRefused as exc:
         if "still stuck" in str(exc):  # (run_bounded refused at once: MAX_STUCK)

@@ -22,6 +22,7 @@ from family_kit import bridges_command
 
 import bridges
 import bridges._fs
+import bridges._readfile
 from bridges._builtins import default_registry
 from bridges._cli import EXIT_CONFIG
 from bridges._cli import main as cli_main
@@ -182,3 +183,7 @@ def test_a_folder_on_a_mount_that_hangs_fails_the_check_in_bounded_time_naming_i
         assert time.monotonic() - started < 0.2
     finally:
         release.set()
+    deadline = time.monotonic() + 5
+    while bridges._readfile._stuck["check"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bridges._readfile._stuck == {"read": 0, "check": 0}  # (they ended once it answered)
