@@ -226,17 +226,21 @@ def _kill_at_random_moments(
     for n, goal in enumerate(goals):
         phase(f"{name}: run {n + 1} of {len(goals) + 1}: waiting for {goal} held, then SIGKILL")
         process = run()
-        what = f"{goal} held (run {n + 1})"
-        wait_for(lambda goal=goal: scenario.held() >= goal, process, what=what)  # type: ignore[misc]
-        time.sleep(rng.uniform(0.0, 0.05))
-        if n in restart_at:
-            phase(f"{name}: run {n + 1}: restarting the server")
-            scenario.restart_server()
-            time.sleep(1.0)
-        if process.poll() is not None:
-            raise BenchError(f"{name}: bridges exited by itself; see its bridge.log")
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        try:
+            what = f"{goal} held (run {n + 1})"
+            wait_for(lambda goal=goal: scenario.held() >= goal, process, what=what)  # type: ignore[misc]
+            time.sleep(rng.uniform(0.0, 0.05))
+            if n in restart_at:
+                phase(f"{name}: run {n + 1}: restarting the server")
+                scenario.restart_server()
+                time.sleep(1.0)
+            if process.poll() is not None:
+                raise BenchError(f"{name}: bridges exited by itself; see its bridge.log")
+        finally:
+            # (the planned SIGKILL, or, when the wait failed, no bridge left running)
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+            process.wait()
         progress.append(scenario.held())
     return progress
 

@@ -4,16 +4,18 @@ A crash script that stops making progress used to be killed at the test's
 timeout with its output thrown away (``subprocess.run``'s capture), and the
 ``bridges`` it started went on running. Now the test fails with what the
 script said so far, naming the phase it stalled in, and nothing it started
-outlives it.
+outlives it; nor does a run that fails part way leave its ``bridges`` running.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from family_kit import crash_run
+from family_kit import BENCH, crash_run
 
 STALLS = """
 import json, subprocess, sys, time
@@ -57,3 +59,35 @@ def test_a_stalled_crash_run_fails_with_its_output_and_phase_and_leaves_nothing(
     while not gone(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gone(child), f"the script's child {child} outlived it"
+
+
+FAILS_MID_RUN = """
+import random, subprocess, sys
+sys.path.insert(0, {crash!r})
+import _crash
+
+children = []
+
+def run():
+    children.append(subprocess.Popen(["sleep", "600"]))  # (as bridges run)
+    print(children[-1].pid, flush=True)
+    return children[-1]
+
+def restart_server():
+    raise RuntimeError("the server did not come back")
+
+scenario = _crash.Scenario("s", "s", lambda: 0, None, None, restart_server)
+_crash._kill_at_random_moments("orders", scenario, run, [0], {{0}}, random.Random(1))
+"""
+
+
+def test_a_crash_run_that_fails_mid_run_leaves_no_bridge_running(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text(FAILS_MID_RUN.format(crash=str(BENCH)))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert "the server did not come back" in done.stderr
+    assert "phase: orders: run 1 of 2: waiting for 0 held, then SIGKILL" in done.stderr
+    child = int(done.stdout.split()[0])
+    assert gone(child), f"the bridge {child} outlived its failed run"
