@@ -43,6 +43,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
+from ._readfile import FileRefused, run_bounded
+
 #: How every file the family creates starts and ends: hidden, skipped by the
 #: directory source, and never a name a message can have (those never start
 #: with a dot).
@@ -55,6 +57,11 @@ NAME_MAX: Final = 255
 TAKEN_PREFIX = ".bridge-taken-"
 #: Errors of ``link`` that mean "this file system has no hard links".
 NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
+
+#: How long checking that a configured folder can be written (``statvfs``, ``access``) may
+#: take, s: a network mount that does not answer fails the check, naming the folder.
+WRITABLE_TIMEOUT: Final = 2.0
+_NO_ANSWER: Final = "the file system did not answer"
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -386,7 +393,7 @@ def atomic_write(
         os.close(dir_fd)
 
 
-def unwritable(path: Path) -> tuple[Path, str] | None:
+def unwritable(path: Path, *, timeout: float | None = None) -> tuple[Path, str] | None:
     """The nearest existing folder at or above ``path`` and why this process could
     never write there (a read-only file system, or no permission), else None.
 
@@ -395,8 +402,30 @@ def unwritable(path: Path) -> tuple[Path, str] | None:
     system, and the unit's dynamic user owns nothing else: ``bridges check``
     (the unit's ``ExecStartPre``, run as that user) refuses such a path, rather
     than the route retrying "Read-only file system" or "Permission denied" for ever.
+
+    The checks run in a worker thread waited for at most ``timeout`` s
+    (default :data:`WRITABLE_TIMEOUT`; as :func:`~bridges._readfile.run_bounded`
+    reads a file): ``statvfs`` of a network mount that does not answer
+    hangs in the kernel, and ``bridges run`` checks its config before its
+    event loop starts, where nothing else would bound it. Past the timeout
+    the thread is abandoned and the folder is reported as one that did not
+    answer.
     """
+    limit = WRITABLE_TIMEOUT if timeout is None else timeout
+    looking = [path]
+    try:
+        return run_bounded(
+            lambda: _unwritable(path, looking), timeout=limit, what=f"checking {path}", pool="check"
+        )
+    except FileRefused as exc:
+        if "still stuck" in str(exc):  # (run_bounded refused at once: MAX_STUCK)
+            return looking[-1], f"{_NO_ANSWER}: earlier checks there are still stuck"
+        return looking[-1], f"{_NO_ANSWER} within {limit:g} s (WRITABLE_TIMEOUT)"
+
+
+def _unwritable(path: Path, looking: list[Path]) -> tuple[Path, str] | None:
     for folder in (path, *path.parents):
+        looking.append(folder)
         try:
             flags = os.statvfs(folder).f_flag
         except (FileNotFoundError, NotADirectoryError):
@@ -417,6 +446,11 @@ def unwritable_problem(path: Path) -> str | None:
     if found is None:
         return None
     folder, why = found
+    if why.startswith(_NO_ANSWER):
+        return (
+            f"{path} cannot be checked: {why} at {folder} (statvfs or access hung there: "
+            "a network mount that is down?)"
+        )
     return (
         f"{path} cannot be written: {why} in {folder}; under systemd (ProtectSystem=strict, "
         "DynamicUser=) a path outside the unit's state directory needs ReadWritePaths= "

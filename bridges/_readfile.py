@@ -21,8 +21,9 @@ and a reload alike:
 A thread stuck in the kernel cannot be cancelled, only abandoned. It is a
 daemon thread (it cannot hold up the process's exit), it owns nothing but
 the descriptor it opened (closed if the call ever returns), and its result
-is thrown away. At most :data:`MAX_STUCK` may be stuck at once: while that
-many are, the next read is refused at once rather than starting another.
+is thrown away. At most :data:`MAX_STUCK` may be stuck at once (file reads;
+and apart, the folder checks of :func:`bridges._fs.unwritable`): while that
+many are, the next is refused at once rather than starting another.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ _KINDS: Final = (
 )
 
 _lock = threading.Lock()
-_stuck = 0
+#: Threads abandoned and not yet done, per kind of work (``run_bounded``'s ``pool``):
+#: file reads, and folder checks (:func:`bridges._fs.unwritable`), capped apart so
+#: that slow reads never refuse a check, nor checks a read.
+_stuck: dict[str, int] = {"read": 0, "check": 0}
 
 
 class FileRefused(ValueError):
@@ -133,32 +137,33 @@ def read_text(
     return text.removesuffix("\n").removesuffix("\r")
 
 
-def run_bounded(work: Callable[[], T], *, timeout: float, what: str) -> T:
+def run_bounded(work: Callable[[], T], *, timeout: float, what: str, pool: str = "read") -> T:
     """``work()`` in a daemon thread, waited for at most ``timeout`` s (see the module docs).
+
+    At most :data:`MAX_STUCK` threads of one ``pool`` (``"read"``, ``"check"``)
+    may be stuck at once.
 
     Raises:
       FileRefused: ``work`` did not finish in time, or too many earlier
         ones are still stuck; or what ``work`` raised.
     """
-    global _stuck
     with _lock:
-        if _stuck >= MAX_STUCK:
+        if _stuck[pool] >= MAX_STUCK:
             raise FileRefused(
-                f"{what}: not read: {_stuck} earlier file reads are still stuck "
+                f"{what}: not read: {_stuck[pool]} earlier file reads are still stuck "
                 "(a file system that does not answer?)"
             )
     outcome: list[tuple[bool, object]] = []
     state = {"abandoned": False}
 
     def run() -> None:
-        global _stuck
         try:
             outcome.append((True, work()))
         except BaseException as exc:
             outcome.append((False, exc))
         with _lock:
             if state["abandoned"]:
-                _stuck -= 1
+                _stuck[pool] -= 1
 
     thread = threading.Thread(target=run, name=f"read {what}", daemon=True)
     thread.start()
@@ -166,7 +171,7 @@ def run_bounded(work: Callable[[], T], *, timeout: float, what: str) -> T:
     with _lock:
         if not outcome:
             state["abandoned"] = True
-            _stuck += 1
+            _stuck[pool] += 1
             raise FileRefused(f"{what}: not read within {timeout:g} s (a file system that hangs?)")
     ok, value = outcome[0]
     if not ok:

@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -315,16 +316,54 @@ def check_says(
 # --- a small run of a crash bench -------------------------------------------------------------
 
 
-def crash_run(script: str, scenarios: Sequence[str], count: int, seed: int) -> list[dict[str, Any]]:
+def run_script(command: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """COMMAND (a bench script) to its end, its output captured; at most TIMEOUT s.
+
+    A run that stalls fails the test with what it said so far: its last
+    ``phase:`` line (``bench/crash/_crash.py`` says each step on stderr),
+    its stdout (one JSON line per scenario done) and the tail of its
+    stderr. The script runs in its own process group, killed whole on the
+    timeout, so no ``bridges`` or private server it started outlives it.
+    Output goes to files, not pipes: nothing blocks on a full pipe.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        said = []
+        for file in (out, err):
+            file.seek(0)
+            said.append(file.read().decode(errors="replace"))
+    stdout, stderr = said
+    if process.returncode == -signal.SIGKILL:
+        phases = [line for line in stderr.splitlines() if line.startswith("phase: ")]
+        last = phases[-1].removeprefix("phase: ") if phases else "none said"
+        pytest.fail(
+            f"{Path(command[1]).name} stalled: not done within {timeout:g} s; "
+            f"the last phase: {last}\n--- stdout so far:\n{stdout}"
+            f"--- stderr so far (its tail):\n{stderr[-4000:]}",
+            pytrace=False,
+        )
+    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+
+
+def crash_run(
+    script: str, scenarios: Sequence[str], count: int, seed: int, *, timeout: float = 120
+) -> list[dict[str, Any]]:
     """``bench/crash/SCRIPT`` for SCENARIOS: COUNT messages, one SIGKILL; the results, as JSON.
 
     Asserts what every crash test asserts: each scenario ran, no error,
     nothing missing, every message arrived, duplicates within the in-flight
-    bound, the last run stopped cleanly, and the script exited 0.
+    bound, the last run stopped cleanly, and the script exited 0. A run
+    that takes over TIMEOUT s fails saying what it said so far and which
+    phase stalled (:func:`run_script`).
     """
     command = [sys.executable, str(BENCH / script), "--count", str(count), "--kills", "1"]
     command += ["--seed", str(seed), "--only", ",".join(scenarios), "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    done = run_script(command, timeout)
     results = [json.loads(line) for line in done.stdout.strip().splitlines()]
     assert [r.get("scenario") for r in results] == list(scenarios), done.stdout + done.stderr
     for result in results:

@@ -185,9 +185,19 @@ Factory = Callable[[Path, list[str]], Scenario] | Direct
 _RUNNING: Final = re.compile(rb"running \d+ route\(s\)")
 
 
+def phase(text: str) -> None:
+    """Say on stderr what the run does now (``phase: ...``): a caller that must give up
+    on a stalled run (``tests/family_kit.py``'s ``crash_run``) names the last one."""
+    print(f"phase: {text}", file=sys.stderr, flush=True)
+
+
 def wait_for(
-    condition: Callable[[], bool], process: subprocess.Popen[bytes], limit: float = LIMIT
+    condition: Callable[[], bool],
+    process: subprocess.Popen[bytes],
+    limit: float = LIMIT,
+    what: str = "the condition",
 ) -> None:
+    """Until ``condition()``; BenchError naming WHAT when the bridge exits or LIMIT s pass."""
     deadline = time.monotonic() + limit
     while True:
         try:
@@ -195,8 +205,12 @@ def wait_for(
                 return
         except Exception:  # the server is restarting: look again
             pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise BenchError("no progress (the bridge exited, or the limit passed)")
+        if process.poll() is not None:
+            raise BenchError(
+                f"no progress: the bridge exited ({process.returncode}) waiting for {what}"
+            )
+        if time.monotonic() > deadline:
+            raise BenchError(f"no progress: {limit:g} s passed waiting for {what}")
         time.sleep(0.05)
 
 
@@ -210,16 +224,23 @@ def _kill_at_random_moments(
 ) -> list[int]:
     progress = []
     for n, goal in enumerate(goals):
+        phase(f"{name}: run {n + 1} of {len(goals) + 1}: waiting for {goal} held, then SIGKILL")
         process = run()
-        wait_for(lambda goal=goal: scenario.held() >= goal, process)  # type: ignore[misc]
-        time.sleep(rng.uniform(0.0, 0.05))
-        if n in restart_at:
-            scenario.restart_server()
-            time.sleep(1.0)
-        if process.poll() is not None:
-            raise BenchError(f"{name}: bridges exited by itself; see its bridge.log")
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        try:
+            what = f"{goal} held (run {n + 1})"
+            wait_for(lambda goal=goal: scenario.held() >= goal, process, what=what)  # type: ignore[misc]
+            time.sleep(rng.uniform(0.0, 0.05))
+            if n in restart_at:
+                phase(f"{name}: run {n + 1}: restarting the server")
+                scenario.restart_server()
+                time.sleep(1.0)
+            if process.poll() is not None:
+                raise BenchError(f"{name}: bridges exited by itself; see its bridge.log")
+        finally:
+            # (the planned SIGKILL, or, when the wait failed, no bridge left running)
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+            process.wait()
         progress.append(scenario.held())
     return progress
 
@@ -239,9 +260,10 @@ def _run_to_the_end(
         return running and scenario.finished()
 
     try:
-        wait_for(finished, process, limit)
+        wait_for(finished, process, limit, what="every message (the last run)")
         time.sleep(0.5)
     finally:
+        phase("the last run: stopping (SIGTERM; SIGKILL after 30 s)")
         stop_process(process, 30)  # (SIGTERM; SIGKILL after 30 s: status -9)
     return process.returncode
 
@@ -251,6 +273,7 @@ def run_scenario(
 ) -> dict[str, Any]:
     """One run of scenario NAME; the server restarted at RESTARTS of the KILLS (0: never)."""
     if isinstance(make, Direct):
+        phase(f"{name}: running ({kills} kill(s), its own steps)")
         more = {"restarts": restarts} if make.restarts else {}
         return {"scenario": name, **make.run(count, kills, rng, **more)}
     ids = [f"msg-{i:06d}" for i in range(count)]
@@ -273,7 +296,9 @@ def run_scenario(
 
             progress = _kill_at_random_moments(name, scenario, run, goals, restart_at, rng)
             log.flush()
+            phase(f"{name}: the last run: waiting for all {count}, then SIGTERM")
             status = _run_to_the_end(scenario, run, log_path, LIMIT + count / 100)
+        phase(f"{name}: reading what arrived")
         copies = scenario.final()
         total = sum(copies.values())
         return {
@@ -379,6 +404,7 @@ def main(
                     )
                 except BenchError as exc:
                     result = {"scenario": name, "error": str(exc)}
+                phase(f"{name}: done")
                 result["seed"] = seed
                 results.append(result)
                 if args.json:

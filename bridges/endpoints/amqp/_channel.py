@@ -13,16 +13,23 @@ Everything here is called either by the user's task (``rpc``, ``publish``,
   ``Basic.Ack``/``Nack`` arrive
   (``multiple`` settles every earlier tag too) and wakes the batch when all
   are settled. A ``Basic.Return`` (a ``mandatory`` message no queue took)
-  comes before its ack and carries no tag: it is matched by ``message_id``,
-  which is why a batch never holds one id twice (the sink publishes such a
-  batch in rounds);
+  carries no tag, but the broker sends it before the ack of its publish
+  (RabbitMQ: "the basic.return is sent to the client before basic.ack"):
+  it waits for the next ``Basic.Ack``/``Nack`` and belongs to the earliest
+  publish that ack settles with the same ``message_id``. A batch never holds
+  one id twice (the sink publishes such a batch in rounds), and a batch that
+  stopped waiting (its timeout) keeps its tags until they are settled, so a
+  late return of it never marks a retry of the same message, sent again with
+  the same id, as unroutable;
 - deliveries go to a buffer of ``prefetch`` places (``Basic.Qos``): the broker
   never has more unacked deliveries out than that, so a full buffer means a
   broker that broke its word, which fails the connection rather than stall
   the reader;
 - the broker closing the channel (``Channel.Close``: a missing exchange, a
-  message too big) is answered with ``CloseOk`` and every waiter of the
-  channel raises :class:`ServerClosed` with the broker's reply text.
+  message too big) fails every waiter of the channel at once with
+  :class:`ServerClosed` (the broker's reply text), and its ``CloseOk``, like
+  ``Channel.Flow``'s ``FlowOk``, is queued for the connection to write
+  (:meth:`Connection.answer`): the reader never waits on a write.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ __all__ = ["Channel", "Delivery", "Nacked", "Publish", "ServerClosed"]
 
 #: Bytes of encoded publishes gathered before one write.
 _CHUNK: Final = 256 * 1024
+#: Returns held for the ack that follows them (a broker sends one per publish at most).
+_MAX_RETURNS: Final = 65536
 
 
 class Connection(Protocol):
@@ -56,6 +65,8 @@ class Connection(Protocol):
     async def send(self, data: bytes | Sequence[bytes]) -> None: ...
 
     async def send_method(self, channel: int, method: Frame) -> None: ...
+
+    def answer(self, frame: bytes) -> None: ...
 
     def forget(self, number: int) -> None: ...
 
@@ -105,6 +116,8 @@ class _Batch:
     low: int = 0
     left: int = 0
     nacked: int = 0
+    #: Publishes written so far (their tags are taken).
+    written: int = 0
     returned: list[str | None] = attrs.field(factory=list)
     settled: bytearray = attrs.field(factory=bytearray)
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -129,6 +142,11 @@ class _Batch:
         if not self.left:
             self.done.set()
 
+    def abandon(self) -> None:
+        """Nobody waits any more: keep the tags written (for returns) until they settle."""
+        self.count = self.written
+        self.left = self.written - sum(self.settled[: self.written])
+
 
 class Channel:
     """An open channel of a connection (see the module's notes)."""
@@ -145,6 +163,8 @@ class Channel:
         self._confirming = False
         self._next_tag = 1
         self._batches: collections.deque[_Batch] = collections.deque()
+        #: ``Basic.Return``s (message id, reply text) waiting for the ack that follows them.
+        self._returns: list[tuple[str, str]] = []
         self._deliveries: trio.MemorySendChannel[Delivery] | None = None
         self._receiver: trio.MemoryReceiveChannel[Delivery] | None = None
         self._publish_cache: dict[tuple[str, str], bytes] = {}
@@ -247,8 +267,11 @@ class Channel:
                 await self._write(batch, publishes)
             await batch.done.wait()
         finally:
-            if batch in self._batches:
-                self._batches.remove(batch)
+            if batch.left and batch in self._batches:
+                # (cancelled: its confirms and returns still come and must find it)
+                batch.abandon()
+                if not batch.left:
+                    self._batches.remove(batch)
         if batch.left:
             self._check()
         if batch.nacked:
@@ -273,10 +296,12 @@ class Channel:
                 # (the broker numbers what it got: a write cancelled before it
                 # began takes no tags, one cancelled part way fails the connection)
                 self._next_tag += taken
+                batch.written += taken
                 chunk, size, taken = [], 0, 0
         if chunk:
             await self._send(chunk)
             self._next_tag += taken
+            batch.written += taken
 
     async def _send(self, chunk: list[bytes]) -> None:
         """Write publishes once the broker lets us (``Channel.Flow``, ``Connection.Blocked``).
@@ -292,6 +317,8 @@ class Channel:
         await self.client.send(chunk)
 
     def _confirmed(self, tag: int, multiple: bool, ok: bool) -> None:
+        if self._returns:
+            self._match_returns(tag, multiple)
         for batch in list(self._batches):
             if batch.first > tag:
                 break
@@ -299,13 +326,29 @@ class Channel:
             if not batch.left:
                 self._batches.remove(batch)
 
+    def _match_returns(self, tag: int, multiple: bool) -> None:
+        """The returns that came before this ack belong to publishes it settles."""
+        after = 0
+        for message_id, text in self._returns:
+            # (batches are in tag order, and a batch holds an id once: the first found is
+            # the earliest publish; returns come in publish order, so each is after the last)
+            for batch in self._batches:
+                index = batch.by_id.get(message_id)
+                if index is None or index >= batch.count or batch.settled[index]:
+                    continue
+                one = batch.first + index
+                if after < one <= tag and (multiple or one == tag):
+                    batch.returned[index] = text
+                    after = one
+                    break
+        self._returns.clear()
+
     def _returned(self, method: commands.Basic.Return, content: Content) -> None:
-        message_id = content.properties.message_id
-        for batch in self._batches:
-            index = batch.by_id.get(message_id or "")
-            if index is not None and not batch.settled[index]:
-                batch.returned[index] = method.reply_text or "returned"
-                return
+        if len(self._returns) >= _MAX_RETURNS:
+            raise ProtocolError(
+                f"the broker sent over {_MAX_RETURNS} basic.return without an ack between"
+            )
+        self._returns.append((content.properties.message_id or "", method.reply_text or "returned"))
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -376,19 +419,16 @@ class Channel:
             self._returned(method, content)
         # (Basic.GetOk: never asked for)
 
-    async def on_method(self, method: object) -> None:
-        """A method frame for this channel (called by the reader)."""
+    def on_method(self, method: object) -> None:
+        """A method frame for this channel (called by the reader, which never waits here)."""
         if isinstance(method, commands.Basic.Ack):
             self._confirmed(method.delivery_tag or 0, bool(method.multiple), ok=True)
         elif isinstance(method, commands.Basic.Nack):
             self._confirmed(method.delivery_tag or 0, bool(method.multiple), ok=False)
         elif isinstance(method, commands.Channel.Close):
-            try:
-                await self.client.send_method(self.number, commands.Channel.CloseOk())
-            except ConnectionError:
-                pass
             self.fail(ServerClosed(method.reply_code or 0, method.reply_text or ""))
             self.client.forget(self.number)
+            self.client.answer(method_frame(self.number, commands.Channel.CloseOk()))
         elif isinstance(method, commands.Basic.Cancel):
             self.fail(ConnectionError(f"the broker cancelled the consumer {method.consumer_tag!r}"))
         elif isinstance(method, commands.Channel.Flow):
@@ -396,7 +436,7 @@ class Channel:
                 self._flowing.set()
             elif self._flowing.is_set():
                 self._flowing = trio.Event()
-            await self.client.send_method(self.number, commands.Channel.FlowOk(method.active))
+            self.client.answer(method_frame(self.number, commands.Channel.FlowOk(method.active)))
         elif self._expect and isinstance(method, self._expect):
             assert isinstance(method, Frame)
             self._reply = method
@@ -413,5 +453,6 @@ class Channel:
         for batch in self._batches:
             batch.done.set()
         self._batches.clear()
+        self._returns.clear()
         if self._deliveries is not None:
             self._deliveries.close()

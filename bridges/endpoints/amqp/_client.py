@@ -21,6 +21,18 @@ the block closes the connection (``Connection.Close``, then its
 ``CloseOk``), shielded and bounded by :data:`CLOSE_TIMEOUT`, skipped when
 the connection is already broken.
 
+The reader never waits on a write either. What it owes the broker
+(``Channel.CloseOk``, ``Channel.FlowOk``; the heartbeat task's heartbeats too)
+is queued (:meth:`Client.answer`, at most :data:`MAX_ANSWERS` frames) and
+written by a small answering task, or ahead of the next write of anyone: a
+publish stuck on a full socket (a broker that reads nothing) stalls only the
+writers, never the reading of closes, flow control, confirms and
+heartbeats. A failure of the connection (the broker's ``Connection.Close``
+included) cancels a write in progress, so its publisher raises the cause at
+once; the ``CloseOk`` that the broker's close asks for is written after the
+tasks end, bounded by :data:`CLOSE_TIMEOUT`, unless a write was cut part way
+(half a frame is on the wire: only closing the socket is left).
+
 No reconnection here: when a connection breaks, the endpoint fails and the
 route's retry policy opens a new one (so no delivery tag outlives its
 connection).
@@ -52,14 +64,28 @@ from ._frames import (
     method_frame,
 )
 
-__all__ = ["CLOSE_TIMEOUT", "Client", "Settings", "open_client", "wrap_stream"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "MAX_ANSWERS",
+    "MAX_BODY",
+    "MAX_FRAME",
+    "Client",
+    "Settings",
+    "open_client",
+    "wrap_stream",
+]
 
 #: How long closing may take before we give up on being polite, s.
 CLOSE_TIMEOUT: Final = 5.0
-#: The largest frame we offer (RabbitMQ's default); the broker may ask for less.
-FRAME_MAX: Final = 131072
-#: RabbitMQ's own largest message (3.x); a bigger content header fails the connection.
+#: The largest frame we offer, bytes (RabbitMQ's default); the broker may ask for less.
+#: A bigger frame from the broker fails the connection before it is read.
+MAX_FRAME: Final = 131072
+#: The largest message we take from the broker, bytes (RabbitMQ 3.x's max_message_size);
+#: a content header announcing more fails the connection before the body is read.
 MAX_BODY: Final = 128 * 1024 * 1024
+#: Answers (CloseOk, FlowOk, heartbeats) owed to a broker that reads none of our bytes;
+#: one more fails the connection (a broker that reads nothing but keeps asking).
+MAX_ANSWERS: Final = 1024
 #: Bytes read at once.
 _READ: Final = 256 * 1024
 #: The methods of class ``connection`` (10) belong on channel 0 only.
@@ -85,7 +111,7 @@ class Settings:
     password: str = attrs.field(default="guest", repr=False)
     vhost: str = "/"
     heartbeat: int = 30
-    frame_max: int = FRAME_MAX
+    frame_max: int = MAX_FRAME
     max_body: int = MAX_BODY
 
 
@@ -97,6 +123,14 @@ class Client:
         self._settings = settings
         self._reader = FrameReader(settings.frame_max, settings.max_body)
         self._write_lock = trio.StrictFIFOLock()
+        #: Frames owed to the broker (see the module's notes), written ahead of the next write.
+        self._answers: list[bytes] = []
+        self._answers_queued = trio.Event()
+        #: The write in progress (a failure cancels it), and whether one was cut part way.
+        self._writing: trio.CancelScope | None = None
+        self._torn = False
+        #: The broker closed the connection: its CloseOk is written once the tasks end.
+        self._owe_close_ok = False
         self._channels: dict[int, Channel] = {}
         self._next_channel = 1
         self._events: list[tuple[int, object]] = []
@@ -129,8 +163,16 @@ class Client:
         async with self._write_lock:  # (cancelled here, nothing was written)
             if self.error is not None:
                 raise self.error  # (it broke while we waited for our turn)
+            if self._answers:
+                # (what the reader owes the broker goes first, in the order it was owed)
+                payload = b"".join([*self._answers, payload])
+                self._answers.clear()
+            if not payload:
+                return
+            writing = self._writing = trio.CancelScope()
             try:
-                await self._stream.send_all(payload)
+                with writing:
+                    await self._stream.send_all(payload)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 # The first failure is the cause (the broker's Connection.Close, say).
                 self.fail(ConnectionError(f"the connection broke while writing ({exc})"))
@@ -138,9 +180,47 @@ class Client:
                 raise self.error from None
             except trio.Cancelled:
                 # Part of a frame may be on the wire: nothing can follow it.
+                self._torn = True
                 self.fail(ConnectionError("a write was cancelled part way"))
                 raise
+            finally:
+                self._writing = None
+            if writing.cancelled_caught:
+                # fail() cut this write short (the cause, the broker's close say, is the error)
+                self._torn = True
+                assert self.error is not None
+                raise self.error
         self._sent_at = trio.current_time()
+
+    def answer(self, frame: bytes) -> None:
+        """Queue ``frame`` for the broker without waiting (the reader's and heartbeat's way).
+
+        It is written by the answering task, or ahead of the next write.
+        More than :data:`MAX_ANSWERS` owed fails the connection: the broker
+        keeps asking and reads nothing.
+        """
+        if self.error is not None:
+            return
+        if len(self._answers) >= MAX_ANSWERS:
+            self.fail(
+                ProtocolError(
+                    f"the broker read none of our last {MAX_ANSWERS} answers "
+                    f"(MAX_ANSWERS) and kept asking"
+                )
+            )
+            return
+        self._answers.append(frame)
+        self._answers_queued.set()
+
+    async def _answering(self) -> None:
+        """Writes what is owed when no write takes it along (its own turn at the lock)."""
+        while True:
+            await self._answers_queued.wait()
+            self._answers_queued = trio.Event()
+            try:
+                await self.send(b"")
+            except ConnectionError:
+                return  # (recorded by send: every waiter raises it)
 
     async def send_method(self, channel: int, method: Frame) -> None:
         """Write one method frame."""
@@ -172,6 +252,8 @@ class Client:
             self.error = error
         for channel in list(self._channels.values()):
             channel.fail(self.error)
+        if self._writing is not None:
+            self._writing.cancel()  # (a write stuck on a broker that reads nothing)
         self._tasks.cancel()
         self._close_ok.set()
         self._unblocked.set()
@@ -274,21 +356,36 @@ class Client:
         await self._expect(commands.Connection.OpenOk)
 
     async def run(self) -> None:
-        """The reader and (with a heartbeat) the heartbeat task, until the connection ends."""
+        """The reader, the answering and (with a heartbeat) the heartbeat task, until the end.
+
+        Then, when the broker closed the connection, its ``CloseOk``
+        (bounded by :data:`CLOSE_TIMEOUT`; skipped after a torn write).
+        """
         with self._tasks:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._answering)
                 if self.heartbeat:
                     nursery.start_soon(self._beat)
                 try:
                     events, self._events = self._events, []
                     while True:
                         for number, event in events:
-                            await self._dispatch(number, event)
+                            self._dispatch(number, event)
                         events = await self._receive()
                 except ConnectionError as exc:
                     self.fail(exc)
+        if self._owe_close_ok:
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                async with self._write_lock:
+                    if not self._torn:
+                        try:
+                            await self._stream.send_all(
+                                method_frame(0, commands.Connection.CloseOk())
+                            )
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                            pass  # (it is closing anyway)
 
-    async def _dispatch(self, number: int, event: object) -> None:
+    def _dispatch(self, number: int, event: object) -> None:
         if number:
             channel = self._channels.get(number)
             if channel is None:
@@ -298,12 +395,9 @@ class Client:
             if isinstance(event, Content):
                 channel.on_content(event)
             else:
-                await channel.on_method(event)
+                channel.on_method(event)
         elif isinstance(event, commands.Connection.Close):
-            try:
-                await self.send_method(0, commands.Connection.CloseOk())
-            except ConnectionError:
-                pass  # (it is closing anyway)
+            self._owe_close_ok = True
             raise ServerClosed(event.reply_code or 0, event.reply_text or "")
         elif isinstance(event, commands.Connection.CloseOk):
             self._close_ok.set()
@@ -345,11 +439,8 @@ class Client:
                     )
                 )
                 return
-            if now - self._sent_at >= interval / 2:
-                try:
-                    await self.send(heartbeat_frame())
-                except ConnectionError:
-                    return  # (recorded by send: every waiter raises it)
+            if now - self._sent_at >= interval / 2 and not self._answers:
+                self.answer(heartbeat_frame())
 
 
 def negotiate_heartbeat(ours: int, theirs: int) -> int:

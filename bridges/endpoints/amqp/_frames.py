@@ -107,7 +107,7 @@ class FrameReader:
             if size > limit:
                 raise ProtocolError(
                     f"the broker sent a frame of {size + OVERHEAD} bytes, over frame_max "
-                    f"({self.frame_max})"
+                    f"({self.frame_max}, as agreed at connection.tune)"
                 )
             if end - position < size + OVERHEAD:
                 break
@@ -163,7 +163,8 @@ class FrameReader:
         if content.body_size > self.max_body:
             raise ProtocolError(
                 f"the broker sent a message of {content.body_size} bytes, over the "
-                f"{self.max_body} this client takes"
+                f"{self.max_body} this client takes (MAX_BODY; keep the broker's "
+                f"max_message_size at or below it)"
             )
         partial.properties, partial.size = content.properties, content.body_size
         return self._done(channel, partial) if not partial.size else None

@@ -13,10 +13,20 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from family_kit import bridges_command
+
+import bridges
+import bridges._fs
+import bridges._readfile
+from bridges._builtins import default_registry
+from bridges._cli import EXIT_CONFIG
+from bridges._cli import main as cli_main
+from bridges._readfile import MAX_STUCK
 
 CONFIG = """
 [broker]
@@ -119,3 +129,61 @@ def check_as_nobody(setpriv: str, tmp_path: Path) -> None:
     assert f"{drop / 'inbox'} cannot be written: no permission to write (user 65534) in {drop}" in (
         done.stdout + done.stderr
     )
+
+
+def test_a_folder_on_a_mount_that_hangs_fails_the_check_in_bounded_time_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bridges run`` checks its config before its event loop starts: a ``statvfs`` that
+    never returns (a dead NFS server) fails the start with the folder's name, not a hang."""
+    hung = tmp_path / "nfs"
+    hung.mkdir()
+    config = tmp_path / "orders.toml"
+    config.write_text(
+        "[routes.drop]\n"
+        'source = { type = "file", path = "inbox", settle = 0 }\n'
+        f'sink = {{ type = "file", path = "{hung / "outbox"}", format = "files" }}\n'
+    )
+    release = threading.Event()
+    statvfs = os.statvfs
+
+    def hanging(path: str | os.PathLike[str]) -> os.statvfs_result:
+        if Path(path) == hung:
+            release.wait()  # (in the kernel, for ever)
+        return statvfs(path)
+
+    monkeypatch.setattr(os, "statvfs", hanging)
+    monkeypatch.setattr(bridges._fs, "WRITABLE_TIMEOUT", 0.2)
+    try:
+        started = time.monotonic()
+        with pytest.raises(bridges.ConfigError) as caught:
+            bridges.load_config(config, default_registry(), base_dir=tmp_path)
+        assert time.monotonic() - started < 5
+        assert str(caught.value.problems[0]).endswith(
+            f"{hung / 'outbox'} cannot be checked: the file system did not answer within "
+            f"0.2 s (WRITABLE_TIMEOUT) at {hung} (statvfs or access hung there: "
+            "a network mount that is down?)"
+        )
+        monkeypatch.chdir(tmp_path)
+        assert cli_main(["check", str(config)]) == EXIT_CONFIG
+        assert f"{hung / 'outbox'} cannot be checked" in capsys.readouterr().err
+        # Checks stuck there are capped (MAX_STUCK threads): the next is refused at once.
+        said = None
+        for _ in range(MAX_STUCK):
+            started = time.monotonic()
+            said = bridges._fs.unwritable_problem(hung / "more")
+            assert said is not None
+            if "still stuck" in said:
+                break
+        assert said == (
+            f"{hung / 'more'} cannot be checked: the file system did not answer: earlier "
+            f"checks there are still stuck at {hung / 'more'} (statvfs or access hung there: "
+            "a network mount that is down?)"
+        )
+        assert time.monotonic() - started < 0.2
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while bridges._readfile._stuck["check"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bridges._readfile._stuck == {"read": 0, "check": 0}  # (they ended once it answered)

@@ -24,11 +24,19 @@ import trustme
 from amqp_servers import HOSTPORT, require_amqp, unique
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pamqp import commands
+from pamqp import commands, header
 
 from bridges import Context
 from bridges.endpoints.amqp._channel import Publish, ServerClosed
-from bridges.endpoints.amqp._client import CLOSE_TIMEOUT, Client, Settings, open_client, wrap_stream
+from bridges.endpoints.amqp._client import (
+    CLOSE_TIMEOUT,
+    MAX_BODY,
+    MAX_FRAME,
+    Client,
+    Settings,
+    open_client,
+    wrap_stream,
+)
 from bridges.endpoints.amqp._connection import AmqpConnection, Connector
 from bridges.endpoints.amqp._frames import (
     PROTOCOL_HEADER,
@@ -39,7 +47,6 @@ from bridges.endpoints.amqp._frames import (
     method_frame,
 )
 
-NO_BEAT = Settings(heartbeat=0)
 NO_BEAT = Settings(heartbeat=0)
 TUNE = commands.Connection.Tune(channel_max=10, frame_max=4096, heartbeat=0)
 
@@ -143,8 +150,20 @@ def test_a_frame_over_frame_max_fails_before_it_is_read() -> None:
 
 def test_a_body_over_max_body_fails_at_its_header() -> None:
     reader = FrameReader(4096, 100)
-    with pytest.raises(ProtocolError, match="over the 100"):
+    with pytest.raises(ProtocolError, match=r"over the 100 this client takes \(MAX_BODY"):
         reader.feed(frames_of_a_delivery(b"y" * 101))
+
+
+def test_the_connections_limits_are_rabbitmqs_own_and_named_when_passed() -> None:
+    assert (MAX_FRAME, MAX_BODY) == (128 * 1024, 128 * 1024 * 1024)
+    assert (Settings().frame_max, Settings().max_body) == (MAX_FRAME, MAX_BODY)
+    reader = FrameReader(MAX_FRAME, MAX_BODY)
+    deliver = method_frame(1, commands.Basic.Deliver("c", 1, False, "", "q"))
+    head = header.ContentHeader(0, MAX_BODY + 1, commands.Basic.Properties()).marshal()
+    with pytest.raises(ProtocolError, match=f"{MAX_BODY + 1} bytes, over the {MAX_BODY}"):
+        reader.feed(deliver + struct.pack(">BHI", 2, 1, len(head)) + head + b"\xce")
+    with pytest.raises(ProtocolError, match=rf"over frame_max \({MAX_FRAME}, as agreed"):
+        FrameReader(MAX_FRAME, MAX_BODY).feed(struct.pack(">BHI", 3, 1, MAX_FRAME - 7))
 
 
 @pytest.mark.parametrize(

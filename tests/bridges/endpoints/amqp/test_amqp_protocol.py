@@ -28,6 +28,7 @@ from bridges import Context, Message
 from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig
 from bridges.endpoints.amqp._channel import Channel, Nacked, Publish, ServerClosed
 from bridges.endpoints.amqp._client import (
+    MAX_ANSWERS,
     Client,
     Settings,
     negotiate_heartbeat,
@@ -211,6 +212,63 @@ async def test_publishers_sharing_a_channel_each_get_their_own_confirm() -> None
         ]
 
 
+async def returned(broker: Broker, channel: int, message_id: str) -> None:
+    """A ``Basic.Return`` (NO_ROUTE) of the message ``message_id``."""
+    method = commands.Basic.Return(312, "NO_ROUTE", "", "q")
+    properties = commands.Basic.Properties(message_id=message_id)
+    frames = [method_frame(channel, method), *content_frames(channel, properties, b"x", 4096)]
+    await broker.stream.send_all(b"".join(frames))
+
+
+@pytest.mark.parametrize("multiple", [False, True])
+async def test_a_late_return_of_a_timed_out_batch_never_marks_its_retry(multiple: bool) -> None:
+    async with connected() as (client, broker):
+        channel = await confirming_channel(client, broker)
+        with trio.move_on_after(0.1):  # (the batch's timeout: nobody waits for tag 1 now)
+            await channel.publish(one("m"))
+        async with trio.open_nursery() as nursery:
+            outcomes: list[list[str | None]] = []
+
+            async def retry() -> None:
+                outcomes.append(await channel.publish(one("m") + one("n")))
+
+            nursery.start_soon(retry)
+            while broker.publishes() < 3:
+                await broker.frame()
+            # Tag 1 (the first try) was unroutable: its return, then its ack, come late.
+            await returned(broker, channel.number, "m")
+            if multiple:  # (and the same ack settles the retry's first publish too)
+                await broker.send(channel.number, commands.Basic.Ack(2, multiple=True))
+            else:
+                await broker.send(channel.number, commands.Basic.Ack(1))
+                await broker.send(channel.number, commands.Basic.Ack(2))
+            # The retry's second publish is unroutable: its return comes before its ack.
+            await returned(broker, channel.number, "n")
+            await broker.send(channel.number, commands.Basic.Ack(3))
+        assert outcomes == [[None, "NO_ROUTE"]]
+
+
+async def test_a_return_belongs_to_the_publish_its_ack_settles_not_an_earlier_one() -> None:
+    async with connected() as (client, broker):
+        channel = await confirming_channel(client, broker)
+        with trio.move_on_after(0.1):
+            await channel.publish(one("m"))  # tag 1: routed, its ack still to come
+        async with trio.open_nursery() as nursery:
+            outcomes: list[list[str | None]] = []
+
+            async def retry() -> None:
+                outcomes.append(await channel.publish(one("m")))
+
+            nursery.start_soon(retry)
+            while broker.publishes() < 2:
+                await broker.frame()
+            # Tag 2 (the retry) is unroutable: confirmed at once, tag 1 waits for a disk.
+            await returned(broker, channel.number, "m")
+            await broker.send(channel.number, commands.Basic.Ack(2))
+            await broker.send(channel.number, commands.Basic.Ack(1))
+        assert outcomes == [["NO_ROUTE"]]
+
+
 # -- the broker holding publishes back ----------------------------------------------------------
 
 
@@ -291,6 +349,88 @@ async def test_a_publish_cancelled_part_way_through_its_write_fails_the_connecti
         with pytest.raises(ConnectionError, match="cancelled part way"):
             await channel.publish(one())
     # (and leaving did not wait for a CloseOk that cannot come)
+
+
+# -- a broker that reads nothing -------------------------------------------------------------------
+
+
+async def stuck_publish(client: Client, broker: Broker, nursery: trio.Nursery) -> Channel:
+    """A publish whose write the broker stops reading (lockstep: after 1,000 bytes)."""
+    channel = await confirming_channel(client, broker)
+
+    async def publish() -> None:
+        try:
+            outcomes.append(await channel.publish([Publish("", "q", bytes(1 << 20), PROPERTIES)]))
+        except ConnectionError as exc:
+            outcomes.append(exc)
+
+    outcomes: list[object] = []
+    channel.outcomes = outcomes  # type: ignore[attr-defined]
+    nursery.start_soon(publish)
+    broker.buffer += await broker.stream.receive_some(1000)
+    await trio.testing.wait_all_tasks_blocked()
+    return channel
+
+
+async def test_a_write_stuck_on_a_broker_that_reads_nothing_never_stops_the_reader() -> None:
+    async with connected(lockstep=True) as (client, broker):
+        other = await confirming_channel(client, broker)
+        async with trio.open_nursery() as nursery:
+            stuck = await stuck_publish(client, broker, nursery)
+            # The broker reads nothing more, but speaks: every method is read and acted on.
+            await broker.send(stuck.number, commands.Channel.Flow(active=False))
+            await broker.send(other.number, commands.Channel.Close(404, "NOT_FOUND - gone", 0, 0))
+            await broker.send(stuck.number, commands.Channel.Flow(active=True))
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(ServerClosed, match="NOT_FOUND - gone"):
+                await other.publish(one())
+            assert client.error is None
+            # It reads again: the publish, then the answers in the order they were owed.
+            answers: list[Frame] = []
+            while len(answers) < 3:
+                _, method = await broker.method()
+                if not isinstance(method, commands.Basic.Publish):
+                    answers.append(method)
+            assert broker.publishes() == 1
+            await broker.send(stuck.number, commands.Basic.Ack(1))
+        assert [type(frame).__name__ for frame in answers] == ["FlowOk", "CloseOk", "FlowOk"]
+        assert stuck.outcomes == [[None]]  # type: ignore[attr-defined]
+
+
+async def test_the_brokers_close_under_a_stuck_write_fails_its_publisher_at_once() -> None:
+    async with connected(lockstep=True) as (client, broker):
+        async with trio.open_nursery() as nursery:
+            stuck = await stuck_publish(client, broker, nursery)
+            await broker.send(0, commands.Connection.Close(320, "CONNECTION_FORCED - bye", 0, 0))
+        assert [str(e) for e in stuck.outcomes] == [  # type: ignore[attr-defined]
+            "CONNECTION_FORCED - bye (AMQP 320)"
+        ]
+        assert isinstance(client.error, ServerClosed)
+    # (half a frame is on the wire: no CloseOk follows it, the socket just closes)
+
+
+def test_a_stuck_write_never_stops_the_heartbeat_from_noticing_a_silent_broker() -> None:
+    async def run() -> None:
+        async with connected(heartbeat=4, ours=4, lockstep=True, within=100) as (client, broker):
+            async with trio.open_nursery() as nursery:
+                stuck = await stuck_publish(client, broker, nursery)
+                await trio.sleep(9)  # (a heartbeat owed, not written: the broker reads nothing)
+            assert isinstance(client.error, ConnectionError)
+            assert "sent nothing for 8 s" in str(client.error)
+            assert stuck.outcomes == [client.error]  # type: ignore[attr-defined]
+
+    trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def test_a_broker_that_keeps_asking_and_reads_nothing_fails_the_connection() -> None:
+    async with connected(lockstep=True) as (client, broker):
+        async with trio.open_nursery() as nursery:
+            stuck = await stuck_publish(client, broker, nursery)
+            flow = method_frame(stuck.number, commands.Channel.Flow(active=True))
+            await broker.stream.send_all(flow * (MAX_ANSWERS + 1))
+        assert isinstance(client.error, ProtocolError)
+        assert "MAX_ANSWERS" in str(client.error)
+        assert [type(e) for e in stuck.outcomes] == [ProtocolError]  # type: ignore[attr-defined]
 
 
 # -- a hostile broker -----------------------------------------------------------------------------
