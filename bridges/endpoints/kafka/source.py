@@ -44,7 +44,7 @@ from typing import Any, Final, Literal
 import attrs
 import confluent_kafka
 import trio
-from attrs.validators import ge
+from attrs.validators import and_, ge, le
 from confluent_kafka.admin import AdminClient
 
 from bridges import Context, Envelope, InvalidSetting
@@ -68,6 +68,7 @@ from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
 from ._envelope import pairs as _pairs
 from ._envelope import unreadable as _unreadable
+from ._group import MAX_SESSION, MIN_SESSION, check_instance_id, group_settings
 from ._offsets import Partition
 from ._refusals import Refusals
 from ._retention import lost_to_retention
@@ -85,6 +86,8 @@ _BUSY_POLL: Final = 0.01
 _METADATA_REFRESH_MS: Final = 10_000
 #: Bound on the last commit and the group leave when the source closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
+#: librdkafka's error of a consumer that can do nothing more (FENCED_INSTANCE_ID comes as one).
+_FATAL: Final = confluent_kafka.KafkaError._FATAL  # noqa: SLF001
 
 
 @attrs.frozen
@@ -98,11 +101,25 @@ class KafkaSourceConfig(KafkaSecurity):
       revoke_timeout: in a rebalance, how long the records in flight of a
         revoked partition may take to be settled before its offset is
         committed and it is let go, s.
+      session_timeout: how long the group waits to hear from a member before
+        it gives the member's partitions to another (``session.timeout.ms``),
+        s; Kafka accepts 6 to 1800 unless its brokers say otherwise. A bridge
+        that was killed (not stopped) gets its partitions back, once started
+        again, only after this, unless it has an ``instance_id``.
+      instance_id: static membership (``group.instance.id``): the id of this
+        running instance in the group. Unique per instance (two running with
+        one id fence each other: the older one fails); a restarted instance
+        with the same id takes its partitions back at once. Its clean stop
+        keeps them too, for ``session_timeout``. Default: none (dynamic).
     """
 
     group: str | None = None
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     revoke_timeout: float = attrs.field(default=5.0, validator=ge(0.0))
+    session_timeout: float = attrs.field(
+        default=45.0, validator=and_(ge(MIN_SESSION), le(MAX_SESSION))
+    )
+    instance_id: str | None = None
 
 
 class KafkaSource:
@@ -117,6 +134,8 @@ class KafkaSource:
             raise InvalidSetting("topic", str(exc)) from None
         if config.group == "":
             raise InvalidSetting("group", "must not be empty")
+        check_instance_id(config.instance_id)
+        self._membership = group_settings(config.session_timeout, config.instance_id)
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
         #: librdkafka's TLS and SASL settings (checked: every problem at once).
@@ -151,20 +170,24 @@ class KafkaSource:
     def settings(self) -> dict[str, Any]:
         """librdkafka's consumer settings (``logger``: librdkafka's lines go to our log)."""
         timeout_ms = int(self._config.timeout * 1000)
-        return {
-            "bootstrap.servers": self._servers,
-            "client.id": self._client_id,
-            "group.id": self._group,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": self._config.auto_offset_reset,
-            "isolation.level": "read_committed",
-            "allow.auto.create.topics": True,
-            # (a partition added to the topic is assigned within 10 s, not librdkafka's 5 min)
-            "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
-            "socket.timeout.ms": timeout_ms,
-            "logger": log,
-        } | self._security
+        return (
+            {
+                "bootstrap.servers": self._servers,
+                "client.id": self._client_id,
+                "group.id": self._group,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": self._config.auto_offset_reset,
+                "isolation.level": "read_committed",
+                "allow.auto.create.topics": True,
+                # (a partition added to the topic is assigned within 10 s, not librdkafka's 5 min)
+                "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
+                "socket.timeout.ms": timeout_ms,
+                "logger": log,
+            }
+            | self._membership
+            | self._security
+        )
 
     async def topic_id(self, consumer: confluent_kafka.Consumer, refusals: Refusals) -> str:
         """The topic's id (Kafka's UUID of it), asked once per open.
@@ -368,7 +391,8 @@ class _KafkaReceiver:
         for record in records:
             error = record.error()
             if error is not None:
-                if error.fatal():
+                # (a fenced static member's error is _FATAL, yet not .fatal())
+                if error.fatal() or error.code() == _FATAL:
                     raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
                 log.warning("%s: %s", self._describe, one_line(error))
                 continue
