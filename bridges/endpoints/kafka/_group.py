@@ -1,4 +1,4 @@
-"""How the ``kafka`` source is a member of its consumer group: its session, static membership.
+"""How the ``kafka`` source is a member of its consumer group: session, static membership, protocol.
 
 Session: the group coordinator gives a member's partitions to another once
 it has heard nothing from it for ``session.timeout.ms``. A member that
@@ -16,6 +16,23 @@ instance: it is never derived from the route (the same name on two hosts).
 The price: a static member's clean stop does not leave the group either, so
 its partitions wait ``session_timeout`` before another member reads them.
 
+Rebalance protocol: the source lets a revoked partition go only after its
+commit (see :mod:`.source`), and a route that carries the source's offsets in
+its sink's transactions (:mod:`._carry`) takes the group's generation with
+each assignment and trusts a partition it holds to be the one assigned
+then. Both assume *eager* rebalancing, where every rebalance revokes every
+partition and assigns them all again, in a new generation. Under incremental
+rebalancing (``cooperative-sticky``, or KIP-848's ``consumer`` protocol) a
+partition may stay across a rebalance without an assignment callback, so a
+transaction would carry an older generation than the group's. So the
+strategies are pinned to eager ones (``range,roundrobin``, librdkafka's
+default) and the protocol to Kafka's classic one (``group.protocol =
+classic``), whatever librdkafka's defaults become. A group whose other
+members offer only incremental strategies refuses this member
+(``INCONSISTENT_GROUP_PROTOCOL``); that, like a session timeout the brokers
+refuse, stops the source with :func:`explain` instead of a warning per
+retry: the same settings meet it on every one.
+
 No I/O here: settings and checks only.
 """
 
@@ -24,7 +41,11 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+import confluent_kafka
+
 from bridges import InvalidSetting
+
+from ._connection import one_line
 
 #: Kafka's bounds on a member's session timeout (its brokers' defaults of
 #: ``group.min.session.timeout.ms`` and ``group.max.session.timeout.ms``), s.
@@ -34,6 +55,22 @@ MAX_SESSION: Final = 1800.0
 _HEARTBEAT_MS: Final = 3000
 #: librdkafka's default ``max.poll.interval.ms`` (it must be >= the session timeout).
 _MAX_POLL_MS: Final = 300_000
+#: The eager strategies (librdkafka's default list); ``cooperative-sticky`` is incremental.
+EAGER_STRATEGIES: Final = "range,roundrobin"
+#: What a JoinGroup answers that the same settings meet on every retry: the source stops.
+REFUSED: Final = {
+    confluent_kafka.KafkaError.INCONSISTENT_GROUP_PROTOCOL: (
+        "another member of the group offers only assignment strategies this source does "
+        f"not ({EAGER_STRATEGIES}: it needs eager rebalancing); give the route a group "
+        "of its own"
+    ),
+    confluent_kafka.KafkaError.INVALID_SESSION_TIMEOUT: (
+        "the brokers refuse session_timeout (outside their group.min.session.timeout.ms "
+        "and group.max.session.timeout.ms)"
+    ),
+    # (a static member fenced by another with its instance_id: not .fatal(), yet final)
+    confluent_kafka.KafkaError._FATAL: "",  # noqa: SLF001 (librdkafka's local error)
+}
 #: Kafka's rule for a ``group.instance.id`` (as for topic names).
 _INSTANCE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -54,6 +91,8 @@ def group_settings(session_timeout: float, instance_id: str | None) -> dict[str,
     """librdkafka's consumer settings for the membership (see the module)."""
     session_ms = round(session_timeout * 1000)
     settings: dict[str, Any] = {
+        "group.protocol": "classic",
+        "partition.assignment.strategy": EAGER_STRATEGIES,
         "session.timeout.ms": session_ms,
         "heartbeat.interval.ms": min(_HEARTBEAT_MS, session_ms // 3),
         "max.poll.interval.ms": max(_MAX_POLL_MS, session_ms),
@@ -61,3 +100,14 @@ def group_settings(session_timeout: float, instance_id: str | None) -> dict[str,
     if instance_id is not None:
         settings["group.instance.id"] = instance_id
     return settings
+
+
+def stops(error: confluent_kafka.KafkaError) -> bool:
+    """Whether a consumer's ``error`` stops the source (fatal, or one of :data:`REFUSED`)."""
+    return bool(error.fatal()) or error.code() in REFUSED
+
+
+def explain(error: confluent_kafka.KafkaError) -> str:
+    """``error`` as one line, with what to change when it is one of :data:`REFUSED`."""
+    why = REFUSED.get(error.code())
+    return f"{one_line(error)}: {why}" if why else one_line(error)

@@ -68,7 +68,7 @@ from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
 from ._envelope import pairs as _pairs
 from ._envelope import unreadable as _unreadable
-from ._group import MAX_SESSION, MIN_SESSION, check_instance_id, group_settings
+from ._group import MAX_SESSION, MIN_SESSION, check_instance_id, explain, group_settings, stops
 from ._offsets import Partition
 from ._refusals import Refusals
 from ._retention import lost_to_retention
@@ -86,8 +86,6 @@ _BUSY_POLL: Final = 0.01
 _METADATA_REFRESH_MS: Final = 10_000
 #: Bound on the last commit and the group leave when the source closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
-#: librdkafka's error of a consumer that can do nothing more (FENCED_INSTANCE_ID comes as one).
-_FATAL: Final = confluent_kafka.KafkaError._FATAL  # noqa: SLF001
 
 
 @attrs.frozen
@@ -391,9 +389,8 @@ class _KafkaReceiver:
         for record in records:
             error = record.error()
             if error is not None:
-                # (a fenced static member's error is _FATAL, yet not .fatal())
-                if error.fatal() or error.code() == _FATAL:
-                    raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
+                if stops(error):  # (fatal, or a group refusal: see ._group)
+                    raise KafkaEndpointError(f"{self._describe}: {explain(error)}")
                 log.warning("%s: %s", self._describe, one_line(error))
                 continue
             number = record.partition()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+from confluent_kafka import Consumer, KafkaError
 from family_kit import BENCH
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from kafka_servers import create_topic, produce, require_kafka
 from bridges import ConfigError, Context, InvalidSetting, default_registry, load_config
 from bridges.endpoints.kafka import KafkaSource, KafkaSourceConfig
 from bridges.endpoints.kafka._connection import KafkaEndpointError
+from bridges.endpoints.kafka._group import explain, stops
 
 
 def source(**settings: Any) -> KafkaSource:
@@ -108,3 +110,44 @@ async def test_two_running_members_with_one_instance_id_stop_the_older_one() -> 
             assert (await older.receive()).message.body == b"m-0"
             async with member().open():
                 await trio.sleep_forever()  # (the older one's reader fails: both close)
+
+
+def test_the_source_pins_eager_rebalancing_on_kafkas_classic_protocol() -> None:
+    settings = source().settings()
+    # (the commit at revoke and the offsets carried in a transaction assume eager rebalances)
+    assert settings["partition.assignment.strategy"] == "range,roundrobin"
+    assert settings["group.protocol"] == "classic"
+
+
+def test_a_refusal_the_same_settings_meet_again_stops_the_source() -> None:
+    for code in (KafkaError.INCONSISTENT_GROUP_PROTOCOL, KafkaError.INVALID_SESSION_TIMEOUT):
+        assert stops(KafkaError(code))
+    assert not stops(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))  # (waited for)
+    assert "session_timeout" in explain(KafkaError(KafkaError.INVALID_SESSION_TIMEOUT))
+
+
+@pytest.mark.deadline(60)
+async def test_a_group_that_rebalances_incrementally_refuses_the_source_clearly() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    other = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": group,
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+    )
+    try:
+        other.subscribe([topic])
+        while not other.assignment():  # (a member of the group, with its partition)
+            await trio.to_thread.run_sync(other.consume, 10, 0.2)
+        config = KafkaSourceConfig(bootstrap_servers=servers, topic=topic, group=group)
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(KafkaEndpointError, match="it needs eager rebalancing"),
+            flatten_subgroups=True,
+        ):
+            async with KafkaSource(config, Context(route="r")).open() as receiver:
+                await receiver.receive()
+    finally:
+        await trio.to_thread.run_sync(other.close)
