@@ -526,6 +526,8 @@ class _KafkaReceiver:
             return
         self._closing = True
         try:
+            if self._carried:
+                await in_thread(self.commit_settled, consumer, self._commits())
             await in_thread(consumer.close)
         finally:
             self.consumer = None
@@ -535,6 +537,27 @@ class _KafkaReceiver:
                     self._describe,
                     sorted(self._partitions),
                 )
+
+    def commit_settled(self, consumer: Any, offsets: list[confluent_kafka.TopicPartition]) -> None:
+        """Offsets carried by the route's sink: what was settled after its last transaction.
+
+        Called when the source closes, after the sink (the route closed it
+        first: no transaction is open). A message dead-lettered or filtered
+        after the last transaction would otherwise be read, and dead-lettered,
+        again at the next start. A partition is committed only where its
+        watermark is above the group's committed offset (a stable read), so
+        never behind a transaction's commit. (In a worker thread; ``close``, right
+        after, waits for the commit's answer.)
+        """
+        try:
+            if offsets:
+                now = consumer.committed(offsets, timeout=_CLOSE_TIMEOUT / 2)
+                done = {tp.partition: tp.offset for tp in now}
+                ahead = [tp for tp in offsets if tp.offset > done.get(tp.partition, -1)]
+                if ahead:
+                    consumer.commit(offsets=ahead, asynchronous=True)
+        except confluent_kafka.KafkaException as exc:  # (read again: at least once)
+            log.warning("%s: commit at close failed: %s", self._describe, one_line(exc))
 
     # -- rebalance callbacks (in the worker thread, inside consume) --------------------
 
