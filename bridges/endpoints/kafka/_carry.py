@@ -11,7 +11,7 @@ read again and written once. The source commits nothing by itself then
 it still keeps its books by the engine's acks, so the offsets of messages
 settled without a write (filtered, dead-lettered) ride in the next
 transaction, or, when the route stops first, in the source's one commit at
-close (:meth:`_KafkaReceiver.commit_settled`, never behind a transaction's).
+close (:func:`._group.commit_ahead`, never behind a transaction's).
 
 Rebalance and zombies:
 

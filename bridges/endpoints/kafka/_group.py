@@ -33,20 +33,36 @@ members offer only incremental strategies refuses this member
 refuse, stops the source with :func:`explain` instead of a warning per
 retry: the same settings meet it on every one.
 
-No I/O here: settings and checks only.
+After a carrying route's last transaction: the route's sink carries the
+source's offsets in its transactions (:mod:`._carry`), so the source commits
+none by itself; a message settled after the last transaction (dead-lettered,
+filtered) would be read, and dead-lettered, again at the next start. So when
+the source closes (after the sink: no transaction is open) it commits
+:func:`commit_ahead`: each partition whose watermark is above the group's
+committed offset (a stable read), never behind a transaction's commit.
+
+Settings and checks; :func:`commit_ahead` alone calls the consumer (in a worker thread).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Final
 
+import attrs
 import confluent_kafka
+from attrs.validators import and_, ge, le
 
 from bridges import InvalidSetting
 
 from ._connection import one_line
+from ._security import KafkaSecurity
 
+log = logging.getLogger("bridges.kafka")
+
+#: How long the stable read of the committed offsets at close may take, s.
+_COMMITTED_TIMEOUT: Final = 2.5
 #: Kafka's bounds on a member's session timeout (its brokers' defaults of
 #: ``group.min.session.timeout.ms`` and ``group.max.session.timeout.ms``), s.
 MIN_SESSION: Final = 6.0
@@ -73,6 +89,30 @@ REFUSED: Final = {
 }
 #: Kafka's rule for a ``group.instance.id`` (as for topic names).
 _INSTANCE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+@attrs.frozen
+class KafkaMembership(KafkaSecurity):
+    """Connection settings, and how the ``kafka`` source is a member of its group (see
+    :mod:`._group`).
+
+    Attributes:
+      session_timeout: how long the group waits to hear from a member before
+        it gives the member's partitions to another (``session.timeout.ms``),
+        s; Kafka accepts 6 to 1800 unless its brokers say otherwise. A bridge
+        that was killed (not stopped) gets its partitions back, once started
+        again, only after this, unless it has an ``instance_id``.
+      instance_id: static membership (``group.instance.id``): the id of this
+        running instance in the group. Unique per instance (two running with
+        one id fence each other: the older one fails); a restarted instance
+        with the same id takes its partitions back at once. Its clean stop
+        keeps them too, for ``session_timeout``. Default: none (dynamic).
+    """
+
+    session_timeout: float = attrs.field(
+        default=45.0, validator=and_(ge(MIN_SESSION), le(MAX_SESSION))
+    )
+    instance_id: str | None = None
 
 
 def check_instance_id(instance_id: str | None) -> None:
@@ -111,3 +151,20 @@ def explain(error: confluent_kafka.KafkaError) -> str:
     """``error`` as one line, with what to change when it is one of :data:`REFUSED`."""
     why = REFUSED.get(error.code())
     return f"{one_line(error)}: {why}" if why else one_line(error)
+
+
+def commit_ahead(consumer: Any, offsets: list[Any], describe: str) -> None:
+    """Commit those of ``offsets`` above the group's committed ones (see the module).
+
+    Asynchronous: the consumer's ``close``, right after, waits for the answer.
+    A failure is logged: those messages are read again (at least once).
+    """
+    try:
+        if offsets:
+            now = consumer.committed(offsets, timeout=_COMMITTED_TIMEOUT)
+            done = {tp.partition: tp.offset for tp in now}
+            ahead = [tp for tp in offsets if tp.offset > done.get(tp.partition, -1)]
+            if ahead:
+                consumer.commit(offsets=ahead, asynchronous=True)
+    except confluent_kafka.KafkaException as exc:
+        log.warning("%s: commit at close failed: %s", describe, one_line(exc))

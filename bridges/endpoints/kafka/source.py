@@ -44,7 +44,7 @@ from typing import Any, Final, Literal
 import attrs
 import confluent_kafka
 import trio
-from attrs.validators import and_, ge, le
+from attrs.validators import ge
 from confluent_kafka.admin import AdminClient
 
 from bridges import Context, Envelope, InvalidSetting
@@ -68,11 +68,11 @@ from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
 from ._envelope import pairs as _pairs
 from ._envelope import unreadable as _unreadable
-from ._group import MAX_SESSION, MIN_SESSION, check_instance_id, explain, group_settings, stops
+from ._group import KafkaMembership, check_instance_id, commit_ahead, explain, group_settings, stops
 from ._offsets import Partition
 from ._refusals import Refusals
 from ._retention import lost_to_retention
-from ._security import KafkaSecurity, security_settings
+from ._security import security_settings
 
 log = logging.getLogger("bridges.kafka")
 
@@ -89,7 +89,7 @@ _CLOSE_TIMEOUT: Final = 5.0
 
 
 @attrs.frozen
-class KafkaSourceConfig(KafkaSecurity):
+class KafkaSourceConfig(KafkaMembership):
     """Read a Kafka topic as a member of a consumer group; commit offsets after the sink.
 
     Attributes:
@@ -99,25 +99,11 @@ class KafkaSourceConfig(KafkaSecurity):
       revoke_timeout: in a rebalance, how long the records in flight of a
         revoked partition may take to be settled before its offset is
         committed and it is let go, s.
-      session_timeout: how long the group waits to hear from a member before
-        it gives the member's partitions to another (``session.timeout.ms``),
-        s; Kafka accepts 6 to 1800 unless its brokers say otherwise. A bridge
-        that was killed (not stopped) gets its partitions back, once started
-        again, only after this, unless it has an ``instance_id``.
-      instance_id: static membership (``group.instance.id``): the id of this
-        running instance in the group. Unique per instance (two running with
-        one id fence each other: the older one fails); a restarted instance
-        with the same id takes its partitions back at once. Its clean stop
-        keeps them too, for ``session_timeout``. Default: none (dynamic).
     """
 
     group: str | None = None
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     revoke_timeout: float = attrs.field(default=5.0, validator=ge(0.0))
-    session_timeout: float = attrs.field(
-        default=45.0, validator=and_(ge(MIN_SESSION), le(MAX_SESSION))
-    )
-    instance_id: str | None = None
 
 
 class KafkaSource:
@@ -168,24 +154,21 @@ class KafkaSource:
     def settings(self) -> dict[str, Any]:
         """librdkafka's consumer settings (``logger``: librdkafka's lines go to our log)."""
         timeout_ms = int(self._config.timeout * 1000)
-        return (
-            {
-                "bootstrap.servers": self._servers,
-                "client.id": self._client_id,
-                "group.id": self._group,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": self._config.auto_offset_reset,
-                "isolation.level": "read_committed",
-                "allow.auto.create.topics": True,
-                # (a partition added to the topic is assigned within 10 s, not librdkafka's 5 min)
-                "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
-                "socket.timeout.ms": timeout_ms,
-                "logger": log,
-            }
-            | self._membership
-            | self._security
-        )
+        return {
+            "bootstrap.servers": self._servers,
+            "client.id": self._client_id,
+            "group.id": self._group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": self._config.auto_offset_reset,
+            "isolation.level": "read_committed",
+            "allow.auto.create.topics": True,
+            # (a partition added to the topic is assigned within 10 s, not librdkafka's 5 min)
+            "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
+            "socket.timeout.ms": timeout_ms,
+            "logger": log,
+            **self._membership,  # (session, static membership, eager rebalancing: ._group)
+        } | self._security
 
     async def topic_id(self, consumer: confluent_kafka.Consumer, refusals: Refusals) -> str:
         """The topic's id (Kafka's UUID of it), asked once per open.
@@ -526,8 +509,8 @@ class _KafkaReceiver:
             return
         self._closing = True
         try:
-            if self._carried:
-                await in_thread(self.commit_settled, consumer, self._commits())
+            if self._carried:  # (what was settled after the sink's last transaction)
+                await in_thread(commit_ahead, consumer, self._commits(), self._describe)
             await in_thread(consumer.close)
         finally:
             self.consumer = None
@@ -537,27 +520,6 @@ class _KafkaReceiver:
                     self._describe,
                     sorted(self._partitions),
                 )
-
-    def commit_settled(self, consumer: Any, offsets: list[confluent_kafka.TopicPartition]) -> None:
-        """Offsets carried by the route's sink: what was settled after its last transaction.
-
-        Called when the source closes, after the sink (the route closed it
-        first: no transaction is open). A message dead-lettered or filtered
-        after the last transaction would otherwise be read, and dead-lettered,
-        again at the next start. A partition is committed only where its
-        watermark is above the group's committed offset (a stable read), so
-        never behind a transaction's commit. (In a worker thread; ``close``, right
-        after, waits for the commit's answer.)
-        """
-        try:
-            if offsets:
-                now = consumer.committed(offsets, timeout=_CLOSE_TIMEOUT / 2)
-                done = {tp.partition: tp.offset for tp in now}
-                ahead = [tp for tp in offsets if tp.offset > done.get(tp.partition, -1)]
-                if ahead:
-                    consumer.commit(offsets=ahead, asynchronous=True)
-        except confluent_kafka.KafkaException as exc:  # (read again: at least once)
-            log.warning("%s: commit at close failed: %s", self._describe, one_line(exc))
 
     # -- rebalance callbacks (in the worker thread, inside consume) --------------------
 
