@@ -258,6 +258,11 @@ class Context:
       shared: the process's shared resources (one asyncio loop, one HTTP
         server per address); None outside ``bridges run``. Endpoints use
         :func:`bridges.shared_resource`, which handles both cases.
+      task: which of several copies of the endpoint that run at once this
+        one is, stable across retries of the same work (on Spark, an
+        executor task's partition: ``spark-p3``); None when one copy runs
+        (``bridges run``). An endpoint whose identity at the target must be
+        unique per running copy (a Kafka ``transactional.id``) adds it.
     """
 
     route: str = "-"
@@ -267,6 +272,7 @@ class Context:
     checking: bool = False
     in_flight: int = 1000
     shared: Shared | None = None
+    task: str | None = None
 
     def path(self, value: str) -> Path:
         """``value`` (``~`` expanded) resolved against :attr:`base_dir`."""

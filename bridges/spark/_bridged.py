@@ -39,6 +39,7 @@ from typing import Any
 
 import attrs
 import trio
+from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSource,
@@ -100,10 +101,21 @@ class RouteRef:
         return frozenset(config.secrets)
 
     def build(self, endpoint: Any, role: str) -> Any:
-        """Build one endpoint (or transform) of the route, as ``bridges run`` would."""
+        """Build one endpoint (or transform) of the route, as ``bridges run`` would.
+
+        In an executor task, the context's ``task`` is ``spark-pN``, N the
+        task's partition: the same for every attempt of that partition's
+        write (so a retried task fences its zombie, as a restarted
+        ``bridges run`` does), and different for the tasks that write at once.
+        """
         route, registry = self.load()
+        task = TaskContext.get()
         context = bridges.Context(
-            route=self.route, role=role, base_dir=Path(self.base_dir), in_flight=route.in_flight
+            route=self.route,
+            role=role,
+            base_dir=Path(self.base_dir),
+            in_flight=route.in_flight,
+            task=None if task is None else f"spark-p{task.partitionId()}",
         )
         return registry.get(endpoint.kind, endpoint.type).build(endpoint.config, context)
 

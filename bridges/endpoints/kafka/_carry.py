@@ -10,7 +10,8 @@ read again and written once. The source commits nothing by itself then
 (:meth:`bridges.CarryingSink.carries` told it so when the route was built);
 it still keeps its books by the engine's acks, so the offsets of messages
 settled without a write (filtered, dead-lettered) ride in the next
-transaction.
+transaction, or, when the route stops first, in the source's one commit at
+close (:func:`._group.commit_ahead`, never behind a transaction's).
 
 Rebalance and zombies:
 

@@ -128,6 +128,7 @@ class KafkaSinkConfig(KafkaSecurity):
         ids are stable); needs a topic without template fields.
       transactional_id: the producer's ``transactional.id``; default:
         ``bridge-ROUTE``. A second instance with the same id fences the first.
+        On Spark each executor task adds its partition (``-spark-pN``).
       dedup_window: transactional: how many of the last records of each
         partition are read back on open to skip ids already written (0: none).
     """
@@ -187,7 +188,10 @@ class KafkaSink:
             self._fixed_topic = fixed
         #: Topics a message's destination named that were found valid (bounded).
         self._checked: set[str] = set()
+        # (one id per copy that writes at once: copies with one id fence each other)
         self._transactional_id = config.transactional_id or f"bridge-{context.route}"
+        if context.task is not None:
+            self._transactional_id += f"-{context.task}"
         self._config = config
         self._max_bytes = config.max_bytes
         self._servers = check_servers(config.bootstrap_servers)

@@ -68,10 +68,11 @@ from ._envelope import KafkaEnvelope as _KafkaEnvelope
 from ._envelope import envelope as _envelope
 from ._envelope import pairs as _pairs
 from ._envelope import unreadable as _unreadable
+from ._group import KafkaMembership, check_instance_id, commit_ahead, explain, group_settings, stops
 from ._offsets import Partition
 from ._refusals import Refusals
 from ._retention import lost_to_retention
-from ._security import KafkaSecurity, security_settings
+from ._security import security_settings
 
 log = logging.getLogger("bridges.kafka")
 
@@ -88,7 +89,7 @@ _CLOSE_TIMEOUT: Final = 5.0
 
 
 @attrs.frozen
-class KafkaSourceConfig(KafkaSecurity):
+class KafkaSourceConfig(KafkaMembership):
     """Read a Kafka topic as a member of a consumer group; commit offsets after the sink.
 
     Attributes:
@@ -117,6 +118,8 @@ class KafkaSource:
             raise InvalidSetting("topic", str(exc)) from None
         if config.group == "":
             raise InvalidSetting("group", "must not be empty")
+        check_instance_id(config.instance_id)
+        self._membership = group_settings(config.session_timeout, config.instance_id)
         self._config = config
         self._servers = check_servers(config.bootstrap_servers)
         #: librdkafka's TLS and SASL settings (checked: every problem at once).
@@ -164,6 +167,7 @@ class KafkaSource:
             "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
             "socket.timeout.ms": timeout_ms,
             "logger": log,
+            **self._membership,  # (session, static membership, eager rebalancing: ._group)
         } | self._security
 
     async def topic_id(self, consumer: confluent_kafka.Consumer, refusals: Refusals) -> str:
@@ -368,8 +372,8 @@ class _KafkaReceiver:
         for record in records:
             error = record.error()
             if error is not None:
-                if error.fatal():
-                    raise KafkaEndpointError(f"{self._describe}: {one_line(error)}")
+                if stops(error):  # (fatal, or a group refusal: see ._group)
+                    raise KafkaEndpointError(f"{self._describe}: {explain(error)}")
                 log.warning("%s: %s", self._describe, one_line(error))
                 continue
             number = record.partition()
@@ -505,6 +509,8 @@ class _KafkaReceiver:
             return
         self._closing = True
         try:
+            if self._carried:  # (what was settled after the sink's last transaction)
+                await in_thread(commit_ahead, consumer, self._commits(), self._describe)
             await in_thread(consumer.close)
         finally:
             self.consumer = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from family_kit import require_server
 
 import bridges
 from bridges.spark import start_routes
+from bridges.spark._bridged import RouteRef
 
 from spark_kit import BrokerProcess, broker_fixture, drain, spark_fixture  # noqa: F401 (fixtures)
 
@@ -92,3 +94,34 @@ sink = {{ type = "stomp", url = "{broker.url}", destination = "{queue}" }}
     assert {m.headers["kafka-partition"] for m in received} == {"0"}
     # Acked to the group once the driver's write-ahead log held them, as the local engine does.
     assert _committed(topic, group) == RECORDS
+
+
+def test_each_executor_task_has_a_transactional_id_of_its_own(spark: Any, tmp_path: Path) -> None:
+    # The tasks of one micro-batch write at once: with one transactional.id they would
+    # fence each other. Each attempt of one partition's task has the same (it fences its
+    # zombie, as a restarted bridges run does).
+    config_path = tmp_path / "kafka.toml"
+    config_path.write_text(
+        """
+[bridge]
+engine = "spark"
+[spark]
+checkpoint = "ckpt"
+[routes.k2k]
+source = { type = "kafka", topic = "in" }
+sink = { type = "kafka", topic = "out", transactional = true }
+dead_letter = { type = "kafka", topic = "dead", transactional = true, transactional_id = "d" }
+"""
+    )
+    ref = RouteRef(str(config_path), "k2k", str(tmp_path))
+
+    def ids(_: Any) -> Iterator[tuple[str, str]]:
+        route, _registry = ref.load()
+        sink = ref.build(route.sink, "sink").settings()["transactional.id"]
+        dead = ref.build(route.dead_letter, "dead_letter").settings()["transactional.id"]
+        yield sink, dead
+
+    found = spark.sparkContext.parallelize(range(3), 3).mapPartitions(ids).collect()
+    assert found == [(f"bridge-k2k-spark-p{n}", f"d-spark-p{n}") for n in range(3)]
+    route, _ = ref.load()
+    assert ref.build(route.sink, "sink").settings()["transactional.id"] == "bridge-k2k"  # (driver)

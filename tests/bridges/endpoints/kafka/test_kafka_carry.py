@@ -205,3 +205,27 @@ async def test_a_fenced_zombie_commits_neither_records_nor_offsets() -> None:
                 await successor.write_carrying(batch[2:], envelopes[2:])
         assert await trio.to_thread.run_sync(committed, servers, source_topic, group) == 4
     assert [body for body, _ in await read_topic(servers, sink_topic)] == batch_bodies(4)
+
+
+@pytest.mark.deadline(120)
+async def test_a_message_settled_after_the_last_transaction_is_committed_when_the_route_stops() -> (
+    None
+):
+    servers = require_kafka()
+    source_topic, sink_topic = await topics(servers)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await produce(servers, source_topic, [(f"m-{i}".encode(), {}) for i in range(3)])
+    source, sink = pair(servers, source_topic, sink_topic, group, dedup_window=0)
+    assert sink.carries(source)
+    async with source.open() as receiver:
+        envelopes: list[Envelope] = [await receiver.receive() for _ in range(3)]
+        async with sink.open() as writer:
+            await writer.write_carrying([e.message for e in envelopes[:2]], envelopes[:2])
+        assert await trio.to_thread.run_sync(committed, servers, source_topic, group) == 2
+        await envelopes[2].ack()  # (dead-lettered: the engine acks it; no transaction follows)
+    # The route stopped: the source committed it, so a restart does not dead-letter it again.
+    assert await trio.to_thread.run_sync(committed, servers, source_topic, group) == 3
+    await produce(servers, source_topic, [(b"m-3", {})])
+    again, _ = pair(servers, source_topic, sink_topic, group)
+    async with again.open() as receiver:
+        assert (await receiver.receive()).message.body == b"m-3"
