@@ -79,6 +79,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+import aio_pika
 import trio
 from _crash import (
     _RUNNING,
@@ -100,7 +101,16 @@ from _crash import (
 )
 from mqtt_redis_crash import mosquitto_command, paho_client, redis_bodies, redis_fill, session
 from once_crash import FILES_SINK, files_bodies
-from queues_crash import AMQP_URL, amqp_drain, amqp_fill, nats_bodies, nats_call, nats_fill
+from queues_crash import (
+    AMQP_URL,
+    amqp_call,
+    amqp_depth,
+    amqp_drain,
+    amqp_fill,
+    nats_bodies,
+    nats_call,
+    nats_fill,
+)
 
 import trio_stomp
 
@@ -227,6 +237,10 @@ class TargetRow:
     durable: bool = True  # the table says durable: lost must be 0
     dedup: bool = False  # the target drops re-sent ids: duplicates must be 0
     where: str = ""  # the queue (stream, topic) written to, to look at after a loss
+    #: What the target holds just before each kill (RabbitMQ: the queue's depth), or None.
+    held: Callable[[], int] | None = None
+    #: Deletes what the row created on a shared server (run once the row is drained).
+    cleanup: Callable[[], None] | None = None
 
 
 @dataclasses.dataclass
@@ -236,6 +250,7 @@ class SourceRow:
     server: Crashable
     source: str
     fill: Callable[[list[str]], None]
+    cleanup: Callable[[], None] | None = None
 
 
 Row = TargetRow | SourceRow
@@ -245,8 +260,26 @@ def _key() -> str:
     return uuid.uuid4().hex[:8]
 
 
+def rabbitmq_queue_delete(name: str) -> None:
+    """Delete RabbitMQ's queue NAME (what a STOMP ``/queue/NAME`` is), if it is there."""
+
+    async def delete(channel: Any) -> None:
+        await channel.queue_delete(name)
+
+    amqp_call(delete)
+
+
+def rabbitmq_depth(name: str) -> int:
+    """The messages RabbitMQ's queue NAME holds (-1: there is no such queue)."""
+    try:
+        return amqp_depth(name)
+    except aio_pika.exceptions.ChannelNotFoundEntity:
+        return -1
+
+
 def stomp_row(target: Target, *, persistent: bool = True) -> TargetRow:
-    queue = f"/queue/target-crash-{_key()}"
+    name = f"target-crash-{_key()}"
+    queue = f"/queue/{name}"
     sink = (
         f'{{ type = "stomp", url = "stomp://{HOST}:{target.port}", login = "{target.login}", '
         f'passcode = "{target.passcode}", destination = "{queue}", '
@@ -256,7 +289,11 @@ def stomp_row(target: Target, *, persistent: bool = True) -> TargetRow:
     def drain(expect: frozenset[str]) -> Counter[str]:
         return stomp_drain(target, queue, expect=expect)
 
-    return TargetRow(Shared(target.name), sink, drain, durable=persistent, where=queue)
+    row = TargetRow(Shared(target.name), sink, drain, durable=persistent, where=queue)
+    if target is RABBITMQ:
+        row.held = functools.partial(rabbitmq_depth, name)
+        row.cleanup = functools.partial(rabbitmq_queue_delete, name)
+    return row
 
 
 def amqp_row() -> TargetRow:
@@ -304,12 +341,15 @@ def http_row(receiver: Server) -> TargetRow:
 
 
 def source_stomp_row() -> SourceRow:
-    queue = f"/queue/target-crash-{_key()}"
+    name = f"target-crash-{_key()}"
+    queue = f"/queue/{name}"
     source = (
         f'{{ type = "stomp", url = "stomp://{HOST}:{RABBITMQ.port}", login = "guest", '
         f'passcode = "guest", destination = "{queue}", prefetch = {IN_FLIGHT} }}'
     )
-    return SourceRow(Shared("rabbitmq"), source, lambda ids: stomp_fill(RABBITMQ, queue, ids))
+    fill = functools.partial(stomp_fill, RABBITMQ, queue)
+    delete = functools.partial(rabbitmq_queue_delete, name)
+    return SourceRow(Shared("rabbitmq"), source, fill, delete)
 
 
 def source_redis_row() -> SourceRow:
@@ -412,12 +452,15 @@ def drive(
     kills: int,
     rng: random.Random,
     acked_ids: Callable[[], set[str]] | None = None,
+    held: Callable[[], int] | None = None,
 ) -> dict[str, Any]:
     """``bridges run`` once, the server crashed at ``kills`` random shares of the progress.
 
     With ``acked_ids``, the ids acknowledged upstream just before each kill are
     kept (``acked_before_kill``): a message among them that the target lacks
-    at the end was receipted, then lost by the target's crash.
+    at the end was receipted, then lost by the target's crash. With ``held``,
+    what the target says it holds is read after those ids and before the kill
+    (``held_at_kills``: at least the ids acked so far of a new queue).
     """
     (work / "bridge.toml").write_text(config)
     log_path = work / "bridge.log"
@@ -425,6 +468,7 @@ def drive(
     at_kill: list[int] = []
     away: list[float] = []
     before_kill: set[str] = set()
+    held_at: list[int] = []
     with log_path.open("w") as log:
         command = [*bridges_command(), "run", "bridge.toml"]
         process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
@@ -435,6 +479,8 @@ def drive(
                 at_kill.append(progress())
                 if acked_ids is not None:
                     before_kill |= acked_ids()
+                if held is not None:
+                    held_at.append(held())
                 away.append(server.crash())
             wait_for(finished, process, LIMIT + count / 50)
             time.sleep(0.5)
@@ -443,6 +489,7 @@ def drive(
     return {
         "progress_at_kills": at_kill,
         "acked_before_kill": before_kill,
+        **({"held_at_kills": held_at} if held is not None else {}),
         "seconds_away": away,
         "exit_status": process.returncode,
         "log_tail": log_path.read_text()[-1500:] if process.returncode != 0 else "",
@@ -490,7 +537,7 @@ def run_target(
         try:
             figures = drive(
                 work, route_config(source, row.sink), row.server, acked,
-                lambda: acked() >= count, count, kills, rng, names,
+                lambda: acked() >= count, count, kills, rng, names, row.held,
             )  # fmt: skip
         finally:
             stop.set()
@@ -558,6 +605,8 @@ def run_row(name: str, count: int, kills: int, rate: float, rng: random.Random) 
     started = time.monotonic()
     with ExitStack() as stack:
         row = make_row(name, stack)
+        if row.cleanup is not None:
+            stack.callback(_clean_up, name, row.cleanup)
         if isinstance(row, TargetRow):
             result = run_target(row, count, kills, rate, rng)
         else:
@@ -571,6 +620,13 @@ def run_row(name: str, count: int, kills: int, rate: float, rng: random.Random) 
         **result,
         "seconds": round(time.monotonic() - started, 1),
     }
+
+
+def _clean_up(name: str, cleanup: Callable[[], None]) -> None:
+    try:
+        cleanup()
+    except Exception as exc:  # (a leftover queue is reported, never a failed row)
+        print(f"{name}: could not delete what the row created: {exc!r}", file=sys.stderr)
 
 
 def verdict(r: dict[str, Any]) -> str:
