@@ -277,9 +277,31 @@ def rabbitmq_depth(name: str) -> int:
         return -1
 
 
-def stomp_row(target: Target, *, persistent: bool = True) -> TargetRow:
+def rabbitmq_declare_synced(name: str) -> None:
+    """Declare RabbitMQ's queue NAME durable, then make its definition durable too.
+
+    A declare returns before its definition is on disk: RabbitMQ writes the
+    queue in one Mnesia transaction over a RAM and a disc table, which Mnesia
+    commits with its asymmetric protocol, and the ``committed`` decision is
+    logged later by ``mnesia_recover`` (a cast); RabbitMQ's sync of the log
+    can come first. A SIGKILL before the decision reaches the file makes
+    Mnesia presume abort at the restart: the queue and every message in it
+    are gone (delivery-guarantees.md). ``mnesia:dump_log()`` writes the
+    table files from the log, waiting for the decision, so the queue
+    survives a SIGKILL from then on.
+    """
+    amqp_fill(name, [])
+    dump = [str(BROKERS), "rabbitmqctl", "eval", "mnesia:dump_log()."]
+    done = subprocess.run(dump, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0 or "dumped" not in done.stdout:
+        raise BenchError(f"rabbitmqctl eval mnesia:dump_log(): {done.stdout}{done.stderr}")
+
+
+def stomp_row(target: Target, *, persistent: bool = True, declared: bool = False) -> TargetRow:
     name = f"target-crash-{_key()}"
     queue = f"/queue/{name}"
+    if declared:
+        rabbitmq_declare_synced(name)
     sink = (
         f'{{ type = "stomp", url = "stomp://{HOST}:{target.port}", login = "{target.login}", '
         f'passcode = "{target.passcode}", destination = "{queue}", '
@@ -396,8 +418,8 @@ def receiver_command(port: int, work: Path) -> list[str]:
 
 
 TARGET_ROWS: Final = [
-    "stomp-rabbitmq", "stomp-rabbitmq-not-persistent", "stomp-activemq", "amqp", "mqtt",
-    *MOSQUITTO_AUTOSAVE, "redis", "nats", "embedded", "http",
+    "stomp-rabbitmq", "stomp-rabbitmq-declared", "stomp-rabbitmq-not-persistent",
+    "stomp-activemq", "amqp", "mqtt", *MOSQUITTO_AUTOSAVE, "redis", "nats", "embedded", "http",
 ]  # fmt: skip
 SOURCE_ROWS: Final = ["source-stomp-rabbitmq", "source-redis", "source-nats"]
 ROWS: Final = TARGET_ROWS + SOURCE_ROWS
@@ -409,6 +431,8 @@ def make_row(name: str, stack: ExitStack) -> Row:
         return stomp_row(RABBITMQ)
     if name == "stomp-activemq":
         return stomp_row(ACTIVEMQ)
+    if name == "stomp-rabbitmq-declared":
+        return stomp_row(RABBITMQ, declared=True)
     if name == "stomp-rabbitmq-not-persistent":
         return stomp_row(RABBITMQ, persistent=False)
     if name == "mqtt":
