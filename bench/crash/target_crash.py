@@ -27,11 +27,17 @@ stopped with SIGTERM (a clean exit is required) and the target is drained:
 
 Each target uses the configuration the guarantee table recommends:
 
-    stomp-rabbitmq   stomp sink, persistent = true, durable /queue/ (RabbitMQ)
+    stomp-rabbitmq   stomp sink, persistent = true, durable /queue/ (RabbitMQ) that
+                     the first SEND creates: NOT durable for a moment (RabbitMQ's
+                     Mnesia commit of the queue, see rabbitmq_declare_synced)
+    stomp-rabbitmq-declared
+                     the same into a queue declared durable beforehand, its
+                     definition on disk (rabbitmqctl eval 'mnesia:dump_log().')
     stomp-rabbitmq-not-persistent
                      the same with persistent = false: NOT durable, measured
     stomp-activemq   stomp sink, persistent = true, /queue/ (ActiveMQ, KahaDB)
     amqp             amqp sink (delivery mode 2, confirms) into a durable queue
+                     (declared beforehand, its definition on disk, as above)
     mqtt             mqtt sink, QoS 1, into a persistent session that is offline
                      (Mosquitto of scripts/brokers: autosave_on_changes, see below)
     mqtt-default     the same into a private Mosquitto with its default autosave
@@ -58,6 +64,7 @@ on disk before the run).
 
 RabbitMQ and ActiveMQ take 5-30 s to come back; everyone sharing them sees
 that. The shared servers are always started again, even when a run fails.
+The RabbitMQ rows delete the queue they made once it is drained.
 """
 
 from __future__ import annotations
@@ -320,7 +327,7 @@ def stomp_row(target: Target, *, persistent: bool = True, declared: bool = False
 
 def amqp_row() -> TargetRow:
     queue = f"target-crash-{_key()}"
-    amqp_fill(queue, [])  # a durable queue
+    rabbitmq_declare_synced(queue)  # a durable queue, and durably so (see there)
     sink = f'{{ type = "amqp", url = "{AMQP_URL}", routing_key = "{queue}", persistent = true }}'
     return TargetRow(Shared("rabbitmq"), sink, lambda _: amqp_drain(queue))
 
