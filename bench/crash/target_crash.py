@@ -86,7 +86,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-import aio_pika
 import trio
 from _crash import (
     _RUNNING,
@@ -106,18 +105,10 @@ from _crash import (
     wait_for,
     write_report,
 )
+from _rabbitmq import rabbitmq_declare_synced, rabbitmq_depth, rabbitmq_queue_delete
 from mqtt_redis_crash import mosquitto_command, paho_client, redis_bodies, redis_fill, session
 from once_crash import FILES_SINK, files_bodies
-from queues_crash import (
-    AMQP_URL,
-    amqp_call,
-    amqp_depth,
-    amqp_drain,
-    amqp_fill,
-    nats_bodies,
-    nats_call,
-    nats_fill,
-)
+from queues_crash import AMQP_URL, amqp_drain, nats_bodies, nats_call, nats_fill
 
 import trio_stomp
 
@@ -265,43 +256,6 @@ Row = TargetRow | SourceRow
 
 def _key() -> str:
     return uuid.uuid4().hex[:8]
-
-
-def rabbitmq_queue_delete(name: str) -> None:
-    """Delete RabbitMQ's queue NAME (what a STOMP ``/queue/NAME`` is), if it is there."""
-
-    async def delete(channel: Any) -> None:
-        await channel.queue_delete(name)
-
-    amqp_call(delete)
-
-
-def rabbitmq_depth(name: str) -> int:
-    """The messages RabbitMQ's queue NAME holds (-1: there is no such queue)."""
-    try:
-        return amqp_depth(name)
-    except aio_pika.exceptions.ChannelNotFoundEntity:
-        return -1
-
-
-def rabbitmq_declare_synced(name: str) -> None:
-    """Declare RabbitMQ's queue NAME durable, then make its definition durable too.
-
-    A declare returns before its definition is on disk: RabbitMQ writes the
-    queue in one Mnesia transaction over a RAM and a disc table, which Mnesia
-    commits with its asymmetric protocol, and the ``committed`` decision is
-    logged later by ``mnesia_recover`` (a cast); RabbitMQ's sync of the log
-    can come first. A SIGKILL before the decision reaches the file makes
-    Mnesia presume abort at the restart: the queue and every message in it
-    are gone (delivery-guarantees.md). ``mnesia:dump_log()`` writes the
-    table files from the log, waiting for the decision, so the queue
-    survives a SIGKILL from then on.
-    """
-    amqp_fill(name, [])
-    dump = [str(BROKERS), "rabbitmqctl", "eval", "mnesia:dump_log()."]
-    done = subprocess.run(dump, capture_output=True, text=True, check=False, timeout=120)
-    if done.returncode != 0 or "dumped" not in done.stdout:
-        raise BenchError(f"rabbitmqctl eval mnesia:dump_log(): {done.stdout}{done.stderr}")
 
 
 def stomp_row(target: Target, *, persistent: bool = True, declared: bool = False) -> TargetRow:
