@@ -393,10 +393,11 @@ def target_crash_run(
     within the bound, a clean stop. The shared SERVERS are started again
     afterwards whatever happens, so the tests after this one find them up.
 
-    ``open_loss``: the target has an open, documented loss of what it
-    receipted just before the kill (RabbitMQ 3.10.8: delivery-guarantees.md,
-    "What RabbitMQ's STOMP plugin does"); every lost message must then be one
-    acknowledged before the kill, and anything acknowledged after it must be there.
+    ``open_loss``: the target has a documented loss of what it receipted
+    just before the kill (RabbitMQ 3.10.8, a queue created by the SEND moments
+    before: delivery-guarantees.md, "What RabbitMQ's STOMP plugin does"); every
+    lost message must then be one acknowledged before the kill, and anything
+    acknowledged after it must be there.
     """
     command = [sys.executable, str(BENCH / "target_crash.py"), "--count", str(count)]
     command += ["--kills", "1", "--rate", "100", "--seed", str(seed)]

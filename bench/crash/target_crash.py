@@ -27,11 +27,17 @@ stopped with SIGTERM (a clean exit is required) and the target is drained:
 
 Each target uses the configuration the guarantee table recommends:
 
-    stomp-rabbitmq   stomp sink, persistent = true, durable /queue/ (RabbitMQ)
+    stomp-rabbitmq   stomp sink, persistent = true, durable /queue/ (RabbitMQ) that
+                     the first SEND creates: NOT durable for a moment (RabbitMQ's
+                     Mnesia commit of the queue, see rabbitmq_declare_synced)
+    stomp-rabbitmq-declared
+                     the same into a queue declared durable beforehand, its
+                     definition on disk (rabbitmqctl eval 'mnesia:dump_log().')
     stomp-rabbitmq-not-persistent
                      the same with persistent = false: NOT durable, measured
     stomp-activemq   stomp sink, persistent = true, /queue/ (ActiveMQ, KahaDB)
     amqp             amqp sink (delivery mode 2, confirms) into a durable queue
+                     (declared beforehand, its definition on disk, as above)
     mqtt             mqtt sink, QoS 1, into a persistent session that is offline
                      (Mosquitto of scripts/brokers: autosave_on_changes, see below)
     mqtt-default     the same into a private Mosquitto with its default autosave
@@ -58,6 +64,7 @@ on disk before the run).
 
 RabbitMQ and ActiveMQ take 5-30 s to come back; everyone sharing them sees
 that. The shared servers are always started again, even when a run fails.
+The RabbitMQ rows delete the queue they made once it is drained.
 """
 
 from __future__ import annotations
@@ -98,9 +105,10 @@ from _crash import (
     wait_for,
     write_report,
 )
+from _rabbitmq import rabbitmq_declare_synced, rabbitmq_depth, rabbitmq_queue_delete
 from mqtt_redis_crash import mosquitto_command, paho_client, redis_bodies, redis_fill, session
 from once_crash import FILES_SINK, files_bodies
-from queues_crash import AMQP_URL, amqp_drain, amqp_fill, nats_bodies, nats_call, nats_fill
+from queues_crash import AMQP_URL, amqp_drain, nats_bodies, nats_call, nats_fill
 
 import trio_stomp
 
@@ -227,6 +235,10 @@ class TargetRow:
     durable: bool = True  # the table says durable: lost must be 0
     dedup: bool = False  # the target drops re-sent ids: duplicates must be 0
     where: str = ""  # the queue (stream, topic) written to, to look at after a loss
+    #: What the target holds just before each kill (RabbitMQ: the queue's depth), or None.
+    held: Callable[[], int] | None = None
+    #: Deletes what the row created on a shared server (run once the row is drained).
+    cleanup: Callable[[], None] | None = None
 
 
 @dataclasses.dataclass
@@ -236,6 +248,7 @@ class SourceRow:
     server: Crashable
     source: str
     fill: Callable[[list[str]], None]
+    cleanup: Callable[[], None] | None = None
 
 
 Row = TargetRow | SourceRow
@@ -245,8 +258,11 @@ def _key() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def stomp_row(target: Target, *, persistent: bool = True) -> TargetRow:
-    queue = f"/queue/target-crash-{_key()}"
+def stomp_row(target: Target, *, persistent: bool = True, declared: bool = False) -> TargetRow:
+    name = f"target-crash-{_key()}"
+    queue = f"/queue/{name}"
+    if declared:
+        rabbitmq_declare_synced(name)
     sink = (
         f'{{ type = "stomp", url = "stomp://{HOST}:{target.port}", login = "{target.login}", '
         f'passcode = "{target.passcode}", destination = "{queue}", '
@@ -256,12 +272,16 @@ def stomp_row(target: Target, *, persistent: bool = True) -> TargetRow:
     def drain(expect: frozenset[str]) -> Counter[str]:
         return stomp_drain(target, queue, expect=expect)
 
-    return TargetRow(Shared(target.name), sink, drain, durable=persistent, where=queue)
+    row = TargetRow(Shared(target.name), sink, drain, durable=persistent, where=queue)
+    if target is RABBITMQ:
+        row.held = functools.partial(rabbitmq_depth, name)
+        row.cleanup = functools.partial(rabbitmq_queue_delete, name)
+    return row
 
 
 def amqp_row() -> TargetRow:
     queue = f"target-crash-{_key()}"
-    amqp_fill(queue, [])  # a durable queue
+    rabbitmq_declare_synced(queue)  # a durable queue, and durably so (see there)
     sink = f'{{ type = "amqp", url = "{AMQP_URL}", routing_key = "{queue}", persistent = true }}'
     return TargetRow(Shared("rabbitmq"), sink, lambda _: amqp_drain(queue))
 
@@ -304,12 +324,15 @@ def http_row(receiver: Server) -> TargetRow:
 
 
 def source_stomp_row() -> SourceRow:
-    queue = f"/queue/target-crash-{_key()}"
+    name = f"target-crash-{_key()}"
+    queue = f"/queue/{name}"
     source = (
         f'{{ type = "stomp", url = "stomp://{HOST}:{RABBITMQ.port}", login = "guest", '
         f'passcode = "guest", destination = "{queue}", prefetch = {IN_FLIGHT} }}'
     )
-    return SourceRow(Shared("rabbitmq"), source, lambda ids: stomp_fill(RABBITMQ, queue, ids))
+    fill = functools.partial(stomp_fill, RABBITMQ, queue)
+    delete = functools.partial(rabbitmq_queue_delete, name)
+    return SourceRow(Shared("rabbitmq"), source, fill, delete)
 
 
 def source_redis_row() -> SourceRow:
@@ -356,8 +379,8 @@ def receiver_command(port: int, work: Path) -> list[str]:
 
 
 TARGET_ROWS: Final = [
-    "stomp-rabbitmq", "stomp-rabbitmq-not-persistent", "stomp-activemq", "amqp", "mqtt",
-    *MOSQUITTO_AUTOSAVE, "redis", "nats", "embedded", "http",
+    "stomp-rabbitmq", "stomp-rabbitmq-declared", "stomp-rabbitmq-not-persistent",
+    "stomp-activemq", "amqp", "mqtt", *MOSQUITTO_AUTOSAVE, "redis", "nats", "embedded", "http",
 ]  # fmt: skip
 SOURCE_ROWS: Final = ["source-stomp-rabbitmq", "source-redis", "source-nats"]
 ROWS: Final = TARGET_ROWS + SOURCE_ROWS
@@ -369,6 +392,8 @@ def make_row(name: str, stack: ExitStack) -> Row:
         return stomp_row(RABBITMQ)
     if name == "stomp-activemq":
         return stomp_row(ACTIVEMQ)
+    if name == "stomp-rabbitmq-declared":
+        return stomp_row(RABBITMQ, declared=True)
     if name == "stomp-rabbitmq-not-persistent":
         return stomp_row(RABBITMQ, persistent=False)
     if name == "mqtt":
@@ -412,12 +437,15 @@ def drive(
     kills: int,
     rng: random.Random,
     acked_ids: Callable[[], set[str]] | None = None,
+    held: Callable[[], int] | None = None,
 ) -> dict[str, Any]:
     """``bridges run`` once, the server crashed at ``kills`` random shares of the progress.
 
     With ``acked_ids``, the ids acknowledged upstream just before each kill are
     kept (``acked_before_kill``): a message among them that the target lacks
-    at the end was receipted, then lost by the target's crash.
+    at the end was receipted, then lost by the target's crash. With ``held``,
+    what the target says it holds is read after those ids and before the kill
+    (``held_at_kills``: at least the ids acked so far of a new queue).
     """
     (work / "bridge.toml").write_text(config)
     log_path = work / "bridge.log"
@@ -425,6 +453,7 @@ def drive(
     at_kill: list[int] = []
     away: list[float] = []
     before_kill: set[str] = set()
+    held_at: list[int] = []
     with log_path.open("w") as log:
         command = [*bridges_command(), "run", "bridge.toml"]
         process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
@@ -435,6 +464,8 @@ def drive(
                 at_kill.append(progress())
                 if acked_ids is not None:
                     before_kill |= acked_ids()
+                if held is not None:
+                    held_at.append(held())
                 away.append(server.crash())
             wait_for(finished, process, LIMIT + count / 50)
             time.sleep(0.5)
@@ -443,6 +474,7 @@ def drive(
     return {
         "progress_at_kills": at_kill,
         "acked_before_kill": before_kill,
+        **({"held_at_kills": held_at} if held is not None else {}),
         "seconds_away": away,
         "exit_status": process.returncode,
         "log_tail": log_path.read_text()[-1500:] if process.returncode != 0 else "",
@@ -490,7 +522,7 @@ def run_target(
         try:
             figures = drive(
                 work, route_config(source, row.sink), row.server, acked,
-                lambda: acked() >= count, count, kills, rng, names,
+                lambda: acked() >= count, count, kills, rng, names, row.held,
             )  # fmt: skip
         finally:
             stop.set()
@@ -558,6 +590,8 @@ def run_row(name: str, count: int, kills: int, rate: float, rng: random.Random) 
     started = time.monotonic()
     with ExitStack() as stack:
         row = make_row(name, stack)
+        if row.cleanup is not None:
+            stack.callback(_clean_up, name, row.cleanup)
         if isinstance(row, TargetRow):
             result = run_target(row, count, kills, rate, rng)
         else:
@@ -571,6 +605,13 @@ def run_row(name: str, count: int, kills: int, rate: float, rng: random.Random) 
         **result,
         "seconds": round(time.monotonic() - started, 1),
     }
+
+
+def _clean_up(name: str, cleanup: Callable[[], None]) -> None:
+    try:
+        cleanup()
+    except Exception as exc:  # (a leftover queue is reported, never a failed row)
+        print(f"{name}: could not delete what the row created: {exc!r}", file=sys.stderr)
 
 
 def verdict(r: dict[str, Any]) -> str:
