@@ -536,7 +536,9 @@ class Route:
                 await dead_letter.write(letters)
             except Exception as exc:
                 for envelope in items.envelopes:
-                    await self._nack(envelope, error)
+                    # (an unreadable one nacked with its error is skipped by its source:
+                    # released instead, it is read again once the dead-letter sink is back)
+                    await self._nack(envelope, None if envelope.error is not None else error)
                 self.stats.nacked += len(items)
                 where = self.dead_letter.describe() if self.dead_letter else "?"
                 raise DeadLetterFailed(

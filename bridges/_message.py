@@ -134,7 +134,9 @@ class UnreadableEnvelope(Envelope):
     The engine never writes it to the sink: it goes to the dead-letter sink
     (``bridge-stage: source``, ``bridge-error`` from :attr:`error`), then is
     acked; without a dead-letter sink it is nacked with :attr:`error`, and
-    the source decides (skip it, logged, or offer it again). A source hands
+    the source decides (skip it, logged, or offer it again). When the
+    dead-letter sink fails, it is released (nacked with None, as at a stop),
+    never given up: the source offers it again after the route restarts. A source hands
     out what it could keep of it as the body (bounded by its limit).
     """
 

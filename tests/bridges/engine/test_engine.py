@@ -478,6 +478,23 @@ async def test_a_dead_letter_failure_nacks_and_restarts_the_route(
     assert sorted(m.id for b in dead.batches for m in b) == ["m0", "m1"]
 
 
+async def test_an_unreadable_message_is_released_not_given_up_when_the_dead_letter_sink_fails(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Nacked with its error, a source skips an unreadable message (logged, its position
+    # counted done): with the dead-letter sink down, that would lose it.
+    source = FakeSource(messages(2), unreadable={"m0": ValueError("line too long")})
+    sink = FakeSink()
+    dead = FakeSink([OSError("dlq down")])
+    r = route(source, sink, dead_letter=dead, retry=attrs.evolve(NO_JITTER, attempts=1))
+    await r.run()
+    assert source.nacked[0] == ("m0", None)
+    assert r.stats.restarts == 1
+    assert [m.id for b in dead.batches for m in b] == ["m0"]  # (on the second try)
+    assert sorted(source.acked) == ["m0", "m1"]
+    assert sink.written == ["m1"]
+
+
 async def test_a_sink_that_cannot_open_is_retried_until_it_can(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
