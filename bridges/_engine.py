@@ -573,7 +573,7 @@ class Route:
         finally:
             self._settled(envelope)
 
-    async def _nack(self, envelope: Envelope, error: BaseException) -> None:
+    async def _nack(self, envelope: Envelope, error: BaseException | None) -> None:
         try:
             await envelope.nack(error)
         except Exception as exc:
