@@ -264,13 +264,7 @@ class _KafkaReceiver:
         #: Envelopes read and not handed out yet, oldest first.
         self._ready: collections.deque[_KafkaEnvelope] = collections.deque()
         self._more = trio.Event()
-        #: Set when acks made room or :meth:`_fetch` queued records: wakes :meth:`_take_read`.
         self._room = trio.Event()
-        #: What ``consume`` returned and :meth:`_take` has not made envelopes of yet.
-        self._read: collections.deque[list[Any]] = collections.deque()
-        self._read_count = 0
-        #: Set when :meth:`_take_read` took queued records: wakes :meth:`_fetch`.
-        self._drained = trio.Event()
         self._dirty = False
         self._closing = False
         #: Set by the commit callback; read by close().
@@ -331,61 +325,28 @@ class _KafkaReceiver:
     # -- reading -----------------------------------------------------------------
 
     async def read(self) -> None:
-        """Read for ever: a task that consumes ahead, and one that takes as the window has room.
-
-        :meth:`_fetch` calls ``consume`` in the worker thread and queues what
-        it returns, as it is (:attr:`_read`), up to one window ahead of what
-        is taken; :meth:`_take_read` makes envelopes of the queued records on
-        the loop, as many as the window has room for, as soon as it has room.
-        So the thread hop of a ``consume`` (a millisecond or more on a busy
-        machine) overlaps the route's work instead of stalling it. Records
-        queued are not handed out: only envelopes count in the window (the
-        bound on what a crash repeats), and a revoked partition's queued
-        records are dropped (:meth:`_revoking`).
-        """
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._fetch)
-            await self._take_read()
-
-    async def _fetch(self) -> None:
-        """``consume`` in the worker thread, up to one window ahead of the taking."""
+        """Consume for ever, as the window has room; commit after each burst of acks."""
         consumer = self.consumer
         assert consumer is not None
         wait = _POLL
-        window = self._window
         while True:
-            while self._read_count and window - self._read_count < window // 4:
-                if self._drained.is_set():
-                    self._drained = trio.Event()
-                await self._drained.wait()
-            records = await in_thread(consumer.consume, window - self._read_count, wait)
-            if records:
-                self._read.append(records)
-                self._read_count += len(records)
-                self._room.set()  # (wakes the taker)
-                wait = _BUSY_POLL
-            else:
+            room = await self._wait_for_room()
+            records = await in_thread(consumer.consume, room, wait)
+            if not records:
                 self.refusals.check(self._describe)
-                wait = _POLL
-            if self._dirty:
-                self._commit()  # (a commit's answer comes inside consume: the next may go)
-
-    async def _take_read(self) -> None:
-        """Envelopes of what :meth:`_fetch` queued, as the window has room; commit after acks."""
-        read = self._read
-        while True:
+            wait = _BUSY_POLL if records else _POLL
+            self._take(records)
             if self._dirty:
                 self._commit()
-            room = self._window - sum(p.outstanding for p in self._partitions.values())
-            if read and room > 0:
-                records = read.popleft()
-                if len(records) > room:
-                    read.appendleft(records[room:])
-                    records = records[:room]
-                self._read_count -= len(records)
-                self._drained.set()
-                self._take(records)
-                continue
+
+    async def _wait_for_room(self) -> int:
+        while True:
+            held = sum(p.outstanding for p in self._partitions.values())
+            room = self._window - held
+            if room > 0 and (room >= self._window // 4 or not held):
+                return room
+            if self._dirty:
+                self._commit()
             if self._room.is_set():
                 self._room = trio.Event()
             await self._room.wait()
@@ -582,11 +543,6 @@ class _KafkaReceiver:
             for e in self._ready
             if e._number not in numbers  # noqa: SLF001
         )
-        # (read ahead and not taken: of the old assignment, even if they are assigned again)
-        if self._read:
-            kept = [[r for r in records if r.partition() not in numbers] for records in self._read]
-            self._read = collections.deque(records for records in kept if records)
-            self._read_count = sum(len(records) for records in kept)
         return all(self._partitions[n].outstanding == 0 for n in numbers if n in self._partitions)
 
     def _let_go(self, numbers: set[int]) -> list[confluent_kafka.TopicPartition]:
