@@ -1,7 +1,7 @@
 """Kafka endpoints against confluent-kafka used bare, on the project's Kafka, in one run.
 
     .venv/bin/python bench/speed/kafka_throughput.py [--count 20000] [--size 100]
-        [--batch 100] [--window 1000] [--rounds 5]
+        [--batch 100] [--window 1000] [--rounds 5] [--directions consume,publish]
 
 Uses the Kafka ``scripts/brokers up kafka`` runs (``TRIO_STOMP_KAFKA_SERVERS``,
 default 127.0.0.1:9092), a new topic per measurement, and prints one table:
@@ -43,9 +43,10 @@ publish, transactional (``count`` records):
 
 Each bridge run starts as ``bridges run`` starts its routes: the heap built
 so far frozen out of the garbage collector's way and young objects
-collected less often (``bridges.service.freeze_heap``; for the publish
-cases before the clock starts, as ``bridges run`` does it once, not per
-run); the collector's settings are put back for the bare runs, which run as
+collected less often (``bridges.service.freeze_heap``, before the clock
+starts: ``bridges run`` makes it once per process, before its routes start,
+and its full collection of the bench's own heap took 25 to 60 ms, a tenth
+of a 20,000-record run); the collector's settings are put back for the bare runs, which run as
 a plain program does.
 
 A second table gives, for each publish run, when its first batch was
@@ -194,8 +195,7 @@ def as_bridges_run() -> Iterator[None]:
 
 def consume_bridge(servers: str, topic: str, count: int) -> None:
     config = KafkaSourceConfig(bootstrap_servers=servers, topic=topic, group=f"bridge-{topic}")
-    with as_bridges_run():
-        trio.run(run_to_count, KafkaSource(config, Context()), count, 300)
+    trio.run(run_to_count, KafkaSource(config, Context()), count, 300)
 
 
 class _RunEnvelope(Envelope):
@@ -300,7 +300,11 @@ def cases(servers: str, args: Any) -> list[Case]:
 
     return [
         Case(CONSUME, BARE, on_topic(True, lambda t: consume_bare(servers, t, count, args.window))),
-        Case(CONSUME, SOURCE, on_topic(True, lambda t: consume_bridge(servers, t, count))),
+        Case(
+            CONSUME,
+            SOURCE,
+            on_topic(True, lambda t: consume_bridge(servers, t, count), bridges_gc=True),
+        ),
         Case(
             PUBLISH,
             BARE,
@@ -340,6 +344,11 @@ def cases(servers: str, args: Any) -> list[Case]:
     ]
 
 
+def _direction(heading: str) -> str:
+    """``consume`` or ``publish``: which of the two a case's direction is."""
+    return "consume" if heading == CONSUME else "publish"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20_000)
@@ -347,12 +356,17 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--directions", default="consume,publish")
     args = parser.parse_args()
+    directions = {d.strip() for d in args.directions.split(",") if d.strip()}
+    if not directions or not directions <= {"consume", "publish"}:
+        parser.error("--directions takes consume,publish")
     print(environment_line(), flush=True)
     print(f"{args.count} x {args.size} B, {args.rounds} rounds, medians")
     print("| direction | client | msg/s | CPU µs/msg | ratio | ratio per round |")
     print("|---|---|---:|---:|---:|---|")
-    for row in in_rounds(cases(SERVERS, args), args.rounds):
+    chosen = [c for c in cases(SERVERS, args) if _direction(c.direction) in directions]
+    for row in in_rounds(chosen, args.rounds):
         rounds = " ".join(f"{ratio:.2f}" for ratio in row["ratios"])
         print(
             f"| {row['direction']} | {row['name']} | {row['rate']:,.0f} | "

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import concurrent.futures
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -196,8 +197,7 @@ class KafkaSource:
                 self._config.topic
             ]
             while not future.done():
-                # (its error_cb runs in a poll: a refused connection fails now, not at the timeout)
-                await in_thread(admin.poll, _POLL)
+                await in_thread(_answer_or_poll, future, admin)
                 refusals.check(self.describe())
             try:
                 description = future.result()
@@ -238,6 +238,19 @@ class KafkaSource:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
                 await receiver.close()
+
+
+def _answer_or_poll(future: concurrent.futures.Future[Any], admin: AdminClient) -> None:
+    """Wait up to ``_POLL`` for ``future``'s answer (it returns as soon as it comes),
+    then serve the admin client's callbacks (its ``error_cb``: a refused connection
+    fails now, not at the timeout).
+
+    (Polling for the whole ``_POLL`` instead made every lookup last 100 ms:
+    librdkafka completes the future from its own thread, and ``poll`` returns
+    only for a callback. The answer takes 3 to 5 ms on a quiet broker.)
+    """
+    concurrent.futures.wait([future], timeout=_POLL)
+    admin.poll(0)
 
 
 def _topic_id_text(topic_id: Any) -> str:
