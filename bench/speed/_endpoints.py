@@ -26,6 +26,7 @@ import trio
 from _common import BenchError, bench_command, free_port, wait_port, write_report
 
 from bridges import Envelope, Message, Route, Sink, Source
+from bridges._message import trusted_message
 
 
 @contextmanager
@@ -147,6 +148,78 @@ class ListSource:
 
     async def _nack(self, error: BaseException | None) -> None:
         raise SystemExit(f"a message was nacked: {error}")
+
+
+class _BulkEnvelope(Envelope):
+    __slots__ = ("settle_key",)
+
+    settle_key: BulkSource
+
+    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
+        acked = 0
+        for envelope in envelopes:
+            if envelope.state == "open":
+                envelope.state = "acked"
+                acked += 1
+        source = self.settle_key
+        source.acked += acked
+        if source.first_ack is None:
+            source.first_ack = time.perf_counter()
+
+
+async def _refuse(_error: BaseException | None = None) -> None:
+    raise SystemExit("a bench message was nacked")
+
+
+class BulkSource:
+    """COUNT messages of BODY, made when asked for, handed out and acked in bulk (a
+    :class:`~bridges.BulkReceiver`: ``receive_some``, acks in runs through ``ack_all``),
+    as the kafka, nats and stomp sources hand out theirs: what such a source costs a
+    route, without its I/O.
+
+    Attributes:
+      made, acked: how many so far.
+      first_ack: ``time.perf_counter()`` at the first run of acks (None before).
+    """
+
+    def __init__(self, count: int, body: bytes) -> None:
+        self.count = count
+        self.body = body
+        self.made = 0
+        self.acked = 0
+        self.first_ack: float | None = None
+
+    def describe(self) -> str:
+        return "memory"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[BulkSource]:
+        yield self
+
+    async def _ack(self) -> None:
+        self.acked += 1
+
+    def make(self, most: int) -> list[Envelope]:
+        """Up to MOST new envelopes; raises trio.EndOfChannel after the last."""
+        first = self.made
+        last = min(self.count, first + most)
+        if first >= last:
+            raise trio.EndOfChannel
+        self.made = last
+        body, ack = self.body, self._ack
+        out: list[Envelope] = []
+        for number in range(first, last):
+            message = trusted_message(body, {}, f"m/{number}")
+            envelope = _BulkEnvelope(message, ack=ack, nack=_refuse)
+            envelope.settle_key = self
+            out.append(envelope)
+        return out
+
+    async def receive_some(self, most: int) -> Sequence[Envelope]:
+        return self.make(most)
+
+    async def receive(self) -> Envelope:
+        return self.make(1)[0]
 
 
 class CountingSink:

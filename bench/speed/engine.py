@@ -55,6 +55,7 @@ from typing import Any, Final
 
 import trio
 from _common import bench_command, environment_line, write_report
+from _endpoints import BulkSource
 
 from bridges import Envelope, Message, Route
 from bridges._message import trusted_message
@@ -89,50 +90,6 @@ class _Source:
 
     async def _ack(self) -> None:
         self.acked += 1
-
-
-class _BulkEnvelope(Envelope):
-    __slots__ = ("settle_key",)
-
-    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
-        acked = 0
-        for envelope in envelopes:
-            if envelope.state == "open":
-                envelope.state = "acked"
-                acked += 1
-        self.settle_key.acked += acked
-
-    settle_key: _BulkSource
-
-
-class _BulkSource(_Source):
-    """A :class:`~bridges.BulkReceiver`: as many as asked for, acked in runs."""
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[_BulkSource]:
-        yield self
-
-    def make(self, most: int) -> list[Envelope]:
-        first = self.made
-        last = min(self.count, first + most)
-        if first >= last:
-            raise trio.EndOfChannel
-        self.made = last
-        body, ack = self.body, self._ack
-        out: list[Envelope] = []
-        for number in range(first, last):
-            envelope = _BulkEnvelope(
-                trusted_message(body, {}, f"m/{number}"), ack=ack, nack=_refuse
-            )
-            envelope.settle_key = self
-            out.append(envelope)
-        return out
-
-    async def receive_some(self, most: int) -> Sequence[Envelope]:
-        return self.make(most)
-
-    async def receive(self) -> Envelope:
-        return self.make(1)[0]
 
 
 class _SingleSource(_Source):
@@ -181,7 +138,7 @@ class _CountingSink:
 
 async def _run(shape: str, count: int, body: bytes) -> int:
     if shape == "bare":  # the bulk source's envelopes, made and acked with no route
-        bare = _BulkSource(count, body)
+        bare = BulkSource(count, body)
         while bare.made < count:
             envelopes = bare.make(1000)
             await envelopes[0].ack_all(envelopes)
@@ -194,9 +151,9 @@ async def _run(shape: str, count: int, body: bytes) -> int:
             if single.made % 64 == 0:
                 await trio.lowlevel.checkpoint()
         return single.acked
-    source: _SingleSource | _BulkSource
+    source: _SingleSource | BulkSource
     if shape == "bulk":
-        source = _BulkSource(count, body)
+        source = BulkSource(count, body)
     else:
         source = _PushSource(count, body) if shape == "push" else _SingleSource(count, body)
     await Route("bench", source, _CountingSink()).run()

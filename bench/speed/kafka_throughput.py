@@ -27,7 +27,7 @@ publish (``count`` records):
   reports for errors only: the sink's settings, and its rule that a batch
   is done once each record is acked);
 - *bridge kafka sink*: a route to the ``kafka`` sink from an in-memory
-  source that hands out and acks messages in bulk (:class:`MemorySource`),
+  source that hands out and acks messages in bulk (:class:`_endpoints.BulkSource`),
   as the kafka, nats and stomp sources do: what such a source costs the
   route, without its I/O (``publish_bridge(single=True)``: from the other
   benches' one-at-a-time ``ListSource``).
@@ -69,18 +69,17 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import confluent_kafka
 import trio
 from _common import environment_line
-from _endpoints import Case, in_rounds, run_from_memory, run_to_count, timed
+from _endpoints import BulkSource, Case, in_rounds, run_from_memory, run_to_count, timed
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from bridges import Context, Envelope, Route
-from bridges._message import trusted_message
+from bridges import Context, Route
 from bridges.endpoints.kafka import KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig
 from bridges.service import freeze_heap
 
@@ -198,75 +197,22 @@ def consume_bridge(servers: str, topic: str, count: int) -> None:
     trio.run(run_to_count, KafkaSource(config, Context()), count, 300)
 
 
-class _RunEnvelope(Envelope):
-    __slots__ = ("settle_key",)
-
-    settle_key: MemorySource
-
-    async def ack_all(self, envelopes: Sequence[Envelope]) -> None:
-        acked = 0
-        for envelope in envelopes:
-            if envelope.state == "open":
-                envelope.state = "acked"
-                acked += 1
-        self.settle_key.acked += acked
-        if not FIRST_ACK:
-            FIRST_ACK.append(time.perf_counter())
-
-
-class MemorySource:
-    """``count`` messages of ``size`` bytes, made when asked for, handed out and acked in
-    bulk as the kafka, nats and stomp sources hand out theirs (``receive_some``; acks in
-    runs, ``ack_all``): what any such source costs the route, without its I/O."""
-
-    def __init__(self, count: int, size: int) -> None:
-        self.count = count
-        self.body = b"x" * size
-        self.made = 0
-        self.acked = 0
-
-    def describe(self) -> str:
-        return "memory"
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[MemorySource]:
-        yield self
-
-    async def receive_some(self, most: int) -> Sequence[Envelope]:
-        first, body = self.made, self.body
-        last = min(self.count, first + most)
-        if first >= last:
-            raise trio.EndOfChannel
-        self.made = last
-        out: list[Envelope] = []
-        for number in range(first, last):
-            envelope = _RunEnvelope(trusted_message(body, {}, f"m{number}"), ack=_no, nack=_no)
-            envelope.settle_key = self
-            out.append(envelope)
-        return out
-
-    async def receive(self) -> Envelope:
-        return (await self.receive_some(1))[0]
-
-
-async def _no(*_args: object) -> None:
-    raise SystemExit("an envelope was settled one at a time (nacked?)")
-
-
 async def run_from_bulk(sink: KafkaSink, count: int, size: int, limit: float) -> None:
-    """A route from a :class:`MemorySource` of ``count`` messages to ``sink``, to the end."""
-    source = MemorySource(count, size)
+    """A route from a :class:`BulkSource` of ``count`` messages to ``sink``, to the end."""
+    source = BulkSource(count, b"x" * size)
     with trio.fail_after(limit):
         await Route("bench", source, sink).run()
     if source.acked != count:
         raise SystemExit(f"bridge sink wrote {source.acked} of {count}")
+    if source.first_ack is not None and not FIRST_ACK:
+        FIRST_ACK.append(source.first_ack)
 
 
 def publish_bridge(
     servers: str, topic: str, count: int, size: int, once: bool = False, single: bool = False
 ) -> None:
     """``single``: from the other benches' :class:`ListSource` (one message per
-    ``receive``, each acked alone) instead of a :class:`MemorySource`."""
+    ``receive``, each acked alone) instead of a :class:`_endpoints.BulkSource`."""
     config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=once)
     sink = KafkaSink(config, Context(route=topic))
     if single:
