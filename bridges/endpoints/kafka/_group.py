@@ -63,9 +63,10 @@ log = logging.getLogger("bridges.kafka")
 
 #: How long the stable read of the committed offsets at close may take, s.
 _COMMITTED_TIMEOUT: Final = 2.5
-#: Kafka's bounds on a member's session timeout (its brokers' defaults of
-#: ``group.min.session.timeout.ms`` and ``group.max.session.timeout.ms``), s.
+#: Kafka's lower bound on a member's session timeout (its brokers' default
+#: ``group.min.session.timeout.ms``), s.
 MIN_SESSION: Final = 6.0
+#: Kafka's upper bound on it (the default ``group.max.session.timeout.ms``), s.
 MAX_SESSION: Final = 1800.0
 #: librdkafka's default heartbeat interval, ms (a third of the session at most).
 _HEARTBEAT_MS: Final = 3000
