@@ -33,9 +33,7 @@ topic's records never take ids a sink's de-duplication window still holds.
 
 from __future__ import annotations
 
-import base64
 import collections
-import concurrent.futures
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -74,6 +72,7 @@ from ._offsets import Partition
 from ._refusals import Refusals
 from ._retention import lost_to_retention
 from ._security import security_settings
+from ._topic_id import answer_or_poll, topic_id_text
 
 log = logging.getLogger("bridges.kafka")
 
@@ -197,7 +196,7 @@ class KafkaSource:
                 self._config.topic
             ]
             while not future.done():
-                await in_thread(_answer_or_poll, future, admin)
+                await in_thread(answer_or_poll, future, admin, _POLL)
                 refusals.check(self.describe())
             try:
                 description = future.result()
@@ -213,7 +212,7 @@ class KafkaSource:
                     await trio.sleep(1.0)
                     continue
                 raise KafkaEndpointError(f"{self.describe()}: {refusals.explain(exc)}") from None
-            return _topic_id_text(description.topic_id)
+            return topic_id_text(description.topic_id)
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_KafkaReceiver]:
@@ -238,31 +237,6 @@ class KafkaSource:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
                 await receiver.close()
-
-
-def _answer_or_poll(future: concurrent.futures.Future[Any], admin: AdminClient) -> None:
-    """Wait up to ``_POLL`` for ``future``'s answer (it returns as soon as it comes),
-    then serve the admin client's callbacks (its ``error_cb``: a refused connection
-    fails now, not at the timeout).
-
-    (Polling for the whole ``_POLL`` instead made every lookup last 100 ms:
-    librdkafka completes the future from its own thread, and ``poll`` returns
-    only for a callback. The answer takes 3 to 5 ms on a quiet broker.)
-    """
-    concurrent.futures.wait([future], timeout=_POLL)
-    admin.poll(0)
-
-
-def _topic_id_text(topic_id: Any) -> str:
-    """A topic id as Kafka's own tools print it: URL-safe base64 of its 16 bytes, unpadded.
-
-    (librdkafka's own text form is standard base64, whose ``/`` and ``+``
-    would not survive an id used as a file name or a STOMP header as well.)
-    """
-    high = topic_id.get_most_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
-    low = topic_id.get_least_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
-    raw = high.to_bytes(8, "big") + low.to_bytes(8, "big")
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 class _KafkaReceiver:
