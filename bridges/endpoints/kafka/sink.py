@@ -39,6 +39,7 @@ import trio
 from attrs.validators import ge, le
 
 from bridges import (
+    BatchRefused,
     Context,
     Envelope,
     InvalidSetting,
@@ -361,6 +362,35 @@ def _is_text(name: str) -> bool:
     return True
 
 
+def _failed_at(records: Sequence[_Record], failed: Sequence[tuple[Any, Any]]) -> dict[int, Any]:
+    """Where in ``records`` the records librdkafka reported as failed are, each with
+    its error (a failed report has no headers: found by topic, key and value).
+
+    Records alike in those three are named together when all of them failed,
+    or when they are alike in their headers too (any of them then stands for
+    the others). Empty when a report is not found, or names some of several
+    records whose headers differ: the engine then halves the batch until the
+    refused record is alone.
+    """
+    errors: dict[tuple[object, ...], list[Any]] = {}
+    for error, record in failed:
+        errors.setdefault((record.topic(), record.key(), record.value()), []).append(error)
+    alike: dict[tuple[object, ...], list[int]] = {}
+    for at, (topic, _partition, key, value, _headers) in enumerate(records):
+        if (topic, key, value) in errors:
+            alike.setdefault((topic, key, value), []).append(at)
+    found: dict[int, Any] = {}
+    for same, reported in errors.items():
+        matches = alike.get(same, [])
+        if len(reported) > len(matches) or (
+            len(reported) < len(matches)
+            and any(records[at][4] != records[matches[0]][4] for at in matches)
+        ):
+            return {}
+        found.update(zip(matches, reported, strict=False))
+    return found
+
+
 class _KafkaWriter:
     def __init__(
         self, sink: KafkaSink, producer: confluent_kafka.Producer, refusals: Refusals
@@ -438,16 +468,21 @@ class _KafkaWriter:
         With ``commit``, the transaction is committed in the same worker-thread
         call as the last wait when every record was acknowledged (one thread
         hop per batch less); returns whether it was.
+
+        One delivery callback serves the whole write: librdkafka reports only
+        failures, and a failed record is found among ``records`` afterwards
+        (:func:`_failed_at`). A callback made per record cost 2.4 µs of each
+        record's 5 on the loop's thread.
         """
-        failed: dict[int, confluent_kafka.KafkaError] = {}
+        failed: list[tuple[confluent_kafka.KafkaError, Any]] = []
         refused: dict[int, str] = {}
         producer = self._producer
+
+        def report(error: confluent_kafka.KafkaError | None, record: Any) -> None:
+            failed.append((error, record))  # type: ignore[arg-type]  # (failures only: never None)
+
         where = positions or range(len(records))
         for index, (topic, partition, key, value, headers) in zip(where, records, strict=True):
-
-            def report(error: Any, _record: Any, index: int = index) -> None:
-                failed[index] = error
-
             try:
                 producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
             except BufferError:
@@ -464,16 +499,35 @@ class _KafkaWriter:
             committed = await in_thread(self._wait, failed, commit)
             if committed is None:
                 self._refusals.check(self._describe)
-        for index, error in sorted(failed.items()):
-            if error.code() in _REFUSALS:
-                refused[index] = f"kafka {records[where.index(index)][0]!r}: {one_line(error)}"
-            else:
-                raise KafkaEndpointError(f"{self._describe}: {self._refusals.explain(error)}")
+        if failed:
+            refused |= self._refused(records, where, failed)
         if refused:
             raise MessageRejected.each(refused)
         return committed
 
-    def _wait(self, failed: dict[int, confluent_kafka.KafkaError], commit: bool) -> bool | None:
+    def _refused(
+        self,
+        records: Sequence[_Record],
+        where: Sequence[int],
+        failed: Sequence[tuple[confluent_kafka.KafkaError, Any]],
+    ) -> dict[int, str]:
+        """The batch positions of the records Kafka refused, with why.
+
+        Raises:
+          KafkaEndpointError: a failure writing again may fix (the batch fails).
+          BatchRefused: a refused record not found among ``records``.
+        """
+        for error, _record in failed:
+            if error.code() not in _REFUSALS:
+                raise KafkaEndpointError(f"{self._describe}: {self._refusals.explain(error)}")
+        named = _failed_at(records, failed)
+        if not named:
+            raise BatchRefused(f"{self._describe}: {one_line(failed[0][0])}")
+        return {
+            where[at]: f"kafka {records[at][0]!r}: {one_line(error)}" for at, error in named.items()
+        }
+
+    def _wait(self, failed: Sequence[object], commit: bool) -> bool | None:
         """In a worker thread: wait up to ``_POLL`` for Kafka's reports; None while
         some record has none yet. Then, with ``commit`` and no record failed, commit
         the transaction (returns True)."""
