@@ -75,6 +75,8 @@ DEFAULT_MAX_BYTES: Final = 1_000_000
 _POLL: Final = 0.1
 #: Bound on handing back what is still queued when the sink closes, s.
 _CLOSE_TIMEOUT: Final = 5.0
+#: Bound on the metadata requests that make an idempotent producer ask for its id at open, s.
+_EARLY: Final = 5.0
 #: How many valid topic names (rendered or a message's destination) the sink remembers.
 _CHECKED: Final = 1000
 #: Kafka's errors that writing the same record again can never fix.
@@ -273,6 +275,8 @@ class KafkaSink:
                         config.timeout,
                         self._security,
                     )
+            elif config.idempotent and self._fixed_topic is not None:
+                await _ask_early(producer, self._fixed_topic, refusals, self.describe())
             yield writer
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
@@ -331,6 +335,32 @@ class KafkaSink:
                 self._checked.clear()
             self._checked.add(topic)
         return topic
+
+
+async def _ask_early(
+    producer: confluent_kafka.Producer, topic: str, refusals: Refusals, describe: str
+) -> None:
+    """Make an idempotent producer ask for its producer id now, not 500 ms after it was made.
+
+    librdkafka asks when the producer is made, before any broker is connected,
+    and then again 500 ms later, or as soon as a metadata answer comes: until
+    then no record is sent. Two metadata requests for the topic are made here
+    (one was not enough in 2 of 10 starts, two were in 10 of 10): the first
+    batch was acknowledged 55 to 60 ms after the producer was made, instead of
+    505 to 510 ms. A request that fails is let be (the writes meet the same
+    brokers), unless the brokers refused the connection.
+
+    Raises:
+      KafkaEndpointError: the brokers refused the connection (authentication, TLS).
+    """
+    with trio.move_on_after(_EARLY):
+        for _ in range(2):
+            try:
+                await in_thread(producer.list_topics, topic, _EARLY)
+            except confluent_kafka.KafkaException as exc:
+                refusals.check(describe)
+                log.debug("%s: metadata at open: %s", describe, one_line(exc))
+                return
 
 
 def _record_headers(fields: Mapping[str, str]) -> tuple[list[tuple[str, str | bytes | None]], int]:
