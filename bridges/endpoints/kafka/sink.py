@@ -403,35 +403,6 @@ def _is_text(name: str) -> bool:
     return True
 
 
-def _failed_at(records: Sequence[_Record], failed: Sequence[tuple[Any, Any]]) -> dict[int, Any]:
-    """Where in ``records`` the records librdkafka reported as failed are, each with
-    its error (a failed report has no headers: found by topic, key and value).
-
-    Records alike in those three are named together when all of them failed,
-    or when they are alike in their headers too (any of them then stands for
-    the others). Empty when a report is not found, or names some of several
-    records whose headers differ: the engine then halves the batch until the
-    refused record is alone.
-    """
-    errors: dict[tuple[object, ...], list[Any]] = {}
-    for error, record in failed:
-        errors.setdefault((record.topic(), record.key(), record.value()), []).append(error)
-    alike: dict[tuple[object, ...], list[int]] = {}
-    for at, (topic, _partition, key, value, _headers) in enumerate(records):
-        if (topic, key, value) in errors:
-            alike.setdefault((topic, key, value), []).append(at)
-    found: dict[int, Any] = {}
-    for same, reported in errors.items():
-        matches = alike.get(same, [])
-        if len(reported) > len(matches) or (
-            len(reported) < len(matches)
-            and any(records[at][4] != records[matches[0]][4] for at in matches)
-        ):
-            return {}
-        found.update(zip(matches, reported, strict=False))
-    return found
-
-
 class _KafkaWriter:
     def __init__(
         self, sink: KafkaSink, producer: confluent_kafka.Producer, refusals: Refusals
@@ -509,21 +480,16 @@ class _KafkaWriter:
         With ``commit``, the transaction is committed in the same worker-thread
         call as the last wait when every record was acknowledged (one thread
         hop per batch less); returns whether it was.
-
-        One delivery callback serves the whole write: librdkafka reports only
-        failures, and a failed record is found among ``records`` afterwards
-        (:func:`_failed_at`). A callback made per record cost 2.4 µs of each
-        record's 5 on the loop's thread.
         """
-        failed: list[tuple[confluent_kafka.KafkaError, Any]] = []
+        failed: dict[int, confluent_kafka.KafkaError] = {}
         refused: dict[int, str] = {}
         producer = self._producer
-
-        def report(error: confluent_kafka.KafkaError | None, record: Any) -> None:
-            failed.append((error, record))  # type: ignore[arg-type]  # (failures only: never None)
-
         where = positions or range(len(records))
         for index, (topic, partition, key, value, headers) in zip(where, records, strict=True):
+
+            def report(error: Any, _record: Any, index: int = index) -> None:
+                failed[index] = error
+
             try:
                 producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
             except BufferError:
@@ -541,42 +507,33 @@ class _KafkaWriter:
             if committed is None:
                 self._refusals.check(self._describe)
         if failed:
-            refused |= self._refused(records, where, failed)
+            self._check_refused(failed)
+            topics = dict(zip(where, (record[0] for record in records), strict=True))
+            refused |= {i: f"kafka {topics[i]!r}: {one_line(e)}" for i, e in failed.items()}
         if refused:
             raise MessageRejected.each(refused)
         return committed
 
-    def _refused(
-        self,
-        records: Sequence[_Record],
-        where: Sequence[int],
-        failed: Sequence[tuple[confluent_kafka.KafkaError, Any]],
-    ) -> dict[int, str]:
-        """The batch positions of the records Kafka refused, with why.
+    def _check_refused(self, failed: Mapping[int, confluent_kafka.KafkaError]) -> None:
+        """Raise unless each failure is a refusal of its own record.
 
         Raises:
           KafkaEndpointError: a failure writing again may fix (the batch fails).
-          BatchRefused: a refused record not found among ``records``, or records
-            refused together as too large (each may fit alone).
+          BatchRefused: records refused together as too large: Kafka judges a
+            request's records of one partition together, so each may fit alone
+            (the engine halves the batch until each is).
         """
-        for error, _record in failed:
+        for error in failed.values():
             if error.code() not in _REFUSALS:
                 raise KafkaEndpointError(f"{self._describe}: {self._refusals.explain(error)}")
-        named = _failed_at(records, failed)
-        if not named:
-            raise BatchRefused(f"{self._describe}: {one_line(failed[0][0])}")
-        too_large = sum(error.code() in _TOO_LARGE for error in named.values())
-        if too_large > 1:
-            # (refused together: the engine halves the batch until each is alone)
+        too_large = [error for error in failed.values() if error.code() in _TOO_LARGE]
+        if len(too_large) > 1:
             raise BatchRefused(
-                f"{self._describe}: {too_large} records refused together as too large: "
-                f"{one_line(failed[0][0])}"
+                f"{self._describe}: {len(too_large)} records refused together as too large: "
+                f"{one_line(too_large[0])}"
             )
-        return {
-            where[at]: f"kafka {records[at][0]!r}: {one_line(error)}" for at, error in named.items()
-        }
 
-    def _wait(self, failed: Sequence[object], commit: bool) -> bool | None:
+    def _wait(self, failed: Mapping[int, object], commit: bool) -> bool | None:
         """In a worker thread: wait up to ``_POLL`` for Kafka's reports; None while
         some record has none yet. Then, with ``commit`` and no record failed, commit
         the transaction (returns True)."""

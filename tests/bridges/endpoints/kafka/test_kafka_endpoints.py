@@ -15,7 +15,6 @@ import trio
 from kafka_servers import create_topic, produce, read_topic, require_kafka
 
 from bridges import (
-    BatchRefused,
     Context,
     Envelope,
     InvalidSetting,
@@ -250,29 +249,6 @@ async def test_a_record_kafka_refuses_is_named_alone_among_acknowledged_ones(
     assert re.search(r"MSG_SIZE_TOO_LARGE", refused.value.reason_for(where))
     held = sorted(body for body, _ in await read_topic(servers, topic))
     assert held == sorted(m.body for m in small)
-
-
-@pytest.mark.deadline(90)
-async def test_refused_records_alike_but_for_their_headers_are_told_apart() -> None:
-    # librdkafka reports a failed record without its headers, and the sink keeps
-    # no per-record callback: a refusal is found by topic, key and value. Two
-    # records alike in those (the same body under two ids) are told apart by the
-    # engine halving the batch.
-    servers = require_kafka()
-    topic = await trio.to_thread.run_sync(
-        lambda: create_topic(servers, 2, **{"max.message.bytes": "4000"})
-    )
-    body = b"y" * 3600
-    fits = Message(body, {"p": "0"}, "fits")  # (alone in partition 0's request)
-    over = Message(body, {"p": "1", "pad": "z" * 600}, "over")  # (its headers make it too big)
-    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, partition="{header:p}")
-    async with KafkaSink(config, Context(route=topic)).open() as writer:
-        with pytest.raises(BatchRefused):
-            await writer.write([fits, over])
-    dead = await _route_with_dead_letter(config, [over, fits])
-    assert dead == ["over"]
-    ids = {headers["bridge-id"].decode() for _, headers in await read_topic(servers, topic)}
-    assert ids == {"fits"}
 
 
 @pytest.mark.deadline(90)
