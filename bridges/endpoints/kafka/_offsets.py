@@ -26,6 +26,11 @@ MAX_METADATA: Final = 4000
 _PREFIX: Final = "acked1:"
 
 
+class WentBack(Exception):
+    """A partition's log went back: an offset below one read before in this assignment
+    (its topic was deleted and created again, or its log truncated)."""
+
+
 class Partition:
     """One assigned partition: what was handed out, what was acked, what to skip.
 
@@ -44,7 +49,13 @@ class Partition:
         self.skip: frozenset[int] = parse_metadata(committed, metadata)
 
     def take(self, offset: int) -> bool:
-        """``offset`` was read; False when it was acked before (skip it: it counts as acked)."""
+        """``offset`` was read; False when it was acked before (skip it: it counts as acked).
+
+        Raises:
+          WentBack: ``offset`` is below the last one read (nothing is changed).
+        """
+        if offset < self._end:
+            raise WentBack(offset)
         self._out.append(offset)
         self._end = offset + 1
         if offset in self.skip:

@@ -68,11 +68,11 @@ from ._envelope import envelope as _envelope
 from ._envelope import pairs as _pairs
 from ._envelope import unreadable as _unreadable
 from ._group import KafkaMembership, check_instance_id, commit_ahead, explain, group_settings, stops
-from ._offsets import Partition
+from ._offsets import Partition, WentBack
 from ._refusals import Refusals
 from ._retention import lost_to_retention
 from ._security import security_settings
-from ._topic_id import answer_or_poll, topic_id_text
+from ._topic_id import read_topic_id
 
 log = logging.getLogger("bridges.kafka")
 
@@ -171,12 +171,7 @@ class KafkaSource:
         } | self._security
 
     async def topic_id(self, consumer: confluent_kafka.Consumer, refusals: Refusals) -> str:
-        """The topic's id (Kafka's UUID of it), asked once per open.
-
-        A topic that does not exist yet is waited for (asked again every
-        second, with one log line): the broker creates it when it allows
-        auto-creation (``auto.create.topics.enable``), else a sink or an
-        operator may.
+        """The topic's id (Kafka's UUID of it): :func:`._topic_id.read_topic_id`.
 
         Raises:
           KafkaEndpointError: no broker answered, the brokers refused the
@@ -188,31 +183,10 @@ class KafkaSource:
             "logger": log,
             "error_cb": refusals.note,
         } | self._security
-        admin = AdminClient(settings)
-        topics = confluent_kafka.TopicCollection([self._config.topic])
-        said = False
-        while True:
-            future = admin.describe_topics(topics, request_timeout=self._config.timeout)[
-                self._config.topic
-            ]
-            while not future.done():
-                await in_thread(answer_or_poll, future, admin, _POLL)
-                refusals.check(self.describe())
-            try:
-                description = future.result()
-            except confluent_kafka.KafkaException as exc:
-                unknown = confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
-                if exc.args and exc.args[0].code() == unknown:
-                    if not said:
-                        log.info("%s: waiting for the topic to exist", self.describe())
-                        said = True
-                    # A metadata request for the topic: the consumer's asks the broker to
-                    # create it (allow.auto.create.topics), as Kafka's own consumer does.
-                    await in_thread(consumer.list_topics, self._config.topic, 1.0)
-                    await trio.sleep(1.0)
-                    continue
-                raise KafkaEndpointError(f"{self.describe()}: {refusals.explain(exc)}") from None
-            return topic_id_text(description.topic_id)
+        return await read_topic_id(
+            AdminClient(settings), consumer, self._config.topic, self._config.timeout,
+            refusals, self.describe(),
+        )  # fmt: skip
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_KafkaReceiver]:
@@ -329,7 +303,10 @@ class _KafkaReceiver:
             if not records:
                 self.refusals.check(self._describe)
             wait = _BUSY_POLL if records else _POLL
-            self._take(records)
+            rest = self._take(records)
+            while rest:  # (a partition's log went back: see _went_back)
+                await self._went_back(consumer, rest[0])
+                rest = self._take(rest)
             if self._dirty:
                 self._commit()
 
@@ -345,9 +322,36 @@ class _KafkaReceiver:
                 self._room = trio.Event()
             await self._room.wait()
 
-    def _take(self, records: Sequence[Any]) -> None:  # noqa: C901 (the hot loop, one body)
+    async def _went_back(self, consumer: confluent_kafka.Consumer, record: Any) -> None:
+        """``record``'s partition went back to an offset read before: its topic was
+        deleted and created again (librdkafka reset the offset, out of range), or its
+        log truncated. The topic's id is read again, so that the new topic's records
+        get new ids, and the partition is read from ``record`` on."""
+        number, offset = record.partition(), record.offset()
+        topic_id = await self._source.topic_id(consumer, self.refusals)
+        if f"{self._topic}#{topic_id}" != self._prefix:
+            log.warning(
+                "%s: the topic was deleted and created again (partition %d back to offset "
+                "%d; its id is now %s): its records get new ids",
+                self._describe, number, offset, topic_id,
+            )  # fmt: skip
+            self.set_topic_id(topic_id)
+        else:
+            log.warning(
+                "%s: partition %d went back to offset %d (its log was truncated?): read "
+                "again from there, with the ids it had",
+                self._describe, number, offset,
+            )  # fmt: skip
+        if number in self._partitions:
+            # (what is still in flight of the old log is acked to nothing: see acked)
+            self._partitions[number] = Partition(offset)
+            self._sent.pop(number, None)
+            self._room.set()
+
+    def _take(self, records: Sequence[Any]) -> Sequence[Any]:  # noqa: C901 (the hot loop, one body)
         """Envelopes for ``records`` (one ``consume``'s), on the loop's thread: per record,
-        only what its message needs."""
+        only what its message needs. Returns the records from one whose partition went
+        back (:exc:`WentBack`) on, not taken; else none."""
         prefix = self._prefix
         topic = self._topic
         partitions = self._partitions
@@ -356,7 +360,8 @@ class _KafkaReceiver:
         #: The last record's partition: (number, its state, the number as text).
         last: tuple[int, Partition | None, str] = (-1, None, "")
         taken = 0
-        for record in records:
+        rest: Sequence[Any] = ()
+        for index, record in enumerate(records):
             error = record.error()
             if error is not None:
                 if stops(error):  # (fatal, or a group refusal: see ._group)
@@ -368,9 +373,13 @@ class _KafkaReceiver:
                 last = (number, partitions.get(number), str(number))
             partition = last[1]
             offset = record.offset()
-            if partition is None or not partition.take(offset):
-                self._dirty = True
-                continue  # not ours (revoked meanwhile) or acked before a restart
+            try:
+                if partition is None or not partition.take(offset):
+                    self._dirty = True
+                    continue  # not ours (revoked meanwhile) or acked before a restart
+            except WentBack:
+                rest = records[index:]
+                break
             headers: dict[str, str] = {}
             stable = ""
             try:
@@ -401,6 +410,7 @@ class _KafkaReceiver:
             taken += 1
         if taken:
             self._more.set()
+        return rest
 
     def _unreadable(
         self, record: Any, partition: Partition, number: int, offset: int

@@ -254,13 +254,6 @@ async def test_header_values_with_nul_or_bytes_that_are_not_utf8_round_trip() ->
     assert got.id == "id-1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the topic id is read once per open: a topic deleted and created again under a "
-    "running source gives its records the old topic's ids (or, when the new topic already "
-    "holds the old committed offset, skips them); the fix re-reads the id when a partition's "
-    "offsets go back, before handing its records out (see the kafkareview report)",
-)
 @pytest.mark.deadline(90)
 async def test_a_topic_deleted_and_created_again_under_a_running_source_gets_new_ids() -> None:
     servers = require_kafka()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bridges.endpoints.kafka._offsets import (
     MAX_METADATA,
     Partition,
+    WentBack,
     format_metadata,
     parse_metadata,
 )
@@ -73,3 +75,15 @@ def test_outstanding_counts_what_was_taken_and_not_acked(
         assert partition.outstanding == len(taken) - len(acked)
         unacked = [o for o in taken if o not in acked]
         assert partition.watermark == (unacked[0] if unacked else taken[-1] + 1)
+
+
+def test_an_offset_below_one_taken_says_the_log_went_back_and_changes_nothing() -> None:
+    partition = Partition(5)
+    assert partition.take(5)
+    assert partition.take(6)
+    with pytest.raises(WentBack):
+        partition.take(2)
+    assert (partition.watermark, partition.outstanding) == (5, 2)
+    partition.ack(5)
+    partition.ack(6)
+    assert partition.watermark == 7
