@@ -98,7 +98,11 @@ class Publish:
 
 @attrs.frozen
 class Delivery:
-    """One message delivered to our consumer."""
+    """One message delivered to our consumer.
+
+    ``oversize``: its announced body size when over the connection's
+    ``max_body`` (``body`` is then empty: it was dropped unread), else 0.
+    """
 
     body: bytes
     properties: commands.Basic.Properties
@@ -106,6 +110,7 @@ class Delivery:
     routing_key: str
     redelivered: bool
     delivery_tag: int
+    oversize: int = 0
 
 
 @attrs.define(slots=True, eq=False)
@@ -377,7 +382,8 @@ class Channel:
             raise ConnectionError(f"channel {self.number}: the consumer ended") from None
 
     async def settle(self, ops: Sequence[tuple[str, int, bool]]) -> None:
-        """Acks and nacks in one write: ``("ack", tag, multiple)`` or ``("nack", tag, requeue)``."""
+        """Settles in one write: ``("ack", tag, multiple)``, ``("nack", tag, requeue)``
+        or ``("reject", tag, requeue)``."""
         frames = []
         for op, tag, flag in ops:
             if op == "ack":
@@ -405,6 +411,7 @@ class Channel:
                 method.routing_key or "",
                 bool(method.redelivered),
                 method.delivery_tag or 0,
+                content.oversize,
             )
             try:
                 self._deliveries.send_nowait(delivery)

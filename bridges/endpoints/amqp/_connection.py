@@ -27,7 +27,7 @@ from bridges import Context, InvalidSetting
 
 from .._urls import redact, split_url
 from ._channel import Channel
-from ._client import Settings, open_client
+from ._client import MAX_BODY, Settings, open_client
 
 #: Schemes this family connects with.
 SCHEMES: Final = ("amqp", "amqps")
@@ -103,7 +103,9 @@ def one_line(exc: BaseException, secret: str | None = None) -> str:
 class Connector:
     """Opens a connection and a channel for one endpoint's settings; says what failed, where."""
 
-    def __init__(self, config: AmqpConnection, context: Context) -> None:
+    def __init__(
+        self, config: AmqpConnection, context: Context, *, max_body: int = MAX_BODY
+    ) -> None:
         self.where = check_url(config.url)
         self.family = "amqp"
         self._config = config
@@ -121,6 +123,7 @@ class Connector:
             password="guest" if password is None else password,
             vhost=vhost or "/",
             heartbeat=max(0, heartbeat),
+            max_body=max_body,
         )
         tls = parts.scheme == "amqps"
         self._host = parts.hostname or ""

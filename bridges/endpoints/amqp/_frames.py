@@ -3,9 +3,13 @@
 pamqp (the codec aiormq itself is built on) encodes and decodes each method
 and content header; this module cuts the byte stream into frames, checks
 every limit before it keeps anything (a frame over the connection's
-``frame_max``, a message body over ``max_body``, a broken frame end), and puts
+``frame_max``, a broken frame end), and puts
 a delivered message's three parts (method, content header, body frames) back
-together, per channel. It does no I/O and reads no clock (:mod:`._client` does),
+together, per channel. A message whose header announces a body over
+``max_body`` is not an error of the peer (a broker's ``max_message_size`` may
+be larger): its body frames are counted and dropped as they come, and it ends
+as a :class:`Content` with an empty body and :attr:`Content.oversize` set, so
+the source can settle it (no loop, nothing kept). It does no I/O and reads no clock (:mod:`._client` does),
 so it is tested with bytes alone.
 
 Whatever bytes arrive, the only error :meth:`FrameReader.feed` raises is
@@ -56,11 +60,16 @@ class Heartbeat:
 
 @attrs.define(slots=True)
 class Content:
-    """A message as it came: the method that carried it, its properties, its body."""
+    """A message as it came: the method that carried it, its properties, its body.
+
+    ``oversize``: the body size its header announced when that was over
+    ``max_body`` (then ``body`` is empty: its frames were dropped), else 0.
+    """
 
     method: Frame
     properties: commands.Basic.Properties
     body: bytes
+    oversize: int = 0
 
 
 @attrs.define(slots=True)
@@ -70,6 +79,8 @@ class _Partial:
     size: int = 0
     got: int = 0
     parts: list[bytes] = attrs.field(factory=list)
+    #: Over ``max_body``: its body frames are counted, not kept.
+    skip: bool = False
 
 
 class FrameReader:
@@ -94,7 +105,7 @@ class FrameReader:
         Raises:
           ProtocolError: a frame over ``frame_max``, an unknown frame type or
             method, a frame that does not end with 0xCE, a content out of
-            place or over ``max_body``, a method pamqp cannot decode.
+            place or longer than its header said, a method pamqp cannot decode.
         """
         buffer = self._buffer
         buffer += data
@@ -132,7 +143,8 @@ class FrameReader:
                 raise ProtocolError(
                     f"a content body longer than its header said on channel {channel}"
                 )
-            partial.parts.append(payload)
+            if not partial.skip:
+                partial.parts.append(payload)
             return self._done(channel, partial) if partial.got == partial.size else None
         if kind == _METHOD:
             if partial is not None:
@@ -160,18 +172,15 @@ class FrameReader:
             content.unmarshal(payload)
         except Exception as exc:
             raise ProtocolError(f"a content header pamqp cannot decode ({exc})") from None
-        if content.body_size > self.max_body:
-            raise ProtocolError(
-                f"the broker sent a message of {content.body_size} bytes, over the "
-                f"{self.max_body} this client takes (MAX_BODY; keep the broker's "
-                f"max_message_size at or below it)"
-            )
+        partial.skip = content.body_size > self.max_body
         partial.properties, partial.size = content.properties, content.body_size
         return self._done(channel, partial) if not partial.size else None
 
     def _done(self, channel: int, partial: _Partial) -> Content:
         del self._partial[channel]
         assert partial.properties is not None
+        if partial.skip:
+            return Content(partial.method, partial.properties, b"", partial.size)
         parts = partial.parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         return Content(partial.method, partial.properties, body)

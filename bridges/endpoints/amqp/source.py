@@ -10,6 +10,16 @@ settled out of order. A nack (with an error, or a release at shutdown) is
 ``basic.nack(requeue=true)``: the broker delivers it again, flagged
 ``redelivered``. Closing the channel returns whatever is still unacked.
 
+A message over ``max_body`` (default 128 MiB, ``MAX_BODY``: a broker whose
+``max_message_size`` is larger) is not read: its body frames are dropped as
+they come and it is handed out as an :class:`~bridges.UnreadableEnvelope`
+with its headers and an empty body. With a dead-letter sink the engine writes
+that record there; either way the source settles it with
+``basic.reject(requeue=false)``, so a queue with a dead-letter exchange keeps
+the whole message there (without one, the broker drops it), logged at ERROR
+with the limit and the delivery tag. It never loops: it is not requeued
+(unless released at a stop or a failed dead-letter write, as any message).
+
 The id: the ``bridge-id`` header, else ``ROUTE/`` and the ``message_id``
 property (namespaced by the route's name: two publishers' ids never meet), both
 stable. A message with neither has no stable id: its id is empty (no sink
@@ -23,6 +33,7 @@ it from headers the publisher keeps the same and ``{body_hash}`` (see
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, Protocol
@@ -32,16 +43,20 @@ import trio
 from attrs.validators import and_, ge, le, optional
 from pamqp import commands
 
-from bridges import Context, Envelope, InvalidSetting, Message
+from bridges import Context, Envelope, InvalidSetting, Message, UnreadableEnvelope
 
 from .._id_template import IdTemplate, id_namespace, id_template_setting
 from ._channel import Delivery
-from ._client import CLOSE_TIMEOUT
+from ._client import CLOSE_TIMEOUT, MAX_BODY
 from ._connection import AmqpConnection, Connector
 from ._headers import SHORTSTR, to_headers
 
 #: AMQP's prefetch-count is a 16-bit field.
 MAX_PREFETCH: Final = 65535
+#: How a settled delivery goes on the wire.
+_ACK, _REQUEUE, _DROP = "ack", "requeue", "drop"
+
+log = logging.getLogger("bridges.amqp")
 
 
 @attrs.frozen
@@ -62,6 +77,9 @@ class AmqpSourceConfig(AmqpConnection):
       id_template: the message id made from its headers and body
         (``{header:NAME}``, ``{body_hash}``, ``{id}``: the id above) for
         messages whose publisher sets no ``message_id``; default: none.
+      max_body: the largest message body read, bytes (default 128 MiB,
+        ``MAX_BODY``); a larger one is not read but dead-lettered (see the
+        module's notes).
     """
 
     queue: str = ""
@@ -73,6 +91,7 @@ class AmqpSourceConfig(AmqpConnection):
     bind_key: str = ""
     id_from_content: bool = False
     id_template: str | None = None
+    max_body: int = attrs.field(default=MAX_BODY, validator=and_(ge(1), le(MAX_BODY)))
 
 
 class AmqpSource:
@@ -87,7 +106,7 @@ class AmqpSource:
             raise InvalidSetting("bind_exchange", "needs declare = true")
         self._config = config
         self._context = context
-        self._connector = Connector(config, context)
+        self._connector = Connector(config, context, max_body=config.max_body)
         self._window = min(config.prefetch or context.in_flight, MAX_PREFETCH)
         self._id_template = id_template_setting(config.id_template)
 
@@ -124,6 +143,7 @@ class AmqpSource:
             receiver.id_from_content = config.id_from_content
             receiver.namespace = id_namespace(self._context.route)
             receiver.id_template = self._id_template
+            receiver.max_body = config.max_body
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(receiver.run_settler)
                 try:
@@ -158,10 +178,10 @@ class _AmqpReceiver:
         self._channel = channel
         #: Delivery tags handed out and not yet settled on the wire, oldest first.
         self._open: collections.deque[int] = collections.deque()
-        #: Settled tags not yet sent: tag -> True (ack) or False (requeue).
-        self._settled: dict[int, bool] = {}
+        #: Settled tags not yet sent: tag -> _ACK, _REQUEUE or _DROP.
+        self._settled: dict[int, str] = {}
         #: Settled tags recorded by envelopes, not yet taken by a flush.
-        self._todo: list[tuple[int, bool]] = []
+        self._todo: list[tuple[int, str]] = []
         self._wake = trio.Event()
         self._flush_lock = trio.Lock()
         #: Without bridge-id or message_id: the id from body and headers (else empty).
@@ -170,6 +190,8 @@ class _AmqpReceiver:
         self.namespace = ""
         #: Makes each message's id, when the config gives one.
         self.id_template: IdTemplate | None = None
+        #: The source's ``max_body`` (named in the error of a message over it).
+        self.max_body = MAX_BODY
 
     async def receive(self) -> Envelope:
         try:
@@ -184,13 +206,19 @@ class _AmqpReceiver:
         message = Message(incoming.body, headers, stable)
         if self.id_template is not None:
             message = self.id_template.apply(message)
+        if incoming.oversize:
+            error = ValueError(
+                f"a message of {incoming.oversize} bytes, over max_body ({self.max_body}); "
+                f"its body was not read"
+            )
+            return _TooBigEnvelope(message, self, tag, error)
         return _AmqpEnvelope(message, self, tag)
 
     def note_delivered(self, tags: Iterable[int]) -> None:
         """Delivery tags handed out, in order: open until settled."""
         self._open.extend(tags)
 
-    def put(self, tag: int, ok: bool) -> None:
+    def put(self, tag: int, ok: str) -> None:
         """Record a settled delivery (never waits: an ``ack()`` cannot be cancelled half-way)."""
         self._todo.append((tag, ok))
         self._wake.set()
@@ -218,8 +246,8 @@ class _AmqpReceiver:
                         f"{CLOSE_TIMEOUT:g} s"
                     )
 
-    async def send_settled(self, settled: list[tuple[int, bool]]) -> None:
-        """Acks and requeues in as few frames as possible, in one write."""
+    async def send_settled(self, settled: list[tuple[int, str]]) -> None:
+        """Acks, requeues and rejects in as few frames as possible, in one write."""
         self._settled.update(settled)
         pending = self._settled
         opened = self._open
@@ -227,19 +255,20 @@ class _AmqpReceiver:
         run_end = 0
         while opened and opened[0] in pending:
             tag = opened.popleft()
-            if pending.pop(tag):
+            how = pending.pop(tag)
+            if how == _ACK:
                 run_end = tag
                 continue
             if run_end:
                 ops.append(("ack", run_end, True))
                 run_end = 0
-            ops.append(("nack", tag, True))
+            ops.append(_op(tag, how))
         if run_end:
             ops.append(("ack", run_end, True))
-        for tag, ok in list(pending.items()):  # settled out of order: one by one
+        for tag, how in list(pending.items()):  # settled out of order: one by one
             opened.remove(tag)
             del pending[tag]
-            ops.append(("ack", tag, False) if ok else ("nack", tag, True))
+            ops.append(("ack", tag, False) if how == _ACK else _op(tag, how))
         if ops:
             await self._channel.settle(ops)
 
@@ -253,7 +282,52 @@ class _AmqpEnvelope(Envelope):
         self._tag = tag
 
     async def _ack_now(self) -> None:
-        self._receiver.put(self._tag, True)
+        self._receiver.put(self._tag, _ACK)
 
     async def _nack_now(self, error: BaseException | None) -> None:
-        self._receiver.put(self._tag, False)
+        self._receiver.put(self._tag, _REQUEUE)
+
+
+def _op(tag: int, how: str) -> tuple[str, int, bool]:
+    """A requeue (``basic.nack(requeue=true)``) or a drop (``basic.reject(requeue=false)``)."""
+    return ("nack", tag, True) if how == _REQUEUE else ("reject", tag, False)
+
+
+class _TooBigEnvelope(UnreadableEnvelope):
+    """A delivery over ``max_body``: its headers, no body (see the module's notes).
+
+    Acked (the engine dead-lettered it) or nacked with an error (no
+    dead-letter sink): ``basic.reject(requeue=false)``, to the queue's
+    dead-letter exchange if it has one. Released (nacked with None):
+    requeued, as any message.
+    """
+
+    __slots__ = ("_receiver", "_tag")
+
+    def __init__(
+        self, message: Message, receiver: _AmqpReceiver, tag: int, error: BaseException
+    ) -> None:
+        super().__init__(
+            message, ack=self._ack_now, nack=self._nack_now, origin=receiver.origin, error=error
+        )
+        self._receiver = receiver
+        self._tag = tag
+
+    async def _ack_now(self) -> None:
+        log.error(
+            "%s: delivery tag %d (id %r): %s; dead-lettered, and rejected (requeue=false): "
+            "the broker's dead-letter exchange keeps the whole message if the queue has one",
+            self._receiver.origin, self._tag, self.message.id, self.error,
+        )  # fmt: skip
+        self._receiver.put(self._tag, _DROP)
+
+    async def _nack_now(self, error: BaseException | None) -> None:
+        if error is None:
+            self._receiver.put(self._tag, _REQUEUE)
+            return
+        log.error(
+            "%s: delivery tag %d (id %r): %s; rejected (requeue=false), no dead-letter sink: "
+            "the broker's dead-letter exchange keeps it if the queue has one, else it is dropped",
+            self._receiver.origin, self._tag, self.message.id, self.error,
+        )  # fmt: skip
+        self._receiver.put(self._tag, _DROP)

@@ -148,10 +148,29 @@ def test_a_frame_over_frame_max_fails_before_it_is_read() -> None:
         reader.feed(struct.pack(">BHI", 3, 1, 4089))  # only the head: no buffering of 4 KB
 
 
-def test_a_body_over_max_body_fails_at_its_header() -> None:
-    reader = FrameReader(4096, 100)
-    with pytest.raises(ProtocolError, match=r"over the 100 this client takes \(MAX_BODY"):
-        reader.feed(frames_of_a_delivery(b"y" * 101))
+@given(
+    size=st.integers(0, 20000),
+    max_body=st.integers(1, 12000),
+    step=st.sampled_from([1, 7, 4096, 1 << 20]),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_body_over_max_body_is_dropped_unread_and_the_next_delivery_comes_whole(
+    size: int, max_body: int, step: int
+) -> None:
+    data = frames_of_a_delivery(b"y" * size) + frames_of_a_delivery(b"z" * min(max_body, 5))
+    reader = FrameReader(4096, max_body)
+    events = []
+    for start in range(0, len(data), step):
+        events += reader.feed(data[start : start + step])
+    assert [channel for channel, _ in events] == [1, 1]
+    big, small = (content for _, content in events)
+    assert isinstance(big, Content) and isinstance(small, Content)
+    assert big.properties.message_id == "m1"
+    if size > max_body:
+        assert (big.body, big.oversize) == (b"", size)
+    else:
+        assert (big.body, big.oversize) == (b"y" * size, 0)
+    assert (small.body, small.oversize) == (b"z" * min(max_body, 5), 0)
 
 
 def test_the_connections_limits_are_rabbitmqs_own_and_named_when_passed() -> None:
@@ -160,8 +179,8 @@ def test_the_connections_limits_are_rabbitmqs_own_and_named_when_passed() -> Non
     reader = FrameReader(MAX_FRAME, MAX_BODY)
     deliver = method_frame(1, commands.Basic.Deliver("c", 1, False, "", "q"))
     head = header.ContentHeader(0, MAX_BODY + 1, commands.Basic.Properties()).marshal()
-    with pytest.raises(ProtocolError, match=f"{MAX_BODY + 1} bytes, over the {MAX_BODY}"):
-        reader.feed(deliver + struct.pack(">BHI", 2, 1, len(head)) + head + b"\xce")
+    # (over MAX_BODY: no error, and its body frames will be dropped as they come)
+    assert reader.feed(deliver + struct.pack(">BHI", 2, 1, len(head)) + head + b"\xce") == []
     with pytest.raises(ProtocolError, match=rf"over frame_max \({MAX_FRAME}, as agreed"):
         FrameReader(MAX_FRAME, MAX_BODY).feed(struct.pack(">BHI", 3, 1, MAX_FRAME - 7))
 

@@ -188,20 +188,25 @@ class RecordingChannel:
 async def test_settled_runs_become_one_multiple_ack_and_out_of_order_ones_single_frames() -> None:
     channel = RecordingChannel()
     receiver = _AmqpReceiver(channel, "test")
-    receiver.note_delivered(range(1, 11))
-    # 1-4 acked, 5 requeued, 6-7 acked, 9 acked (8 still open), 10 open.
-    ops = [(1, True), (2, True), (3, True), (4, True), (5, False), (6, True), (7, True), (9, True)]
+    receiver.note_delivered(range(1, 14))
+    # 1-4 acked, 5 requeued, 6-7 acked, 9 acked (8 still open), 10 open, 11 dropped,
+    # 12 dropped out of order (10 still open)
+    ops = [
+        (1, "ack"), (2, "ack"), (3, "ack"), (4, "ack"), (5, "requeue"), (6, "ack"),
+        (7, "ack"), (9, "ack"), (12, "drop"),
+    ]  # fmt: skip
     await receiver.send_settled(ops)
     assert channel.frames == [
         ("ack", 4, True),
         ("nack", 5, True),
         ("ack", 7, True),
         ("ack", 9, False),
+        ("reject", 12, False),
     ]
     assert channel.writes == 1  # (all of them in one write)
     channel.frames.clear()
-    await receiver.send_settled([(8, True), (10, True)])
-    assert channel.frames == [("ack", 10, True)]
+    await receiver.send_settled([(8, "ack"), (10, "ack"), (11, "drop"), (13, "ack")])
+    assert channel.frames == [("ack", 10, True), ("reject", 11, False), ("ack", 13, True)]
 
 
 async def test_bad_credentials_missing_queue_and_exchange_are_one_line() -> None:
