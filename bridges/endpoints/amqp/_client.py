@@ -80,8 +80,8 @@ CLOSE_TIMEOUT: Final = 5.0
 #: The largest frame we offer, bytes (RabbitMQ's default); the broker may ask for less.
 #: A bigger frame from the broker fails the connection before it is read.
 MAX_FRAME: Final = 131072
-#: The largest message we take from the broker, bytes (RabbitMQ 3.x's max_message_size);
-#: a content header announcing more fails the connection before the body is read.
+#: The largest message body we read, bytes (RabbitMQ 3.x's max_message_size; the source's
+#: ``max_body`` can lower it); a larger one's body frames are dropped unread (see _frames).
 MAX_BODY: Final = 128 * 1024 * 1024
 #: Answers (CloseOk, FlowOk, heartbeats) owed to a broker that reads none of our bytes;
 #: one more fails the connection (a broker that reads nothing but keeps asking).
@@ -104,7 +104,8 @@ class Settings:
       vhost: the virtual host.
       heartbeat: the heartbeat interval we ask for, s (0: none).
       frame_max: the largest frame we offer, bytes.
-      max_body: the largest message body we accept, bytes.
+      max_body: the largest message body we read, bytes (a larger one
+        comes as a :class:`._frames.Content` with ``oversize`` set).
     """
 
     user: str = "guest"

@@ -9,8 +9,8 @@ together, per channel. A message whose header announces a body over
 ``max_body`` is not an error of the peer (a broker's ``max_message_size`` may
 be larger): its body frames are counted and dropped as they come, and it ends
 as a :class:`Content` with an empty body and :attr:`Content.oversize` set, so
-the source can settle it (no loop, nothing kept). It does no I/O and reads no clock (:mod:`._client` does),
-so it is tested with bytes alone.
+the source can settle it (no loop, nothing kept). It does no I/O and reads
+no clock (:mod:`._client` does), so it is tested with bytes alone.
 
 Whatever bytes arrive, the only error :meth:`FrameReader.feed` raises is
 :class:`ProtocolError` (what the peer did wrong).

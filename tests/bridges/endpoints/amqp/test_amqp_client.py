@@ -164,7 +164,8 @@ def test_a_body_over_max_body_is_dropped_unread_and_the_next_delivery_comes_whol
         events += reader.feed(data[start : start + step])
     assert [channel for channel, _ in events] == [1, 1]
     big, small = (content for _, content in events)
-    assert isinstance(big, Content) and isinstance(small, Content)
+    assert isinstance(big, Content)
+    assert isinstance(small, Content)
     assert big.properties.message_id == "m1"
     if size > max_body:
         assert (big.body, big.oversize) == (b"", size)

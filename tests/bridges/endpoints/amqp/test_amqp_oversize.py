@@ -18,6 +18,7 @@ import trio
 import trio.testing
 from amqp_servers import HOSTPORT, require_amqp, unique
 from pamqp import commands
+from pamqp.common import FieldTable
 from test_amqp_protocol import Broker
 
 from bridges import Context, RetryPolicy, Route, UnreadableEnvelope
@@ -84,10 +85,12 @@ async def test_a_delivery_over_max_body_is_rejected_unread_and_the_next_one_come
         assert client.error is None
     assert isinstance(reject, commands.Basic.Reject)
     assert (reject.delivery_tag, reject.requeue) == (1, False)
-    assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 2
+    assert isinstance(ack, commands.Basic.Ack)
+    assert ack.delivery_tag == 2
     [line] = [r.getMessage() for r in caplog.records]
     assert "delivery tag 1 (id 'big')" in line
-    assert "over max_body (100)" in line and "rejected (requeue=false)" in line
+    assert "over max_body (100)" in line
+    assert "rejected (requeue=false)" in line
 
 
 async def test_a_released_delivery_over_max_body_is_requeued_as_any_other() -> None:
@@ -114,7 +117,7 @@ async def test_rabbitmq_dead_letters_a_message_over_max_body_and_the_route_moves
         async with open_client(host, int(port), Settings(heartbeat=0), within=10) as client:
             admin = await client.channel()
             await admin.rpc(commands.Queue.Declare(queue=dlq), commands.Queue.DeclareOk)
-            arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq}
+            arguments: FieldTable = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq}
             declare = commands.Queue.Declare(queue=name, durable=True, arguments=arguments)
             await admin.rpc(declare, commands.Queue.DeclareOk)
             try:
@@ -151,7 +154,8 @@ async def test_rabbitmq_dead_letters_a_message_over_max_body_and_the_route_moves
                 # The whole message is in the dead-letter queue; nothing is left in the queue.
                 passive = commands.Queue.Declare(queue=name, passive=True)
                 left = await admin.rpc(passive, commands.Queue.DeclareOk)
-                assert isinstance(left, commands.Queue.DeclareOk) and left.message_count == 0
+                assert isinstance(left, commands.Queue.DeclareOk)
+                assert left.message_count == 0
                 reader = await client.channel()
                 await reader.consume(dlq, 1)
                 kept = await reader.next_delivery()
