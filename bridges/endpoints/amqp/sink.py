@@ -22,10 +22,18 @@ A round goes out in as few writes as its size allows (the frames of many
 messages in one ``send_all``), and its confirms are then awaited together:
 the reader marks each delivery tag as the broker's ``basic.ack`` (usually
 ``multiple``) arrives (:mod:`._channel`).
+
+A message over ``max_message_size`` is rejected alone before it is sent. A
+broker whose own ``max_message_size`` is smaller closes the channel at such a
+publish (``PRECONDITION_FAILED - message size N is larger than configured max
+size M``): the write fails (the engine reopens and retries), and from then on
+the sink rejects every message over M alone, with that reason, so the batch
+does not fail in a loop.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
@@ -45,6 +53,10 @@ from ._headers import SHORTSTR, max_head, to_amqp
 DEFAULT_FRAME_MAX: Final = 131072
 #: RabbitMQ 4's default ``max_message_size`` (16 MiB); a bigger publish closes the channel.
 DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024
+#: RabbitMQ's reply text when a publish is over its ``max_message_size``.
+_BROKER_TOO_BIG: Final = re.compile(
+    r"message size \d+ is larger than (?:configured )?max size (\d+)"
+)
 
 
 @attrs.frozen
@@ -82,6 +94,8 @@ class AmqpSink:
             raise InvalidSetting("routing_key", str(exc)) from None
         self._config = config
         self._connector = Connector(config, context)
+        #: The broker's ``max_message_size``, once a publish over it closed the channel.
+        self.broker_max: int | None = None
 
     @classmethod
     def build(cls, config: AmqpSinkConfig, context: Context) -> AmqpSink:
@@ -123,6 +137,11 @@ class AmqpSink:
         if size > self._config.max_message_size:
             raise ValueError(
                 f"{size} bytes is over max_message_size ({self._config.max_message_size})"
+            )
+        if self.broker_max is not None and size > self.broker_max:
+            raise ValueError(
+                f"{size} bytes is over the broker's max_message_size ({self.broker_max}, "
+                f"as it said when it closed the channel at a larger publish)"
             )
         key = message.destination or self._routing_key.render(message)
         if len(key.encode()) > SHORTSTR:
@@ -168,6 +187,9 @@ class _AmqpWriter:
                     f"{self._timeout:g} s{why}"
                 ) from None
             except (Nacked, ServerClosed) as exc:
+                too_big = _BROKER_TOO_BIG.search(str(exc))
+                if too_big:  # (rejected alone from the retry on)
+                    self._sink.broker_max = int(too_big.group(1))
                 raise ConnectionError(f"publishing failed: {one_line(exc)}") from exc
             for (index, publish), returned in zip(round_, results, strict=True):
                 if returned is None:

@@ -1,5 +1,7 @@
 """A message over the source's ``max_body``: dropped unread, rejected to the dead-letter exchange.
 
+(And the sink: a message over the broker's own ``max_message_size`` is rejected alone.)
+
 Once against a fake broker over memory streams (which frames the source
 writes back), once through a route against the real RabbitMQ with a queue
 whose dead-letter exchange keeps the whole message: the big message ends
@@ -19,13 +21,14 @@ import trio.testing
 from amqp_servers import HOSTPORT, require_amqp, unique
 from pamqp import commands
 from pamqp.common import FieldTable
-from test_amqp_protocol import Broker
+from test_amqp_protocol import Broker, confirming_channel, connected
 
-from bridges import Context, RetryPolicy, Route, UnreadableEnvelope
-from bridges.endpoints.amqp import AmqpSource, AmqpSourceConfig
+from bridges import Context, Message, MessageRejected, RetryPolicy, Route, UnreadableEnvelope
+from bridges.endpoints.amqp import AmqpSink, AmqpSinkConfig, AmqpSource, AmqpSourceConfig
 from bridges.endpoints.amqp._channel import Channel, Publish
 from bridges.endpoints.amqp._client import Client, Settings, open_client, wrap_stream
 from bridges.endpoints.amqp._frames import content_frames, method_frame
+from bridges.endpoints.amqp.sink import _AmqpWriter
 from bridges.endpoints.amqp.source import _AmqpReceiver
 from bridges.testing import FakeSink, wait_until
 
@@ -165,3 +168,44 @@ async def test_rabbitmq_dead_letters_a_message_over_max_body_and_the_route_moves
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     for queue in (name, dlq):
                         await admin.rpc(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+
+
+async def publishes(broker: Broker, count: int) -> None:
+    seen = 0
+    while seen < count:
+        _, method = await broker.method()
+        seen += isinstance(method, commands.Basic.Publish)
+
+
+async def test_a_publish_over_the_brokers_max_message_size_is_rejected_alone_after_one_retry() -> (
+    None
+):
+    sink = AmqpSink(AmqpSinkConfig(url="amqp://127.0.0.1:1/%2f", routing_key="q"), CTX)
+    batch = [Message(b"a", {}, "a"), Message(b"x" * 2000, {}, "big"), Message(b"b", {}, "b")]
+    text = "PRECONDITION_FAILED - message size 2000 is larger than configured max size 1000"
+    async with connected() as (client, broker):
+        channel = await confirming_channel(client, broker)
+
+        async def close_at_the_big_one() -> None:
+            await publishes(broker, 2)
+            await broker.send(channel.number, commands.Channel.Close(406, text, 60, 40))
+            while not isinstance((await broker.method())[1], commands.Channel.CloseOk):
+                pass
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(close_at_the_big_one)
+            with pytest.raises(ConnectionError, match="larger than configured max size 1000"):
+                await _AmqpWriter(channel, sink, 5).write(batch)
+        # The retry (a new channel, as the engine reopens the sink): the big one alone is rejected.
+        channel = await confirming_channel(client, broker)
+
+        async def ack_two() -> None:
+            await publishes(broker, 2)
+            await broker.send(channel.number, commands.Basic.Ack(2, multiple=True))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ack_two)
+            with pytest.raises(MessageRejected) as rejected:
+                await _AmqpWriter(channel, sink, 5).write(batch)
+    assert rejected.value.indices == (1,)
+    assert "2000 bytes is over the broker's max_message_size (1000" in rejected.value.reason
