@@ -253,6 +253,10 @@ def test_settings_that_cannot_work_are_refused() -> None:
         AmqpSource(AmqpSourceConfig(), CTX)
     with pytest.raises(ValueError, match="prefetch"):
         AmqpSourceConfig(queue="q", prefetch=70000)
+    for max_body in (0, 128 * 1024 * 1024 + 1):
+        with pytest.raises(ValueError, match="max_body"):
+            AmqpSourceConfig(queue="q", max_body=max_body)
+    assert AmqpSourceConfig(queue="q").max_body == 128 * 1024 * 1024
 
 
 @pytest.mark.parametrize(
