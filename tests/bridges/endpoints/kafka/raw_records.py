@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Sequence
 
 _CRC32C_POLY = 0x82F63B78
@@ -58,13 +59,20 @@ def record_batch(
     records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[bytes, bytes | None]]]],
 ) -> bytes:
     """One batch of (key, value, headers) with raw header names."""
-    now = 0
+    # (the time now: a record stamped 1970 is past the broker's retention, and its
+    # segment went at the next retention check, every 5 min: a flaky test read nothing)
+    now = int(time.time() * 1000)
     tail = struct.pack(">hiqqqhii", 0, len(records) - 1, now, now, -1, -1, -1, len(records))
     tail += b"".join(_record(i, k, v, h) for i, (k, v, h) in enumerate(records))
     crc = _crc32c(tail)
     header = struct.pack(">iBI", 0, 2, crc)  # partition leader epoch, magic, crc
     batch = header + tail
     return struct.pack(">qi", 0, len(batch)) + batch
+
+
+#: Kafka's errors for a partition not ready yet: UNKNOWN_TOPIC_OR_PARTITION,
+#: LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER.
+_NOT_READY = frozenset({3, 5, 6})
 
 
 def produce_raw(
@@ -81,15 +89,21 @@ def produce_raw(
     body += struct.pack(">hhii", -1, -1, 30_000, 1)  # no transactional id, acks=all, 1 topic
     body += struct.pack(">h", len(name)) + name + struct.pack(">iii", 1, partition, len(batch))
     body += batch
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        reply = _read(sock, size)
-    # correlation, 1 topic, name, 1 partition, partition, error code
-    offset = 4 + 4 + 2 + len(name) + 4 + 4
-    error = struct.unpack(">h", reply[offset : offset + 2])[0]
-    if error:
-        raise RuntimeError(f"the broker refused the raw records: error {error}")
+    deadline = time.monotonic() + 15
+    while True:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            reply = _read(sock, size)
+        # correlation, 1 topic, name, 1 partition, partition, error code
+        offset = 4 + 4 + 2 + len(name) + 4 + 4
+        error = struct.unpack(">h", reply[offset : offset + 2])[0]
+        if error in _NOT_READY and time.monotonic() < deadline:
+            time.sleep(0.1)  # (a partition just created has no leader for a moment)
+            continue
+        if error:
+            raise RuntimeError(f"the broker refused the raw records: error {error}")
+        return
 
 
 def _read(sock: socket.socket, size: int) -> bytes:
