@@ -218,9 +218,10 @@ class _AmqpReceiver:
         """Delivery tags handed out, in order: open until settled."""
         self._open.extend(tags)
 
-    def put(self, tag: int, ok: str) -> None:
-        """Record a settled delivery (never waits: an ``ack()`` cannot be cancelled half-way)."""
-        self._todo.append((tag, ok))
+    def put(self, tag: int, how: str) -> None:
+        """Record a settled delivery, ``_ACK``, ``_REQUEUE`` or ``_DROP`` (never waits:
+        an ``ack()`` cannot be cancelled half-way)."""
+        self._todo.append((tag, how))
         self._wake.set()
 
     async def run_settler(self) -> None:
@@ -314,20 +315,24 @@ class _TooBigEnvelope(UnreadableEnvelope):
         self._tag = tag
 
     async def _ack_now(self) -> None:
-        log.error(
-            "%s: delivery tag %d (id %r): %s; dead-lettered, and rejected (requeue=false): "
-            "the broker's dead-letter exchange keeps the whole message if the queue has one",
-            self._receiver.origin, self._tag, self.message.id, self.error,
-        )  # fmt: skip
-        self._receiver.put(self._tag, _DROP)
+        self._drop(
+            "dead-lettered, and rejected (requeue=false): the broker's dead-letter "
+            "exchange keeps the whole message if the queue has one"
+        )
 
     async def _nack_now(self, error: BaseException | None) -> None:
         if error is None:
             self._receiver.put(self._tag, _REQUEUE)
             return
+        self._drop(
+            "rejected (requeue=false), no dead-letter sink: the broker's dead-letter "
+            "exchange keeps it if the queue has one, else it is dropped"
+        )
+
+    def _drop(self, what: str) -> None:
+        """Say what became of it (ERROR), and reject it without requeue."""
         log.error(
-            "%s: delivery tag %d (id %r): %s; rejected (requeue=false), no dead-letter sink: "
-            "the broker's dead-letter exchange keeps it if the queue has one, else it is dropped",
-            self._receiver.origin, self._tag, self.message.id, self.error,
+            "%s: delivery tag %d (id %r): %s; %s",
+            self._receiver.origin, self._tag, self.message.id, self.error, what,
         )  # fmt: skip
         self._receiver.put(self._tag, _DROP)
