@@ -15,7 +15,9 @@ Programmatic use, with your own endpoints::
 or build :class:`Route` objects directly and ``await route.run()``.
 """
 
+from ._blocking import Worker as Worker
 from ._blocking import blocking as blocking
+from ._blocking import worker_thread as worker_thread
 from ._builtins import default_registry as default_registry
 from ._carry import CarryingSink as CarryingSink
 from ._carry import CarryingWriter as CarryingWriter

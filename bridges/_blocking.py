@@ -23,13 +23,27 @@ Every call of the process shares one :class:`trio.CapacityLimiter` of
 :data:`MAX_THREADS` (per ``trio.run``): a slow disk or a hung peer takes at
 most that many threads, and the other calls wait their turn instead of
 starting more.
+
+An endpoint that makes one blocking call after another, each short, for as
+long as it is open (a producer waiting for each batch's acknowledgements)
+uses a thread of its own instead, :func:`worker_thread`, for the block: a
+call handed to a thread that is already running costs a fraction of
+starting one through :func:`trio.to_thread.run_sync` (on a 2-CPU machine,
+about 50 µs of CPU against 100 to 140, and a third less time from handing
+over to the call's result). Its calls follow the rule of ``abandon=False``;
+its thread holds one place of the limiter while the block lasts and ends
+with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final, TypeVar
+import queue
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, Final, TypeVar
 
+import outcome
 import trio
 
 T = TypeVar("T")
@@ -83,3 +97,73 @@ async def blocking(
     with trio.move_on_after(timeout if timeout is not None else float("inf")):
         return await trio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=limiter())
     raise TimeoutError(f"{what}: not done within {timeout:g} s (left to finish in its thread)")
+
+
+class Worker:
+    """A thread of one block's own that runs the calls handed to it, one at a time,
+    in order (see :func:`worker_thread`)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._token = trio.lowlevel.current_trio_token()
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], trio.lowlevel.Task] | None] = (
+            queue.SimpleQueue()
+        )
+        self._closed = False
+
+    async def run(self, call: Callable[[], T]) -> T:
+        """``call()`` in the thread (after the calls handed to it before); its result.
+
+        As :func:`blocking` with ``abandon=False``: the call always runs to its
+        end, and a cancellation meanwhile is delivered at the caller's next
+        checkpoint.
+
+        Raises:
+          trio.ClosedResourceError: the block has ended.
+          trio.Cancelled: cancelled before the call was handed over.
+          Exception: whatever ``call`` raised.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError(f"{self._what}: the worker thread has ended")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._calls.put((call, trio.lowlevel.current_task()))
+        result: T = await trio.lowlevel.wait_task_rescheduled(_never_abandoned)
+        return result
+
+    def _serve(self) -> None:
+        """The thread: each call handed over, until the block's end says stop."""
+        while (job := self._calls.get()) is not None:
+            call, task = job
+            self._token.run_sync_soon(trio.lowlevel.reschedule, task, outcome.capture(call))
+
+    def _close(self) -> None:
+        self._closed = True
+        self._calls.put(None)
+
+
+def _never_abandoned(_raise_cancel: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED  # (the call runs on: its result comes all the same)
+
+
+@asynccontextmanager
+async def worker_thread(what: str) -> AsyncIterator[Worker]:
+    """A worker thread for the block, for a stream of short blocking calls (see the module).
+
+    The thread starts once the shared limiter has a place for it, and runs
+    each call of :meth:`Worker.run` in turn. Leaving the block waits until
+    the call in progress returns (the calls bound themselves), then the
+    thread ends: nothing outlives the block.
+
+    Args:
+      what: a few words naming the calls, for errors.
+    """
+    worker = Worker(what)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            partial(trio.to_thread.run_sync, worker._serve, limiter=limiter()),  # noqa: SLF001
+            name=f"worker thread: {what}",
+        )
+        try:
+            yield worker
+        finally:
+            worker._close()  # noqa: SLF001

@@ -4,15 +4,16 @@ The producer is librdkafka's, with ``acks=all`` and idempotence on by
 default: the partition leader acknowledges a record only once every
 in-sync replica has it, and a record librdkafka sends again (a lost
 acknowledgement, a reconnect) is written once. ``write`` queues the batch
-(``produce`` only queues: it runs on the event loop), then waits in a
-worker thread, 100 ms at a time, until librdkafka's queue is empty: every
-record was then acknowledged or failed. librdkafka is asked to report
-only failures (``delivery.report.only.error``: no Python call per
-acknowledged record; confluent-kafka still frees each record's state), so a
-record of the batch with no report was acknowledged. A record Kafka
-acknowledged is durable as far as the cluster's replication makes it (on
-one broker: in its page cache, which survives the broker's SIGKILL but not
-a power cut; see the guarantee table).
+(``produce`` only queues: it runs on the event loop), then waits in the
+sink's own worker thread (:func:`bridges.worker_thread`: one handover per
+batch, not a thread started per batch), 100 ms at a time, until
+librdkafka's queue is empty: every record was then acknowledged or failed.
+librdkafka is asked to report only failures (``delivery.report.only.error``:
+no Python call per acknowledged record; confluent-kafka still frees each
+record's state), so a record of the batch with no report was acknowledged.
+A record Kafka acknowledged is durable as far as the cluster's replication
+makes it (on one broker: in its page cache, which survives the broker's
+SIGKILL but not a power cut; see the guarantee table).
 
 A record Kafka can never take (over ``max_bytes`` or the topic's
 ``max.message.bytes``, an invalid topic, a topic the client may not write)
@@ -31,6 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -47,7 +49,9 @@ from bridges import (
     MessageRejected,
     Template,
     TemplateError,
+    Worker,
     prepare_each,
+    worker_thread,
 )
 
 from ._carry import Carried, carried_offsets, carry_source, settle_written
@@ -266,7 +270,17 @@ class KafkaSink:
         config = self._config
         refusals = Refusals()
         producer = confluent_kafka.Producer(self.settings() | {"error_cb": refusals.note})
-        writer = _KafkaWriter(self, producer, refusals)
+        async with worker_thread(f"kafka {config.topic}") as waits:
+            async with self._opened(producer, refusals, waits) as writer:
+                yield writer
+
+    @asynccontextmanager
+    async def _opened(
+        self, producer: confluent_kafka.Producer, refusals: Refusals, waits: Worker
+    ) -> AsyncIterator[_KafkaWriter]:
+        """:meth:`open`'s writer on ``producer``, its waits in ``waits``."""
+        config = self._config
+        writer = _KafkaWriter(self, producer, refusals, waits)
         try:
             if config.idempotent and self._fixed_topic is not None:
                 await _ask_early(producer, self._fixed_topic, refusals, self.describe())
@@ -405,10 +419,12 @@ def _is_text(name: str) -> bool:
 
 class _KafkaWriter:
     def __init__(
-        self, sink: KafkaSink, producer: confluent_kafka.Producer, refusals: Refusals
+        self, sink: KafkaSink, producer: confluent_kafka.Producer, refusals: Refusals, waits: Worker
     ) -> None:
         self._sink = sink
         self._producer = producer
+        #: The thread each batch's wait for acknowledgements (and commit) runs in.
+        self._waits = waits
         #: The producer's ``error_cb``: a refused connection fails a write at once.
         self._refusals = refusals
         self._describe = sink.describe()
@@ -447,7 +463,7 @@ class _KafkaWriter:
         self.in_transaction = True
         try:
             if not await self._write([records[i] for i in fresh], fresh, commit=True):
-                await in_thread(self._commit)
+                await self._waits.run(self._commit)
         except BaseException as exc:
             if self.in_transaction and not isinstance(exc, trio.Cancelled):
                 with trio.CancelScope(shield=True):
@@ -503,7 +519,7 @@ class _KafkaWriter:
         committed: bool | None = None if len(refused) < len(records) else False
         self._refusals.refused = None  # (each write meets the brokers' answer anew)
         while committed is None:
-            committed = await in_thread(self._wait, failed, commit)
+            committed = await self._waits.run(partial(self._wait, failed, commit))
             if committed is None:
                 self._refusals.check(self._describe)
         if failed:

@@ -430,10 +430,10 @@ def test_the_public_surface_is_pinned() -> None:
         "InvalidSettings", "Message", "MessageRejected", "Plugin", "PositionError", "Positions",
         "Problem", "Receiver", "Registry", "RetryPolicy", "Route",
         "RouteConfig", "RouteStats", "Shared", "Sink", "Source", "SparkSettings", "Template",
-        "TemplateError", "Transform", "Unavailable", "UnreadableEnvelope", "Writer",
+        "TemplateError", "Transform", "Unavailable", "UnreadableEnvelope", "Worker", "Writer",
         "blocking", "build_routes", "default_registry", "load_config", "open_shared",
         "parse_config", "prepare_each", "redact", "redacting", "run_bridge", "run_routes",
-        "shared_resource",
+        "shared_resource", "worker_thread",
     ]  # fmt: skip
 
 

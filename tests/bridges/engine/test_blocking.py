@@ -1,4 +1,5 @@
-"""bridges.blocking: blocking calls off the loop, abandoned or waited for, in bounded threads."""
+"""bridges.blocking and bridges.worker_thread: blocking calls off the loop, abandoned or
+waited for, in bounded threads."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from bridges import blocking
-from bridges._blocking import MAX_THREADS
+from bridges import blocking, worker_thread
+from bridges._blocking import MAX_THREADS, limiter
 
 
 async def test_it_returns_the_calls_result_and_raises_its_error() -> None:
@@ -78,3 +79,66 @@ async def test_the_process_runs_at_most_max_threads_calls_at_once() -> None:
         assert most == MAX_THREADS
     finally:
         release.set()
+
+
+async def test_a_worker_thread_runs_each_call_in_turn_in_one_thread_of_its_own() -> None:
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def call(number: int) -> int:
+        seen.append(threading.get_ident())
+        return number * 2
+
+    async with worker_thread("calls") as worker:
+        assert [await worker.run(partial(call, n)) for n in range(5)] == [0, 2, 4, 6, 8]
+        with pytest.raises(ZeroDivisionError):
+            await worker.run(lambda: 1 / 0)
+        assert await worker.run(partial(call, 7)) == 14  # (an error does not end it)
+        assert limiter().borrowed_tokens == 1  # its place of the shared limiter
+        assert len(set(seen)) == 1
+        assert loop_thread not in seen
+    assert limiter().borrowed_tokens == 0, "its work ends with the block (Trio keeps the thread)"
+    with pytest.raises(trio.ClosedResourceError, match="calls: the worker thread has ended"):
+        await worker.run(partial(call, 1))
+
+
+async def test_a_worker_threads_call_runs_to_its_end_when_cancelled() -> None:
+    release = threading.Event()
+    finished: list[float] = []
+
+    def write() -> str:
+        release.wait()
+        finished.append(time.monotonic())
+        return "written"
+
+    async with worker_thread("writes") as worker:
+        threading.Timer(0.3, release.set).start()
+        started = time.monotonic()
+        with trio.move_on_after(0.05) as scope:  # cancelled while it runs
+            assert await worker.run(write) == "written"  # returns once the write did
+            returned = time.monotonic()
+            await trio.lowlevel.checkpoint()  # the cancellation comes at the next checkpoint
+        assert scope.cancelled_caught
+        assert returned - started >= 0.25
+        assert finished
+        assert finished[0] - started >= 0.25
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await worker.run(write)  # cancelled before it was handed over: never runs
+        assert scope.cancelled_caught
+        assert len(finished) == 1
+
+
+async def test_leaving_a_worker_threads_block_waits_for_the_call_in_progress() -> None:
+    release = threading.Event()
+    finished: list[str] = []
+
+    def write() -> None:
+        release.wait()
+        finished.append("write")
+
+    threading.Timer(0.2, release.set).start()
+    with trio.move_on_after(0.05):  # the block is cancelled while the call runs
+        async with worker_thread("writes") as worker:
+            await worker.run(write)
+    assert finished == ["write"], "nothing of the block outlives it"
