@@ -6,6 +6,7 @@ import itertools
 import json
 import re
 import sys
+import threading
 import uuid
 from typing import Any
 
@@ -321,3 +322,38 @@ async def test_an_idempotent_sink_sends_its_first_batch_without_librdkafkas_time
     )
     took = json.loads(done.stdout)
     assert max(took) < 0.45, took
+
+
+@pytest.mark.deadline(90)
+async def test_the_transactional_sinks_waiting_calls_stay_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, int]] = []
+
+    class Recording(confluent_kafka.Producer):  # type: ignore[misc]
+        def __getattribute__(self, name: str) -> Any:
+            found = super().__getattribute__(name)
+            if name not in {"begin_transaction", "commit_transaction", "abort_transaction", "flush"}:
+                return found
+
+            def call(*args: Any) -> Any:
+                calls.append((name, threading.get_ident()))
+                return found(*args)
+
+            return call
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Recording)
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=True)
+    loop = threading.get_ident()
+    async with KafkaSink(config, Context(route=topic)).open() as writer:
+        for n in range(3):
+            await writer.write([Message(b"%d" % n, {}, f"id-{n}")])
+    names = [name for name, _ in calls]
+    # each commit begins the next transaction; the one begun last is aborted on close
+    assert names.count("commit_transaction") == 3
+    assert names.count("begin_transaction") == 4
+    assert names[-2:] == ["abort_transaction", "flush"]
+    assert all(thread != loop for _, thread in calls), calls
+    assert [body for body, _ in await read_topic(servers, topic)] == [b"0", b"1", b"2"]
