@@ -47,7 +47,7 @@ import attrs
 import trio
 from attrs.validators import ge, optional
 
-from ..._blocking import blocking
+from ..._blocking import Worker, blocking, worker_thread
 from ..._endpoint import Context, InvalidSetting, InvalidSettings, prepare_each
 from ..._fs import (
     Refused,
@@ -180,7 +180,11 @@ class FileSink:
         writer = _JsonlWriter(self, dir_fd)
         await blocking(writer.recover, what="recover")
         try:
-            async with trio.open_nursery() as nursery:
+            async with (
+                worker_thread(f"append to {self.path}") as appends,
+                trio.open_nursery() as nursery,
+            ):
+                writer.appends = appends
                 nursery.start_soon(writer.rotate_when_old)
                 try:
                     yield writer
@@ -207,6 +211,8 @@ class _JsonlWriter:
         self.recent: RecentIds | None = None
         #: Messages the last write did not write again (their ids were recent).
         self.skipped = 0
+        #: The thread each batch's append (and fsync) runs in, while the sink is open.
+        self.appends: Worker | None = None
 
     async def write(self, batch: Sequence[Message]) -> None:
         recent = self.recent
@@ -234,7 +240,11 @@ class _JsonlWriter:
         except trio.WouldBlock:
             await self.lock.acquire()
         try:
-            await blocking(partial(self._append, data), what="append")
+            append = partial(self._append, data)
+            if self.appends is not None:
+                await self.appends.run(append)
+            else:
+                await blocking(append, what="append")
         finally:
             self.lock.release()
         if fresh is not None:

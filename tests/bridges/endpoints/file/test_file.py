@@ -394,6 +394,30 @@ async def test_jsonl_sink_writes_fsynced_lines_then_renames_on_close(tmp_path: P
     assert final.name.endswith(".jsonl")
 
 
+async def test_jsonl_sink_appends_in_one_thread_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bridges._blocking import limiter
+    from bridges.endpoints.file.sink import _JsonlWriter
+
+    threads: list[int] = []
+    append = _JsonlWriter._append
+
+    def recorded(self: _JsonlWriter, data: bytes) -> None:
+        threads.append(threading.get_ident())
+        append(self, data)
+
+    monkeypatch.setattr(_JsonlWriter, "_append", recorded)
+    async with FileSink(FileSinkConfig("out"), ctx(tmp_path)).open() as writer:
+        for n in range(3):
+            await writer.write([Message(b"%d" % n, {}, f"m{n}")])
+            assert limiter().borrowed_tokens == 1, "its thread stays while the sink is open"
+    assert limiter().borrowed_tokens == 0
+    assert [line["body"] for line in lines(tmp_path / "out")] == ["0", "1", "2"]
+    assert len(set(threads)) == 1
+    assert threads[0] != threading.get_ident()
+
+
 async def test_jsonl_sink_rotates_by_size_and_by_age(tmp_path: Path) -> None:
     # (No MockClock here: the sink waits on worker threads, which autojump does not see.)
     config = FileSinkConfig("out", rotate_bytes=100, rotate_seconds=3600)
