@@ -56,7 +56,6 @@ from bridges import (
 
 from ._carry import Carried, carried_offsets, carry_source, settle_written
 from ._connection import (
-    DELIVERY_HEADERS,
     ID_HEADER,
     KEY_HEADER,
     TOMBSTONE_HEADER,
@@ -66,6 +65,7 @@ from ._connection import (
     in_thread,
     one_line,
 )
+from ._record import Record, record_headers
 from ._refusals import Refusals
 from ._security import KafkaSecurity, security_settings
 from ._tail import WrittenIds, read_tail
@@ -162,10 +162,6 @@ class KafkaSinkConfig(KafkaSecurity):
     transactional: bool = False
     transactional_id: str | None = None
     dedup_window: int = attrs.field(default=10_000, validator=ge(0))
-
-
-#: What one message becomes: topic, partition (-1: the partitioner's), key, value, headers.
-_Record = tuple[str, int, bytes | None, bytes | None, list[tuple[str, str | bytes | None]]]
 
 
 def _template(name: str, text: str | None) -> Template | None:
@@ -308,7 +304,7 @@ class KafkaSink:
                 producer.purge()
                 await in_thread(producer.flush, 0)
 
-    def record(self, message: Message) -> _Record:
+    def record(self, message: Message) -> Record:
         """The record ``message`` becomes.
 
         Raises:
@@ -330,7 +326,7 @@ class KafkaSink:
             key = self._key.render(message).encode("utf-8", "surrogateescape")
         elif fields and KEY_HEADER in fields:
             key = fields[KEY_HEADER].encode("utf-8", "surrogateescape")
-        headers, size = _record_headers(fields) if fields else ([], 0)
+        headers, size = record_headers(fields) if fields else ([], 0)
         size += len(message.body) + (len(key) if key else 0)
         if message.id:
             headers.append((ID_HEADER, message.id.encode("utf-8", "surrogateescape")))
@@ -386,35 +382,6 @@ async def _ask_early(
                 refusals.check(describe)
                 log.debug("%s: metadata at open: %s", describe, one_line(exc))
                 return
-
-
-def _record_headers(fields: Mapping[str, str]) -> tuple[list[tuple[str, str | bytes | None]], int]:
-    """A message's headers as a record's (the delivery headers and the id left out),
-    and their size in bytes.
-
-    Raises:
-      ValueError: a name Kafka cannot carry.
-    """
-    headers: list[tuple[str, str | bytes | None]] = []
-    size = 0
-    for name, value in fields.items():
-        if name in DELIVERY_HEADERS or name == ID_HEADER:
-            continue
-        if (not name.isascii() and not _is_text(name)) or "\0" in name:
-            # (a Kafka header name is a string; librdkafka takes it as a C string)
-            raise ValueError(f"header name {name[:40]!r} is not UTF-8 text without NUL")
-        encoded = value.encode("utf-8", "surrogateescape")
-        headers.append((name, encoded))
-        size += len(name) + len(encoded)
-    return headers, size
-
-
-def _is_text(name: str) -> bool:
-    try:
-        name.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class _KafkaWriter:
@@ -488,7 +455,7 @@ class _KafkaWriter:
         return text
 
     async def _write(
-        self, records: Sequence[_Record], positions: Sequence[int] = (), commit: bool = False
+        self, records: Sequence[Record], positions: Sequence[int] = (), commit: bool = False
     ) -> bool:
         """Produce ``records`` and wait until each is acknowledged; ``positions``: their
         indices in the batch (default: the same as in ``records``).
