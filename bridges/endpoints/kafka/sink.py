@@ -278,8 +278,10 @@ class KafkaSink:
         config = self._config
         writer = _KafkaWriter(self, producer, refusals, waits)
         try:
+            partitions = None
             if config.idempotent and self._fixed_topic is not None:
-                await _ask_early(producer, self._fixed_topic, refusals, self.describe())
+                topic, describe = self._fixed_topic, self.describe()
+                partitions = await _ask_early(producer, topic, refusals, describe)
             if config.transactional:
                 try:
                     await in_thread(producer.init_transactions, config.timeout)
@@ -295,6 +297,7 @@ class KafkaSink:
                         config.dedup_window,
                         config.timeout,
                         self._security,
+                        partitions,
                     )
             yield writer
         finally:
@@ -358,7 +361,7 @@ class KafkaSink:
 
 async def _ask_early(
     producer: confluent_kafka.Producer, topic: str, refusals: Refusals, describe: str
-) -> None:
+) -> list[int] | None:
     """Make an idempotent producer ask for its producer id now, not 500 ms after it was made.
 
     librdkafka asks when the producer is made, before any broker is connected,
@@ -371,17 +374,25 @@ async def _ask_early(
     fails is let be (the writes meet the same brokers), unless the brokers
     refused the connection.
 
+    Returns the topic's partitions by the last answer (the transactional
+    sink's read-back needs them), or None when there was none.
+
     Raises:
       KafkaEndpointError: the brokers refused the connection (authentication, TLS).
     """
+    partitions = None
     with trio.move_on_after(_EARLY):
         for _ in range(2):
             try:
-                await in_thread(producer.list_topics, topic, _EARLY)
+                metadata = await in_thread(producer.list_topics, topic, _EARLY)
             except confluent_kafka.KafkaException as exc:
                 refusals.check(describe)
                 log.debug("%s: metadata at open: %s", describe, one_line(exc))
-                return
+                break
+            described = metadata.topics.get(topic)
+            if described is not None and described.error is None and described.partitions:
+                partitions = sorted(described.partitions)
+    return partitions
 
 
 class _KafkaWriter:

@@ -192,6 +192,36 @@ async def test_the_transactional_sink_skips_what_it_wrote_before_a_restart() -> 
 
 
 @pytest.mark.deadline(90)
+async def test_the_transactional_sink_reads_back_every_partitions_tail() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(lambda: create_topic(servers, partitions=3))
+    config = KafkaSinkConfig(
+        bootstrap_servers=servers, topic=topic, transactional=True, key="{header:k}"
+    )
+    batch = [Message(b"%d" % i, {"k": f"key-{i}"}, f"id-{i}") for i in range(12)]
+    async with KafkaSink(config, Context(route=topic)).open() as writer:
+        await writer.write(batch)
+    async with KafkaSink(config, Context(route=topic)).open() as writer:
+        assert len(writer.written) == 12  # (read back from each partition)
+        await writer.write(batch)
+        assert writer.skipped == 12
+    assert len(await read_topic(servers, topic)) == 12
+
+    def partitions_used() -> int:
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": servers, "group.id": topic})
+        try:
+            ends = [
+                consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, n), 10)[1]
+                for n in range(3)
+            ]
+        finally:
+            consumer.close()
+        return sum(1 for end in ends if end > 0)
+
+    assert await trio.to_thread.run_sync(partitions_used) > 1  # (so more than one tail)
+
+
+@pytest.mark.deadline(90)
 async def test_a_second_transactional_sink_with_the_same_id_fences_the_first() -> None:
     servers = require_kafka()
     topic = await trio.to_thread.run_sync(create_topic, servers)
