@@ -1,8 +1,8 @@
 """Crash test for the kafka endpoints: ``bridges run`` killed with SIGKILL again and again.
 
     .venv/bin/python bench/crash/kafka_crash.py [--count 10000] [--kills 5]
-        [--only kafka-sink,kafka-once,kafka-source,kafka-chain,kafka-broker,kafka-stomp,
-        webhook-kafka] [--restart [--restarts 3]] [--seed N] [--json] [--report PATH]
+        [--only kafka-sink,kafka-once,kafka-once-3p,kafka-source,kafka-chain,kafka-broker,
+        kafka-stomp,webhook-kafka] [--restart [--restarts 3]] [--seed N] [--json] [--report PATH]
 
 In the first three scenarios the other side is a JSON-lines file (fsynced per
 batch) so that only the endpoint under test talks to Kafka; the next two are
@@ -10,6 +10,8 @@ two routes in one bridge, de-duplicating at each step:
 
     kafka-sink:    file events.jsonl (one id per line)  ->  kafka (acks=all, idempotent)
     kafka-once:    the same into the transactional sink: 0 duplicates (its tail read back)
+    kafka-once-3p: the same on a topic of 3 partitions (records spread by librdkafka's
+                   partitioner): every partition's tail read back
     kafka-source:  topic of ``count`` records (a consumer group)  ->  file outbox/
     kafka-chain:   file events.jsonl  ->  kafka (transactional)  ->  kafka source  ->  file
                    outbox/ (JSON lines, read back): 0 duplicates end to end
@@ -67,25 +69,29 @@ STOMP_PORT: Final = int(os.environ.get("TRIO_STOMP_RABBITMQ_STOMP_PORT", "61613"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def create_topic() -> str:
+def create_topic(partitions: int = 1) -> str:
     name = f"crash-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": SERVERS})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
     return name
 
 
-def stored(topic: str) -> int:
-    """Records in the topic now (its partition's high watermark); retried while Kafka
-    restarts (--restart)."""
+def ends(topic: str) -> dict[int, int]:
+    """Each partition's high watermark now; retried while Kafka restarts (--restart)."""
     for attempt in range(60):
         consumer = confluent_kafka.Consumer(
             {"bootstrap.servers": SERVERS, "group.id": "crash-watch"}
         )
         try:
-            _low, high = consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(topic, 0), timeout=10
-            )
-            return int(high)
+            numbers = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            return {
+                number: int(
+                    consumer.get_watermark_offsets(
+                        confluent_kafka.TopicPartition(topic, number), timeout=10
+                    )[1]
+                )
+                for number in numbers
+            }
         except confluent_kafka.KafkaException:
             if attempt == 59:
                 raise
@@ -95,30 +101,39 @@ def stored(topic: str) -> int:
     raise AssertionError("unreachable")
 
 
+def stored(topic: str) -> int:
+    """Records in the topic now (the sum of its partitions' high watermarks)."""
+    return sum(ends(topic).values())
+
+
 def bodies(topic: str) -> Counter[str]:
-    """Copies of each body in the topic."""
+    """Copies of each body in the topic (every partition)."""
     copies: Counter[str] = Counter()
-    high = stored(topic)
+    left = {number: high for number, high in ends(topic).items() if high > 0}
     consumer = confluent_kafka.Consumer(
         {"bootstrap.servers": SERVERS, "group.id": f"crash-read-{uuid.uuid4().hex[:8]}"}
     )
     try:
-        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-        partition = confluent_kafka.TopicPartition(topic, 0)
-        seen, idle = 0, 0
-        while seen < high:
+        consumer.assign([confluent_kafka.TopicPartition(topic, number, 0) for number in left])
+        idle = 0
+        while left:
             record = consumer.poll(0.5)
             if record is None:
                 # Transaction markers take offsets no record is read for (read_committed).
-                seen = max(seen, consumer.position([partition])[0].offset or 0)
+                asked = [confluent_kafka.TopicPartition(topic, number) for number in left]
+                for position in consumer.position(asked):
+                    if position.offset >= left[position.partition]:
+                        del left[position.partition]
                 idle += 1
-                if idle > 40 and seen < high:
-                    raise RuntimeError(f"{topic}: {seen} of {high} offsets read")
+                if idle > 40 and left:
+                    raise RuntimeError(f"{topic}: partitions {sorted(left)} not read to the end")
                 continue
             if record.error():
                 continue
             copies[(record.value() or b"").decode()] += 1
-            seen = (record.offset() or 0) + 1
+            number = record.partition()
+            if number in left and (record.offset() or 0) + 1 >= left[number]:
+                del left[number]
     finally:
         consumer.close()
     return copies
@@ -162,8 +177,8 @@ def kafka_sink(work: Path, ids: list[str]) -> Scenario:
     )
 
 
-def kafka_once(work: Path, ids: list[str]) -> Scenario:
-    topic = create_topic()
+def kafka_once(work: Path, ids: list[str], partitions: int = 1) -> Scenario:
+    topic = create_topic(partitions)
     (work / "events.jsonl").write_text("".join(f"{i}\n" for i in ids))
     sink = (
         f'{{ type = "kafka", bootstrap_servers = "{SERVERS}", topic = "{topic}", '
@@ -338,6 +353,7 @@ def webhook_kafka(count: int, kills: int, rng: random.Random, restarts: int = 0)
 SCENARIOS: Final = [
     "kafka-sink",
     "kafka-once",
+    "kafka-once-3p",
     "kafka-source",
     "kafka-chain",
     "kafka-broker",
@@ -353,6 +369,7 @@ def setup(names: list[str]) -> Iterator[dict[str, Factory]]:
     yield {
         "kafka-sink": kafka_sink,
         "kafka-once": kafka_once,
+        "kafka-once-3p": lambda work, ids: kafka_once(work, ids, partitions=3),
         "kafka-source": kafka_source,
         "kafka-chain": kafka_chain,
         "kafka-broker": kafka_broker,
