@@ -40,7 +40,6 @@ from __future__ import annotations
 import queue
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any, Final, TypeVar
 
 import outcome
@@ -130,6 +129,22 @@ class Worker:
         result: T = await trio.lowlevel.wait_task_rescheduled(_never_abandoned)
         return result
 
+    async def _in_thread(self) -> None:
+        """Run :meth:`_serve` in a thread of the shared limiter's. However it ends
+        (the block's end, or a thread that would not start), a call still waiting
+        fails with ClosedResourceError: no caller waits for a thread that is gone."""
+        try:
+            await trio.to_thread.run_sync(self._serve, limiter=limiter())
+        finally:
+            self._closed = True
+            ended = outcome.Error(
+                trio.ClosedResourceError(f"{self._what}: the worker thread has ended")
+            )
+            while not self._calls.empty():
+                job = self._calls.get_nowait()
+                if job is not None:
+                    trio.lowlevel.reschedule(job[1], ended)
+
     def _serve(self) -> None:
         """The thread: each call handed over, until the block's end says stop."""
         while (job := self._calls.get()) is not None:
@@ -159,10 +174,7 @@ async def worker_thread(what: str) -> AsyncIterator[Worker]:
     """
     worker = Worker(what)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(
-            partial(trio.to_thread.run_sync, worker._serve, limiter=limiter()),  # noqa: SLF001
-            name=f"worker thread: {what}",
-        )
+        nursery.start_soon(worker._in_thread, name=f"worker thread: {what}")  # noqa: SLF001
         try:
             yield worker
         finally:

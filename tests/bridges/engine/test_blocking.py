@@ -142,3 +142,24 @@ async def test_leaving_a_worker_threads_block_waits_for_the_call_in_progress() -
         async with worker_thread("writes") as worker:
             await worker.run(write)
     assert finished == ["write"], "nothing of the block outlives it"
+
+
+async def test_a_caller_of_a_worker_thread_that_died_fails_instead_of_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bridges._blocking import Worker
+
+    def dies(self: Worker) -> None:
+        time.sleep(0.1)  # (long enough for the call below to be handed over)
+        raise RuntimeError("no thread")
+
+    monkeypatch.setattr(Worker, "_serve", dies)
+    ran: list[str] = []
+    with trio.fail_after(5), pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="no thread")):
+        async with worker_thread("writes") as worker:
+            with pytest.raises(
+                trio.ClosedResourceError, match="writes: the worker thread has ended"
+            ):
+                await worker.run(lambda: ran.append("ran"))
+    assert ran == []
+    assert limiter().borrowed_tokens == 0
