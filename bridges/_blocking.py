@@ -30,9 +30,10 @@ uses a thread of its own instead, :func:`worker_thread`, for the block: a
 call handed to a thread that is already running costs a fraction of
 starting one through :func:`trio.to_thread.run_sync` (on a 2-CPU machine,
 about 50 µs of CPU against 100 to 140, and a third less time from handing
-over to the call's result). Its calls follow the rule of ``abandon=False``;
-its thread holds one place of the limiter while the block lasts and ends
-with it.
+over to the call's result). Its calls follow the rule of ``abandon=False``.
+Its thread is outside the shared limiter: one per open sink, so as many
+as the config has such sinks, it would otherwise hold a place for as long
+as the sink is open, and 16 of them would leave none for any other call.
 """
 
 from __future__ import annotations
@@ -130,11 +131,12 @@ class Worker:
         return result
 
     async def _in_thread(self) -> None:
-        """Run :meth:`_serve` in a thread of the shared limiter's. However it ends
-        (the block's end, or a thread that would not start), a call still waiting
-        fails with ClosedResourceError: no caller waits for a thread that is gone."""
+        """Run :meth:`_serve` in a thread (of its own limiter, of one place). However
+        it ends (the block's end, or a thread that would not start), a call still
+        waiting fails with ClosedResourceError: no caller waits for a thread that is
+        gone."""
         try:
-            await trio.to_thread.run_sync(self._serve, limiter=limiter())
+            await trio.to_thread.run_sync(self._serve, limiter=trio.CapacityLimiter(1))
         finally:
             self._closed = True
             ended = outcome.Error(
@@ -164,8 +166,8 @@ def _never_abandoned(_raise_cancel: object) -> trio.lowlevel.Abort:
 async def worker_thread(what: str) -> AsyncIterator[Worker]:
     """A worker thread for the block, for a stream of short blocking calls (see the module).
 
-    The thread starts once the shared limiter has a place for it, and runs
-    each call of :meth:`Worker.run` in turn. Leaving the block waits until
+    The thread starts at once (outside the shared limiter: see the module),
+    and runs each call of :meth:`Worker.run` in turn. Leaving the block waits until
     the call in progress returns (the calls bound themselves), then the
     thread ends: nothing outlives the block.
 
