@@ -23,6 +23,7 @@ from typing import Any, Final
 import confluent_kafka
 
 from ._connection import ID_HEADER, KafkaEndpointError, one_line
+from ._envelope import pairs
 
 log = logging.getLogger("bridges.kafka")
 
@@ -100,8 +101,9 @@ def read_tail(
         for number in partitions:
             partition = confluent_kafka.TopicPartition(topic, number)
             low, high = consumer.get_watermark_offsets(partition, timeout=timeout)
-            if high > max(low, high - window):
-                ranges[number] = (max(low, high - window), high)
+            start = max(low, high - window)
+            if high > start:
+                ranges[number] = (start, high)
         if ranges and not _read_ranges(consumer, topic, ranges, deadline, found):
             raise KafkaEndpointError(f"kafka {topic}: its tail not read in {timeout:g} s")
     except confluent_kafka.KafkaException as exc:
@@ -136,7 +138,10 @@ def _read_ranges(
                     del left[position.partition]
             continue
         if record.error() is None:
-            headers: Any = record.headers() or ()
+            try:
+                headers: Any = pairs(record) or ()
+            except (SystemError, UnicodeDecodeError):  # a header name that is not UTF-8
+                headers = ()  # (not a record this sink wrote: its names are text)
             for name, value in headers:
                 if name == ID_HEADER and isinstance(value, bytes):
                     found.add(value.decode("utf-8", "surrogateescape"))

@@ -23,6 +23,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from family_kit import require_server, unavailable
 
+from bridges.endpoints.kafka._envelope import pairs
+
 SERVERS = os.environ.get("TRIO_STOMP_KAFKA_SERVERS", "127.0.0.1:9092")
 #: scripts/brokers's test CA (ca.pem), client certificate (client.pem, client-key.pem).
 TLS = Path(os.environ.get("TRIO_STOMP_BROKERS_DIR", "/tmp/trio-stomp-brokers")) / "kafka-tls"
@@ -120,7 +122,10 @@ async def read_topic(servers: str, topic: str) -> list[tuple[bytes, dict[str, by
                         continue
                     if record.error():
                         continue
-                    headers = dict(record.headers() or ())
+                    try:
+                        headers = dict(pairs(record) or ())
+                    except (SystemError, UnicodeDecodeError):  # a name that is not UTF-8
+                        headers = {}
                     fields = {
                         k: v if isinstance(v, bytes) else (v or "").encode()
                         for k, v in headers.items()

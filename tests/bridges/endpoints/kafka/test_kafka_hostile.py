@@ -320,3 +320,23 @@ async def test_a_destination_topic_the_broker_will_not_create_rejects_that_messa
 def create_topic_named(servers: str, name: str) -> None:
     admin = AdminClient({"bootstrap.servers": servers})
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+
+
+@pytest.mark.deadline(60)
+async def test_a_header_name_that_is_not_utf8_in_the_tail_does_not_stop_the_read_back() -> None:
+    servers = require_kafka()
+    topic = await trio.to_thread.run_sync(create_topic, servers)
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=True)
+    async with KafkaSink(config, Context(route=topic)).open() as writer:
+        await writer.write([Message(b"mine", {}, "id-1")])
+    # Another writer's records, one with a header name that is not UTF-8 (confluent-kafka
+    # hands such headers back with an error, or with a NULL in a pair).
+    hostile = [(None, b"h", [(b"\xff\xfe", b"x"), (b"bridge-id", b"theirs")])] * 20
+    await trio.to_thread.run_sync(produce_raw, servers, topic, hostile)
+    async with KafkaSink(config, Context(route=topic)).open() as writer:
+        assert "id-1" in writer.written  # (read back past the hostile records)
+        await writer.write([Message(b"mine", {}, "id-1"), Message(b"new", {}, "id-2")])
+        assert writer.skipped == 1
+    bodies = [body for body, _ in await read_topic(servers, topic)]
+    assert bodies.count(b"mine") == 1
+    assert b"new" in bodies
