@@ -177,28 +177,25 @@ class FileSink:
 
     @asynccontextmanager
     async def _open_jsonl(self, dir_fd: int) -> AsyncIterator[_JsonlWriter]:
-        writer = _JsonlWriter(self, dir_fd)
-        await blocking(writer.recover, what="recover")
-        try:
-            async with (
-                worker_thread(f"append to {self.path}") as appends,
-                trio.open_nursery() as nursery,
-            ):
-                writer.appends = appends
-                nursery.start_soon(writer.rotate_when_old)
-                try:
-                    yield writer
-                finally:
-                    nursery.cancel_scope.cancel()
-        finally:
-            # Bounded: if the disk hangs, the .part is finished at the next start instead.
-            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                async with writer.lock:
-                    await blocking(writer.finish, what="finish the file")
+        async with worker_thread(f"append to {self.path}") as appends:
+            writer = _JsonlWriter(self, dir_fd, appends)
+            await blocking(writer.recover, what="recover")
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(writer.rotate_when_old)
+                    try:
+                        yield writer
+                    finally:
+                        nursery.cancel_scope.cancel()
+            finally:
+                # Bounded: if the disk hangs, the .part is finished at the next start instead.
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                    async with writer.lock:
+                        await blocking(writer.finish, what="finish the file")
 
 
 class _JsonlWriter:
-    def __init__(self, sink: FileSink, dir_fd: int) -> None:
+    def __init__(self, sink: FileSink, dir_fd: int, appends: Worker) -> None:
         self._sink = sink
         self._config = sink.config
         self._dir_fd = dir_fd
@@ -212,7 +209,7 @@ class _JsonlWriter:
         #: Messages the last write did not write again (their ids were recent).
         self.skipped = 0
         #: The thread each batch's append (and fsync) runs in, while the sink is open.
-        self.appends: Worker | None = None
+        self._appends = appends
 
     async def write(self, batch: Sequence[Message]) -> None:
         recent = self.recent
@@ -240,11 +237,7 @@ class _JsonlWriter:
         except trio.WouldBlock:
             await self.lock.acquire()
         try:
-            append = partial(self._append, data)
-            if self.appends is not None:
-                await self.appends.run(append)
-            else:
-                await blocking(append, what="append")
+            await self._appends.run(partial(self._append, data))
         finally:
             self.lock.release()
         if fresh is not None:
