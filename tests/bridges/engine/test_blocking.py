@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import pytest
@@ -35,24 +36,35 @@ async def test_an_abandoned_call_times_out_and_is_cancelled_at_once() -> None:
         release.set()  # the abandoned threads end
 
 
-async def test_a_call_that_is_not_abandoned_is_waited_for_even_when_cancelled() -> None:
+async def runs_to_its_end_when_cancelled(
+    run: Callable[[Callable[[], str]], Awaitable[str]],
+) -> tuple[Callable[[], str], list[float]]:
+    """``run`` a write that takes 0.3 s, cancelled after 0.05: it returns the write's
+    result once the write did, and the cancellation comes at the next checkpoint.
+    Returns the write and when each of its runs finished."""
     release = threading.Event()
     finished: list[float] = []
 
-    def write() -> None:
+    def write() -> str:
         release.wait()
         finished.append(time.monotonic())
+        return "written"
 
     threading.Timer(0.3, release.set).start()
     started = time.monotonic()
     with trio.move_on_after(0.05) as scope:  # cancelled while it runs
-        await blocking(write, what="write")  # returns once the write did: 0.3 s
+        assert await run(write) == "written"  # returns once the write did: 0.3 s
         returned = time.monotonic()
         await trio.lowlevel.checkpoint()  # and the cancellation comes at the next checkpoint
     assert scope.cancelled_caught
     assert returned - started >= 0.25
     assert finished, "the write ran to its end before cancellation was delivered"
     assert finished[0] - started >= 0.25
+    return write, finished
+
+
+async def test_a_call_that_is_not_abandoned_is_waited_for_even_when_cancelled() -> None:
+    write, _ = await runs_to_its_end_when_cancelled(lambda call: blocking(call, what="write"))
     with pytest.raises(ValueError, match="cannot have a timeout"):
         await blocking(write, what="write", timeout=1)
 
@@ -101,25 +113,8 @@ async def test_a_worker_thread_runs_each_call_in_turn_in_one_thread_of_its_own()
 
 
 async def test_a_worker_threads_call_runs_to_its_end_when_cancelled() -> None:
-    release = threading.Event()
-    finished: list[float] = []
-
-    def write() -> str:
-        release.wait()
-        finished.append(time.monotonic())
-        return "written"
-
     async with worker_thread("writes") as worker:
-        threading.Timer(0.3, release.set).start()
-        started = time.monotonic()
-        with trio.move_on_after(0.05) as scope:  # cancelled while it runs
-            assert await worker.run(write) == "written"  # returns once the write did
-            returned = time.monotonic()
-            await trio.lowlevel.checkpoint()  # the cancellation comes at the next checkpoint
-        assert scope.cancelled_caught
-        assert returned - started >= 0.25
-        assert finished
-        assert finished[0] - started >= 0.25
+        write, finished = await runs_to_its_end_when_cancelled(worker.run)
         with trio.CancelScope() as scope:
             scope.cancel()
             await worker.run(write)  # cancelled before it was handed over: never runs
