@@ -83,7 +83,11 @@ def ends(topic: str) -> dict[int, int]:
             {"bootstrap.servers": SERVERS, "group.id": "crash-watch"}
         )
         try:
-            numbers = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            described = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if described is None or described.error is not None or not described.partitions:
+                # (a broker just restarted may answer without the topic's partitions yet)
+                raise confluent_kafka.KafkaException(getattr(described, "error", None))
+            numbers = described.partitions
             return {
                 number: int(
                     consumer.get_watermark_offsets(
