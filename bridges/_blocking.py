@@ -134,9 +134,17 @@ class Worker:
         """Run :meth:`_serve` in a thread (of its own limiter, of one place). However
         it ends (the block's end, or a thread that would not start), a call still
         waiting fails with ClosedResourceError: no caller waits for a thread that is
-        gone."""
+        gone.
+
+        Shielded: the block's end, and nothing else, ends the thread. A scope
+        cancelled before the thread started (a sink opened as its route stops)
+        would otherwise end it at once, and the block's shielded cleanup would
+        find no thread to run in. The shield holds no longer than the block:
+        leaving it tells the thread to stop after the call in progress.
+        """
         try:
-            await trio.to_thread.run_sync(self._serve, limiter=trio.CapacityLimiter(1))
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._serve, limiter=trio.CapacityLimiter(1))
         finally:
             self._closed = True
             ended = outcome.Error(

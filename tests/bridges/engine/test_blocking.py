@@ -122,6 +122,18 @@ async def test_a_worker_threads_call_runs_to_its_end_when_cancelled() -> None:
         assert len(finished) == 1
 
 
+async def test_a_worker_thread_opened_in_a_cancelled_scope_still_serves_shielded_calls() -> None:
+    # A sink opened just as its route is cancelled still closes through its thread: the
+    # thread must start even though the scope it starts in is already cancelled.
+    with trio.fail_after(5), trio.CancelScope() as outer:
+        outer.cancel()
+        async with worker_thread("writes") as worker:
+            with trio.CancelScope(shield=True):
+                assert await worker.run(lambda: "written") == "written"
+                await trio.sleep(0.01)  # (the thread's task has run by now)
+                assert await worker.run(lambda: "again") == "again"
+
+
 async def test_leaving_a_worker_threads_block_waits_for_the_call_in_progress() -> None:
     release = threading.Event()
     finished: list[str] = []
