@@ -136,7 +136,7 @@ async def test_a_load_that_hangs_is_abandoned_and_sigterm_stops_at_once(
         took = time.monotonic() - stopped_at
     finally:
         release.set()
-    assert took < 0.8, took  # not held up by the read
+    assert took < 3.0, took  # not held up by the read (RELOAD_TIMEOUT is 10 s here)
     assert said[-1] == "stopped", said
     text = "\n".join(said)
     hung = str(tmp_path / "hung")

@@ -180,7 +180,7 @@ def test_a_folder_on_a_mount_that_hangs_fails_the_check_in_bounded_time_naming_i
             f"checks there are still stuck at {hung / 'more'} (statvfs or access hung there: "
             "a network mount that is down?)"
         )
-        assert time.monotonic() - started < 0.2
+        assert time.monotonic() - started < 1.0  # (a new check would wait WRITABLE_TIMEOUT, 2 s)
     finally:
         release.set()
     deadline = time.monotonic() + 5

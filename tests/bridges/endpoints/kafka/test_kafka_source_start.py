@@ -11,8 +11,7 @@ import confluent_kafka
 import pytest
 
 from bridges import Context
-from bridges.endpoints.kafka import KafkaSource, KafkaSourceConfig
-from bridges.endpoints.kafka import _topic_id
+from bridges.endpoints.kafka import KafkaSource, KafkaSourceConfig, _topic_id
 from bridges.endpoints.kafka import source as kafka_source
 from bridges.endpoints.kafka._refusals import Refusals
 
