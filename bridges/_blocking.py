@@ -123,9 +123,9 @@ class Worker:
           trio.Cancelled: cancelled before the call was handed over.
           Exception: whatever ``call`` raised.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()  # (first: a cancelled caller gets Cancelled)
         if self._closed:
             raise trio.ClosedResourceError(f"{self._what}: the worker thread has ended")
-        await trio.lowlevel.checkpoint_if_cancelled()
         self._calls.put((call, trio.lowlevel.current_task()))
         result: T = await trio.lowlevel.wait_task_rescheduled(_never_abandoned)
         return result

@@ -110,6 +110,10 @@ async def test_a_worker_thread_runs_each_call_in_turn_in_one_thread_of_its_own()
         assert loop_thread not in seen
     with pytest.raises(trio.ClosedResourceError, match="calls: the worker thread has ended"):
         await worker.run(partial(call, 1))
+    with trio.CancelScope() as scope:  # a cancelled caller is told so first
+        scope.cancel()
+        await worker.run(partial(call, 1))
+    assert scope.cancelled_caught
 
 
 async def test_a_worker_threads_call_runs_to_its_end_when_cancelled() -> None:
