@@ -111,6 +111,8 @@ class Worker:
         )
         self._closed = False
 
+    @trio.lowlevel.enable_ki_protection  # (a Ctrl-C between the hand-over and the wait
+    # would leave a result to be delivered to a task no longer waiting: a TrioInternalError)
     async def run(self, call: Callable[[], T]) -> T:
         """``call()`` in the thread (after the calls handed to it before); its result.
 

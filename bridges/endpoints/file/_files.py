@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Final
 
-from ..._blocking import blocking
+from ..._blocking import Worker
 from ..._endpoint import MessageRejected
 from ..._fs import NAME_MAX, link_new, rename, same_content, unlink_quietly, write_temporary
 from ..._message import Message
@@ -68,7 +68,11 @@ class _Rejected(Exception):
 class FilesWriter:
     """Writes a batch as one file per message in the directory ``dir_fd``."""
 
-    def __init__(self, dir_fd: int, name: Template, conflict: str, *, fsync: bool) -> None:
+    def __init__(
+        self, own: Worker, dir_fd: int, name: Template, conflict: str, *, fsync: bool
+    ) -> None:
+        #: The sink's thread, where each batch is written.
+        self._own = own
         self._dir_fd = dir_fd
         self._name = name
         self._conflict = conflict
@@ -86,7 +90,7 @@ class FilesWriter:
             except (TemplateError, _Rejected) as exc:
                 bad.append(index)
                 reasons.append(str(exc))
-        rejected = await blocking(partial(self._write, files), what="write files")
+        rejected = await self._own.run(partial(self._write, files))
         for index, reason in rejected:
             bad.append(index)
             reasons.append(reason)

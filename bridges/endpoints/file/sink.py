@@ -47,7 +47,7 @@ import attrs
 import trio
 from attrs.validators import ge, optional
 
-from ..._blocking import Worker, blocking, worker_thread
+from ..._blocking import Worker, worker_thread
 from ..._endpoint import Context, InvalidSetting, InvalidSettings, prepare_each
 from ..._fs import (
     Refused,
@@ -162,40 +162,43 @@ class FileSink:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[_JsonlWriter | FilesWriter]:
-        if self._create:
-            await blocking(partial(self.path.mkdir, parents=True, exist_ok=True), what="mkdir")
-        dir_fd = await blocking(partial(open_directory, self.path), what="open the folder")
-        try:
-            if self.config.format == "files":
-                config = self.config
-                yield FilesWriter(dir_fd, self.name, config.conflict, fsync=config.fsync)
-            else:
-                async with self._open_jsonl(dir_fd) as writer:
-                    yield writer
-        finally:
-            os.close(dir_fd)
+        # Every file call of an open sink runs in this thread, never in the shared ones:
+        # other routes' calls hung on a dead mount cannot hold up this sink.
+        async with worker_thread(f"file sink {self.path}") as own:
+            if self._create:
+                await own.run(partial(self.path.mkdir, parents=True, exist_ok=True))
+            dir_fd = await own.run(partial(open_directory, self.path))
+            try:
+                if self.config.format == "files":
+                    config = self.config
+                    yield FilesWriter(own, dir_fd, self.name, config.conflict, fsync=config.fsync)
+                else:
+                    async with self._open_jsonl(own, dir_fd) as writer:
+                        yield writer
+            finally:
+                os.close(dir_fd)
 
     @asynccontextmanager
-    async def _open_jsonl(self, dir_fd: int) -> AsyncIterator[_JsonlWriter]:
-        async with worker_thread(f"append to {self.path}") as appends:
-            writer = _JsonlWriter(self, dir_fd, appends)
-            await blocking(writer.recover, what="recover")
-            try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(writer.rotate_when_old)
-                    try:
-                        yield writer
-                    finally:
-                        nursery.cancel_scope.cancel()
-            finally:
-                # Bounded: if the disk hangs, the .part is finished at the next start instead.
-                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                    async with writer.lock:
-                        await blocking(writer.finish, what="finish the file")
+    async def _open_jsonl(self, own: Worker, dir_fd: int) -> AsyncIterator[_JsonlWriter]:
+        writer = _JsonlWriter(self, dir_fd, own)
+        await own.run(writer.recover)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(writer.rotate_when_old)
+                try:
+                    yield writer
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            # The wait for a write in progress is bounded (the .part is then finished at
+            # the next start); the call itself runs to its end, as every write does.
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                async with writer.lock:
+                    await own.run(writer.finish)
 
 
 class _JsonlWriter:
-    def __init__(self, sink: FileSink, dir_fd: int, appends: Worker) -> None:
+    def __init__(self, sink: FileSink, dir_fd: int, own: Worker) -> None:
         self._sink = sink
         self._config = sink.config
         self._dir_fd = dir_fd
@@ -208,8 +211,8 @@ class _JsonlWriter:
         self.recent: RecentIds | None = None
         #: Messages the last write did not write again (their ids were recent).
         self.skipped = 0
-        #: The thread each batch's append (and fsync) runs in, while the sink is open.
-        self._appends = appends
+        #: The thread each file call (append, fsync, rename) runs in, while the sink is open.
+        self._own = own
 
     async def write(self, batch: Sequence[Message]) -> None:
         recent = self.recent
@@ -237,7 +240,7 @@ class _JsonlWriter:
         except trio.WouldBlock:
             await self.lock.acquire()
         try:
-            await self._appends.run(partial(self._append, data))
+            await self._own.run(partial(self._append, data))
         finally:
             self.lock.release()
         if fresh is not None:
@@ -395,4 +398,4 @@ class _JsonlWriter:
             await trio.sleep(max(period / 4, 0.05))
             if self._fd is not None and time.monotonic() - self._opened_at >= period:
                 async with self.lock:
-                    await blocking(self.finish, what="finish the file")
+                    await self._own.run(self.finish)

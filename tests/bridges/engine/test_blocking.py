@@ -3,6 +3,8 @@ waited for, in bounded threads."""
 
 from __future__ import annotations
 
+import re
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -189,3 +191,40 @@ async def test_worker_threads_take_no_place_of_the_shared_limiter() -> None:
             release.set()
     finally:
         release.set()
+
+
+CTRL_C_AT_THE_HAND_OVER = """
+import signal, trio
+from bridges import worker_thread
+
+class SigintAfterPut:  # Ctrl-C lands right after the call is handed over
+    def __init__(self, calls):
+        self.calls = calls
+    def put(self, item):
+        self.calls.put(item)
+        if item is not None:
+            signal.raise_signal(signal.SIGINT)
+    def __getattr__(self, name):
+        return getattr(self.calls, name)
+
+async def main():
+    async with worker_thread("writes") as worker:
+        worker._calls = SigintAfterPut(worker._calls)
+        print(await worker.run(lambda: "written"), flush=True)
+        await trio.sleep(5)
+
+trio.run(main)
+"""
+
+
+async def test_a_ctrl_c_as_a_call_is_handed_over_is_a_clean_keyboard_interrupt() -> None:
+    done = await trio.run_process(
+        [sys.executable, "-c", CTRL_C_AT_THE_HAND_OVER],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    stderr = done.stderr.decode()
+    assert "TrioInternalError" not in stderr, stderr
+    assert re.search(r"^[ |]*KeyboardInterrupt$", stderr, re.MULTILINE), stderr
+    assert done.stdout == b"written\n"  # (the call ran, and its caller had its result)

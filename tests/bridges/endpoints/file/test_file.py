@@ -395,7 +395,7 @@ async def test_jsonl_sink_writes_fsynced_lines_then_renames_on_close(tmp_path: P
     assert final.name.endswith(".jsonl")
 
 
-async def test_jsonl_sink_appends_in_a_thread_of_its_own(
+async def test_jsonl_sink_makes_its_file_calls_in_a_thread_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bridges import blocking
@@ -403,31 +403,40 @@ async def test_jsonl_sink_appends_in_a_thread_of_its_own(
     from bridges.endpoints.file.sink import _JsonlWriter
 
     threads: list[int] = []
-    append = _JsonlWriter._append
+    append, finish = _JsonlWriter._append, _JsonlWriter.finish
 
-    def recorded(self: _JsonlWriter, data: bytes) -> None:
+    def recorded_append(self: _JsonlWriter, data: bytes) -> None:
         threads.append(threading.get_ident())
         append(self, data)
 
-    monkeypatch.setattr(_JsonlWriter, "_append", recorded)
+    def recorded_finish(self: _JsonlWriter) -> None:
+        threads.append(threading.get_ident())
+        finish(self)
+
+    monkeypatch.setattr(_JsonlWriter, "_append", recorded_append)
+    monkeypatch.setattr(_JsonlWriter, "finish", recorded_finish)
     hung = threading.Event()
+    config = FileSinkConfig("out", rotate_seconds=0.3)
     try:
-        async with (
-            FileSink(FileSinkConfig("out"), ctx(tmp_path)).open() as writer,
-            trio.open_nursery() as nursery,
-        ):
+        async with trio.open_nursery() as nursery:
             # Another route's blocking calls take every thread of the shared limiter
-            # (a hung disk): this sink's appends go on in their own thread.
+            # (a hung disk): this sink's appends, its rotation by age and its close go
+            # on in its own thread.
             for _ in range(MAX_THREADS):
                 nursery.start_soon(partial(blocking, hung.wait, what="hang", abandon=True))
             await trio.sleep(0.1)
             with trio.fail_after(5):
-                for n in range(3):
-                    await writer.write([Message(b"%d" % n, {}, f"m{n}")])
+                async with FileSink(config, ctx(tmp_path)).open() as writer:
+                    for n in range(2):
+                        await writer.write([Message(b"%d" % n, {}, f"m{n}")])
+                    await trio.sleep(0.6)  # the file is renamed by age meanwhile
+                    await writer.write([Message(b"2", {}, "m2")])
             hung.set()
     finally:
         hung.set()
     assert [line["body"] for line in lines(tmp_path / "out")] == ["0", "1", "2"]
+    assert sorted(p.suffix for p in (tmp_path / "out").iterdir()) == [".jsonl", ".jsonl"]
+    assert len(threads) >= 5  # 3 appends, the rotation's finish and the close's
     assert len(set(threads)) == 1
     assert threads[0] != threading.get_ident()
 
