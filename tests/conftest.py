@@ -1,7 +1,9 @@
 """Shared test set-up: per-test deadlines and the brokers the suite runs against.
 
 Every async test runs under ``trio.fail_after`` (30 s, or the seconds given by
-``@pytest.mark.deadline(N)``).
+``@pytest.mark.deadline(N)``). Hypothesis has no per-example deadline and no
+too-slow health check: a loaded CI machine's pause is not a bug, and the
+test's own deadline still bounds it.
 
 The ``target`` fixture parametrizes a test over the embedded broker and the
 real ones started by ``scripts/brokers up``. A real broker that does not answer
@@ -23,6 +25,10 @@ import pytest
 import trio
 import trio.lowlevel
 from family_kit import unavailable
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 DEFAULT_DEADLINE = 30.0
 
