@@ -8,6 +8,10 @@ acknowledgement, a reconnect) is written once. ``write`` queues the batch
 sink's own worker thread (:func:`bridges.worker_thread`: one handover per
 batch, not a thread started per batch), 100 ms at a time, until
 librdkafka's queue is empty: every record was then acknowledged or failed.
+Every other call of the open sink that waits (``init_transactions``, the
+read-back, an abort, the close's flush) runs in that thread too, never in
+the shared ones: other routes' calls hung on a dead mount cannot hold up
+this sink, nor its abort after a failed write.
 librdkafka is asked to report only failures (``delivery.report.only.error``:
 no Python call per acknowledged record; confluent-kafka still frees each
 record's state), so a record of the batch with no report was acknowledged.
@@ -62,7 +66,6 @@ from ._connection import (
     KafkaEndpointError,
     check_servers,
     check_topic,
-    in_thread,
     one_line,
 )
 from ._record import Record, record_headers
@@ -141,7 +144,8 @@ class KafkaSinkConfig(KafkaSecurity):
         write sends at once: this only groups what arrives meanwhile).
       transactional: each batch in one Kafka transaction, and the ids in the
         topic's committed tail skipped (effectively once with a source whose
-        ids are stable); needs a topic without template fields.
+        ids are stable); needs a topic without template fields, and a
+        message whose ``destination`` names another topic is rejected.
       transactional_id: the producer's ``transactional.id``; default:
         ``bridge-ROUTE``. A second instance with the same id fences the first.
         On Spark each executor task adds its partition (``-spark-pN``).
@@ -281,23 +285,25 @@ class KafkaSink:
             partitions = None
             if config.idempotent and self._fixed_topic is not None:
                 topic, describe = self._fixed_topic, self.describe()
-                partitions = await _ask_early(producer, topic, refusals, describe)
+                partitions = await _ask_early(producer, topic, refusals, describe, waits)
             if config.transactional:
                 try:
-                    await in_thread(producer.init_transactions, config.timeout)
+                    await waits.run(partial(producer.init_transactions, config.timeout))
                 except confluent_kafka.KafkaException as exc:
                     refusals.check(self.describe())
                     failed = refusals.explain(exc)
                     raise KafkaEndpointError(f"{self.describe()}: {failed}") from None
                 if config.dedup_window:
-                    writer.written = await in_thread(
-                        read_tail,
-                        self._servers,
-                        config.topic,
-                        config.dedup_window,
-                        config.timeout,
-                        self._security,
-                        partitions,
+                    writer.written = await waits.run(
+                        partial(
+                            read_tail,
+                            self._servers,
+                            config.topic,
+                            config.dedup_window,
+                            config.timeout,
+                            self._security,
+                            partitions,
+                        )
                     )
             yield writer
         finally:
@@ -305,7 +311,7 @@ class KafkaSink:
                 if writer.in_transaction:
                     await writer.abort()
                 producer.purge()
-                await in_thread(producer.flush, 0)
+                await waits.run(partial(producer.flush, 0))
 
     def record(self, message: Message) -> Record:
         """The record ``message`` becomes.
@@ -315,6 +321,12 @@ class KafkaSink:
         """
         if message.destination or self._fixed_topic is None:
             topic = self._topic_of(message)
+            if self._config.transactional and topic != self._fixed_topic:
+                raise ValueError(
+                    f"destination {topic!r}: a transactional sink writes only its topic "
+                    f"{self._fixed_topic!r} (its read-back on open reads that topic alone, "
+                    "so records elsewhere could be written twice)"
+                )
         else:
             topic = self._fixed_topic
         partition = -1
@@ -360,7 +372,11 @@ class KafkaSink:
 
 
 async def _ask_early(
-    producer: confluent_kafka.Producer, topic: str, refusals: Refusals, describe: str
+    producer: confluent_kafka.Producer,
+    topic: str,
+    refusals: Refusals,
+    describe: str,
+    waits: Worker,
 ) -> list[int] | None:
     """Make an idempotent producer ask for its producer id now, not 500 ms after it was made.
 
@@ -374,8 +390,9 @@ async def _ask_early(
     fails is let be (the writes meet the same brokers), unless the brokers
     refused the connection.
 
-    Returns the topic's partitions by the last answer (the transactional
-    sink's read-back needs them), or None when there was none.
+    The requests run in ``waits``, the sink's thread. Returns the topic's
+    partitions by the last answer (the transactional sink's read-back needs
+    them), or None when there was none.
 
     Raises:
       KafkaEndpointError: the brokers refused the connection (authentication, TLS).
@@ -384,7 +401,7 @@ async def _ask_early(
     with trio.move_on_after(_EARLY):
         for _ in range(2):
             try:
-                metadata = await in_thread(producer.list_topics, topic, _EARLY)
+                metadata = await waits.run(partial(producer.list_topics, topic, _EARLY))
             except confluent_kafka.KafkaException as exc:
                 refusals.check(describe)
                 log.debug("%s: metadata at open: %s", describe, one_line(exc))
@@ -401,7 +418,7 @@ class _KafkaWriter:
     ) -> None:
         self._sink = sink
         self._producer = producer
-        #: The thread each batch's wait for acknowledgements (and commit) runs in.
+        #: The sink's thread: each batch's wait for acknowledgements (and commit), an abort.
         self._waits = waits
         #: The producer's ``error_cb``: a refused connection fails a write at once.
         self._refusals = refusals
@@ -418,10 +435,10 @@ class _KafkaWriter:
         self._carry: Carried | None = None
 
     async def abort(self) -> None:
-        """Abort the open transaction (in a worker thread, under the sink's timeout)."""
+        """Abort the open transaction (in the sink's thread, under the sink's timeout)."""
         self.in_transaction = False
         try:
-            await in_thread(self._producer.abort_transaction, self._timeout)
+            await self._waits.run(partial(self._producer.abort_transaction, self._timeout))
         except confluent_kafka.KafkaException as exc:
             log.warning("%s: aborting the transaction failed: %s", self._describe, one_line(exc))
 
@@ -487,7 +504,7 @@ class _KafkaWriter:
             try:
                 producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
             except BufferError:
-                await in_thread(producer.flush, _POLL)
+                await self._waits.run(partial(producer.flush, _POLL))
                 producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
             except confluent_kafka.KafkaException as exc:
                 if exc.args[0].code() not in _REFUSALS:

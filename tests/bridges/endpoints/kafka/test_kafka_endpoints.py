@@ -355,11 +355,18 @@ async def test_an_idempotent_sink_sends_its_first_batch_without_librdkafkas_time
 
 
 @pytest.mark.deadline(90)
-async def test_the_transactional_sinks_waiting_calls_stay_off_the_event_loop(
+async def test_the_transactional_sinks_waiting_calls_run_in_its_own_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[tuple[str, int]] = []
-    waiting = {"begin_transaction", "commit_transaction", "abort_transaction", "flush"}
+    waiting = {
+        "list_topics",
+        "init_transactions",
+        "begin_transaction",
+        "commit_transaction",
+        "abort_transaction",
+        "flush",
+    }
 
     class Recording(confluent_kafka.Producer):
         def __getattribute__(self, name: str) -> Any:
@@ -386,5 +393,8 @@ async def test_the_transactional_sinks_waiting_calls_stay_off_the_event_loop(
     assert names.count("commit_transaction") == 3
     assert names.count("begin_transaction") == 4
     assert names[-2:] == ["abort_transaction", "flush"]
+    assert names[:3] == ["list_topics", "list_topics", "init_transactions"]
     assert all(thread != loop for _, thread in calls), calls
+    # the sink's own thread, never the shared ones (16 calls hung elsewhere would stall it)
+    assert len({thread for _, thread in calls}) == 1, calls
     assert [body for body, _ in await read_topic(servers, topic)] == [b"0", b"1", b"2"]

@@ -317,6 +317,30 @@ async def test_a_destination_topic_the_broker_will_not_create_rejects_that_messa
     assert [body for body, _ in await read_topic(servers, topic)] == [b"a"]
 
 
+@pytest.mark.deadline(60)
+async def test_a_transactional_sink_rejects_a_destination_other_than_its_topic() -> None:
+    # Its read-back on open reads its own topic's tail only: a record written to another
+    # topic would be written again after a crash, so it is dead-lettered instead.
+    servers = require_kafka()
+    topic, other = [await trio.to_thread.run_sync(create_topic, servers) for _ in range(2)]
+    config = KafkaSinkConfig(bootstrap_servers=servers, topic=topic, transactional=True)
+    batch = [
+        Message(b"a", {}, "t-0"),
+        Message(b"b", {}, "t-1", destination=other),
+        Message(b"c", {}, "t-2", destination=topic),  # (its own topic named: written)
+    ]
+    async with KafkaSink(config, Context(route="t", role="sink")).open() as writer:
+        with pytest.raises(MessageRejected) as rejected:
+            await writer.write(batch)
+        assert list(rejected.value.indices or ()) == [1]
+        assert f"a transactional sink writes only its topic {topic!r}" in (
+            rejected.value.reason_for(1)
+        )
+        await writer.write([batch[0], batch[2]])  # (the engine's retry of the rest)
+    assert [body for body, _ in await read_topic(servers, topic)] == [b"a", b"c"]
+    assert await read_topic(servers, other) == []
+
+
 def create_topic_named(servers: str, name: str) -> None:
     admin = AdminClient({"bootstrap.servers": servers})
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
