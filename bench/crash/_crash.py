@@ -106,12 +106,14 @@ class Server:
         time.sleep(self._down)
         self.start()
 
-    def crash(self) -> float:
-        """SIGKILL it and start it again with its data; the seconds it was away."""
+    def crash(self, while_down: Callable[[], None] = lambda: None) -> float:
+        """SIGKILL it, call ``while_down()``, and start it again with its
+        data; the seconds it was away."""
         began = time.monotonic()
         if self._process is not None:
             self._process.send_signal(signal.SIGKILL)
             self._process.wait()
+        while_down()
         self.start()
         return round(time.monotonic() - began, 1)
 

@@ -124,9 +124,14 @@ ACTIVEMQ: Final = Target("activemq", "ActiveMQ", 61623, "bench", "bench")
 # -- the servers: killed, then started with their data -----------------------------------------
 
 
+def _nothing() -> None:
+    """No call while the server is down."""
+
+
 class Crashable(Protocol):
-    def crash(self) -> float:
-        """SIGKILL the server, start it again with its data; the seconds it was away."""
+    def crash(self, while_down: Callable[[], None] = _nothing) -> float:
+        """SIGKILL the server, call ``while_down()``, start it again with its data; the
+        seconds it was away."""
 
 
 class Shared:
@@ -135,11 +140,12 @@ class Shared:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def crash(self) -> float:
+    def crash(self, while_down: Callable[[], None] = _nothing) -> float:
         began = time.monotonic()
         try:
             subprocess.run([str(BROKERS), "kill", self.name], check=True, capture_output=True)
             time.sleep(0.2)  # (SIGKILL is sent, not waited for)
+            while_down()
         finally:
             self.start()
         return round(time.monotonic() - began, 1)
@@ -443,9 +449,14 @@ def drive(
 
     With ``acked_ids``, the ids acknowledged upstream just before each kill are
     kept (``acked_before_kill``): a message among them that the target lacks
-    at the end was receipted, then lost by the target's crash. With ``held``,
+    at the end was receipted, then lost by the target's crash. They are read
+    while the server is down, after the kill: what was acked by then was
+    receipted before it died, even when the bridge acked it after the kill
+    was sent (read before the kill, they missed what a loaded machine acked
+    in between, and the test counted them as lost after the kill). With ``held``,
     what the target says it holds is read after those ids and before the kill
-    (``held_at_kills``: at least the ids acked so far of a new queue).
+    (``held_at_kills``: at least the ids acked so far of a new queue; those
+    acked just before it was read: ``acked_when_held``).
     """
     (work / "bridge.toml").write_text(config)
     log_path = work / "bridge.log"
@@ -454,6 +465,7 @@ def drive(
     away: list[float] = []
     before_kill: set[str] = set()
     held_at: list[int] = []
+    acked_when_held: list[int] = []
     with log_path.open("w") as log:
         command = [*bridges_command(), "run", "bridge.toml"]
         process = subprocess.Popen(command, cwd=work, stdout=log, stderr=log)
@@ -462,11 +474,14 @@ def drive(
                 wait_for(lambda goal=goal: progress() >= goal, process)  # type: ignore[misc]
                 time.sleep(rng.uniform(0.0, 0.05))
                 at_kill.append(progress())
-                if acked_ids is not None:
-                    before_kill |= acked_ids()
                 if held is not None:
+                    if acked_ids is not None:  # (read first: the target holds at least these)
+                        acked_when_held.append(len(acked_ids()))
                     held_at.append(held())
-                away.append(server.crash())
+                if acked_ids is None:
+                    away.append(server.crash())
+                else:
+                    away.append(server.crash(lambda: before_kill.update(acked_ids())))
             wait_for(finished, process, LIMIT + count / 50)
             time.sleep(0.5)
         finally:
@@ -475,6 +490,7 @@ def drive(
         "progress_at_kills": at_kill,
         "acked_before_kill": before_kill,
         **({"held_at_kills": held_at} if held is not None else {}),
+        **({"acked_when_held": acked_when_held} if acked_when_held else {}),
         "seconds_away": away,
         "exit_status": process.returncode,
         "log_tail": log_path.read_text()[-1500:] if process.returncode != 0 else "",

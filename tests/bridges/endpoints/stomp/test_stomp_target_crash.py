@@ -33,7 +33,8 @@ def test_rabbitmq_sigkill_loses_nothing_acknowledged_into_a_declared_queue() -> 
     # Mnesia's table files (mnesia:dump_log()): nothing acknowledged is lost.
     require_real_broker("rabbitmq")
     results = target_crash_run(["stomp-rabbitmq-declared"], ["rabbitmq"])
-    assert results[0]["held_at_kills"][0] >= results[0]["acked_before_kill"]
+    # (what RabbitMQ held, read just before the kill, covers what was acked before that read)
+    assert results[0]["held_at_kills"][0] >= results[0]["acked_when_held"][0] > 0
 
 
 def test_activemq_sigkill_loses_nothing_acknowledged() -> None:
